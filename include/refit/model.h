@@ -1,0 +1,69 @@
+// Model presets: synthetic weights with the real tensor names and shapes of
+// real architectures, and the engine's tensor-parallel sharding rules.
+//
+// A preset lists the full (unsharded) weights in checkpoint order, each with
+// a ShardRule that says how an engine with N TP ranks splits it:
+//   kReplicated  every rank gets the whole tensor (norms, router)
+//   kColumn      split along dim 0 (q/k/v, gate/up: output features)
+//   kRow         split along dim 1 (o_proj, down_proj: input features)
+//   kVocab       split along dim 0 (embed_tokens, lm_head: vocabulary)
+// Splits may be uneven: a dimension D over N ranks gives rank i
+// D / N + (i < D % N ? 1 : 0) entries, starting after ranks 0..i-1's.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "refit/status.h"
+#include "refit/tensor.h"
+
+namespace refit {
+
+enum class ShardRule : unsigned char { kReplicated, kColumn, kRow, kVocab };
+
+struct Weight {
+  TensorSpec spec;  // full, unsharded
+  ShardRule rule = ShardRule::kReplicated;
+};
+
+struct Model {
+  std::string preset;
+  std::vector<Weight> weights;
+  std::uint64_t total_bytes() const;
+};
+
+// "tiny", "tiny-moe", "llama3-8b", "qwen3-30b-a3b".
+std::vector<std::string> model_presets();
+
+// Builds a preset. layers < 0 keeps all layers; layers >= 0 keeps the first
+// `layers` decoder layers (the embedding, final norm and lm_head stay).
+// Unknown preset or layers beyond the preset's count: kInvalidArgument.
+StatusOr<Model> make_model(const std::string& preset, int layers);
+
+// [begin, end) along `dim` of a shard; dim == -1 means the whole tensor.
+struct ShardSlice {
+  int dim = -1;
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+};
+ShardSlice shard_slice(const Weight& weight, int rank, int ranks);
+// The spec of rank `rank`'s shard (same name and dtype, sliced shape).
+TensorSpec shard_spec(const Weight& weight, int rank, int ranks);
+// Rank `rank`'s stream: the shard specs of every weight, in model order.
+std::vector<TensorSpec> engine_stream(const Model& model, int rank, int ranks);
+
+// Calls fn(full_offset, shard_offset, bytes) for each contiguous run of the
+// shard inside the full tensor's C-order bytes, in shard order.
+void for_each_shard_run(const Weight& weight, int rank, int ranks,
+                        const std::function<void(std::uint64_t full_offset, std::uint64_t shard_offset,
+                                                 std::uint64_t bytes)>& fn);
+
+// Copies rank `rank`'s shard out of the full tensor's bytes, copying only
+// shard bytes [shard_begin, shard_begin + out.size()).
+void copy_shard_range(const Weight& weight, int rank, int ranks, const std::byte* full,
+                      std::uint64_t shard_begin, std::span<std::byte> out);
+
+}  // namespace refit

@@ -1,0 +1,104 @@
+// Receiver: one per engine rank. It owns the rotating receive pool (a
+// TargetMemory), grants slots to the trainer ranks that feed this engine rank,
+// and turns landed buckets into batches of complete tensors.
+//
+// Lifetime contract (DESIGN.md rule 3): the views of a batch stay valid until
+// the receiver is asked for the batch after next. When next() is called for
+// batch n, every slot and reassembly buffer referenced by batch n-2 is
+// recycled (and, with ReceiverOptions::poison_recycled, overwritten with
+// kPoisonByte) and granted to the trainer that sends the next bucket.
+// A bucket that completes no tensor (middle chunks) is copied into a
+// reassembly buffer and its slot recycled at once.
+//
+// Flow control: a slot is granted to bucket j (a kCredit frame to the trainer
+// that sends j) only when it is free; trainers never write into a slot they
+// were not granted.
+//
+// Feeding: the plan's buckets are dealt round-robin over the attached links:
+// bucket j comes from link (j % links). Buckets may land out of order across
+// links; batches are yielded in bucket order.
+//
+// Thread safety: next(), start() and attach_link() are called by one consumer
+// thread. cancel() may be called from any thread. Internally one I/O thread
+// reads all links.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "refit/batch.h"
+#include "refit/deadline.h"
+#include "refit/link.h"
+#include "refit/plan.h"
+#include "refit/status.h"
+#include "refit/transport.h"
+
+namespace refit {
+
+inline constexpr unsigned char kPoisonByte = 0xA5;
+
+struct ReceiverOptions {
+  // Debug: overwrite every recycled slot and reassembly buffer with
+  // kPoisonByte, so a consumer that keeps a view too long reads poison.
+  // Default: false.
+  bool poison_recycled = false;
+  // Name used in errors, e.g. "engine rank 1".
+  std::string name = "receiver";
+};
+
+struct ReceiverStats {
+  std::uint64_t buckets = 0;  // buckets landed in the current/last refit
+  std::uint64_t batches = 0;  // batches yielded
+  std::uint64_t tensors = 0;  // tensors yielded
+  std::uint64_t bytes = 0;    // bucket bytes landed
+};
+
+class Receiver : public BatchSource {
+ public:
+  // `plan` must outlive the receiver. `pool` is the registered receive pool;
+  // it must have at least 2 slots of plan.bucket_size bytes.
+  static StatusOr<std::unique_ptr<Receiver>> Create(const Plan* plan, int rank,
+                                                    std::unique_ptr<TargetMemory> pool,
+                                                    ReceiverOptions options);
+  ~Receiver() override;
+
+  // Adds the link of the next feeding trainer (its index = the number of
+  // links attached before it). All links are attached before the first start().
+  void attach_link(std::unique_ptr<Link> link);
+
+  // Begins refit `version`: resets the stream, grants the first slots.
+  // REQUIRES: the previous refit's stream was read to its end or failed.
+  Status start(std::uint64_t version, Deadline deadline);
+
+  // The next batch of refit `version`, std::nullopt once every tensor of the
+  // plan was yielded. Waits for its bucket(s) until `deadline`; a lost link, a
+  // frame out of protocol, or cancel() fail the call with a message naming
+  // the peer and the bucket.
+  StatusOr<std::optional<Batch>> next(Deadline deadline) override;
+  int rank() const override { return rank_; }
+  const Plan& plan() const override { return *plan_; }
+
+  // Makes every current and future wait fail with `why`. Thread-safe.
+  void cancel(Status why);
+
+  ReceiverStats stats() const;
+  TargetMemory& pool() { return *pool_; }
+
+ private:
+  Receiver(const Plan* plan, int rank, std::unique_ptr<TargetMemory> pool, ReceiverOptions options);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  const Plan* plan_;
+  int rank_;
+  std::unique_ptr<TargetMemory> pool_;
+};
+
+}  // namespace refit

@@ -1,0 +1,114 @@
+// Transport: how the bytes of a bucket get from a trainer rank into a slot of
+// an engine rank's receive pool.
+//
+// Every transport (shm, tcp; later cuda_ipc, ucx, nccl) implements the same
+// three small interfaces, so nothing above them knows which one runs:
+//
+//   Transport     a factory per process; capabilities; creates the two ends.
+//   TargetMemory  the engine side: the receive pool, allocated and registered
+//                 ONCE at setup (a POSIX shm segment, a socket-fed buffer, a
+//                 CUDA IPC export ...). Exposes a descriptor string that
+//                 initiators use to reach it.
+//   RemoteTarget  the trainer side's handle to one TargetMemory, opened ONCE
+//                 from its descriptor: submit writes into a slot, poll for
+//                 completion, cancel.
+//
+// Notifications (credits, "bucket landed") do not belong to the transport:
+// they travel over the data-plane Link between the two ranks, in order after
+// the bytes they announce. A two-sided transport (tcp) sends its bytes over
+// that same Link as kData frames and the TargetMemory reads them
+// (`receive_data`); a one-sided transport (shm) writes them directly and never
+// sees a kData frame.
+//
+// Completion contract: once poll(ticket) has returned true, the bytes are
+// visible to the target process (for tcp: written to the link in order before
+// anything sent after them). The source buffer may be reused once poll has
+// returned true or the ticket was cancelled.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "refit/deadline.h"
+#include "refit/link.h"
+#include "refit/status.h"
+#include "refit/tensor.h"
+
+namespace refit {
+
+struct TransportCapabilities {
+  bool one_sided = false;      // the initiator can address the target's memory directly (mapped_slot)
+  bool cross_host = false;     // works between hosts
+  bool host_memory = true;     // can target host memory
+  bool device_memory = false;  // can target CUDA device memory
+};
+
+struct PoolOptions {
+  int slots = 2;                   // staging buffers in the rotating pool
+  std::uint64_t slot_bytes = 0;    // = bucket_size
+  MemoryKind memory = MemoryKind::kHost;
+  int device = -1;                 // local CUDA index for kCuda
+  std::string owner;               // names the pool in errors and in shm names ("engine rank 2")
+};
+
+// The engine side. Owns the pool memory; freed (and any OS object removed) in
+// the destructor. Thread safety: slot() and descriptor() are safe from any
+// thread; receive_data is called by one I/O thread at a time.
+class TargetMemory {
+ public:
+  virtual ~TargetMemory() = default;
+  virtual std::string descriptor() const = 0;
+  virtual int slots() const = 0;
+  virtual std::uint64_t slot_bytes() const = 0;
+  // Local address of slot i (0 <= i < slots()).
+  virtual std::byte* slot(int i) = 0;
+  // Handles one kData frame whose header was just read from `link`: reads its
+  // payload into the slot it names. One-sided transports return an error
+  // (they never expect one).
+  virtual Status receive_data(Link& link, const FrameHeader& header, Deadline deadline) = 0;
+};
+
+using Ticket = std::uint64_t;
+
+// The trainer side's handle to one engine rank's TargetMemory.
+// Thread safety: one thread at a time.
+class RemoteTarget {
+ public:
+  virtual ~RemoteTarget() = default;
+  // Address the initiator may write into directly (pack in place), or
+  // nullptr when the transport is two-sided.
+  virtual std::byte* mapped_slot(int slot) = 0;
+  // Starts writing `bytes` into `slot` at `offset`.
+  virtual StatusOr<Ticket> submit(int slot, std::uint64_t offset, std::span<const std::byte> bytes,
+                                  std::uint64_t version, Deadline deadline) = 0;
+  // True once the write completed (see the completion contract above).
+  virtual StatusOr<bool> poll(Ticket ticket) = 0;
+  // Best effort: a cancelled ticket may still complete; poll until it is done
+  // or drop the target.
+  virtual void cancel(Ticket ticket) = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string name() const = 0;
+  virtual TransportCapabilities capabilities() const = 0;
+  // Engine side: allocate and register the receive pool.
+  virtual StatusOr<std::unique_ptr<TargetMemory>> create_target(const PoolOptions& options) = 0;
+  // Trainer side: open a target from its descriptor. `link` is the data-plane
+  // link to that engine rank; it must outlive the RemoteTarget.
+  virtual StatusOr<std::unique_ptr<RemoteTarget>> open_target(const std::string& descriptor,
+                                                              Link* link) = 0;
+};
+
+// Names of the transports built into this binary ("shm", "tcp", ...).
+std::vector<std::string> transport_names();
+// Creates a transport by name; unknown names give kInvalidArgument listing
+// the known ones.
+StatusOr<std::unique_ptr<Transport>> make_transport(const std::string& name);
+
+}  // namespace refit

@@ -1,0 +1,67 @@
+#include "refit/status.h"
+
+#include <cerrno>
+#include <cstring>
+
+namespace refit {
+
+std::string_view status_code_name(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kInvalidArgument: return "invalid_argument";
+    case StatusCode::kFailedPrecondition: return "failed_precondition";
+    case StatusCode::kNotFound: return "not_found";
+    case StatusCode::kUnavailable: return "unavailable";
+    case StatusCode::kAborted: return "aborted";
+    case StatusCode::kDeadlineExceeded: return "deadline_exceeded";
+    case StatusCode::kDataLoss: return "data_loss";
+    case StatusCode::kResourceExhausted: return "resource_exhausted";
+    case StatusCode::kInternal: return "internal";
+  }
+  return "unknown";
+}
+
+std::string Status::ToString() const {
+  if (ok()) return "ok";
+  std::string out(status_code_name(code_));
+  out += ": ";
+  out += message_;
+  return out;
+}
+
+Status Status::WithContext(std::string_view context) const {
+  if (ok()) return *this;
+  std::string m(context);
+  m += ": ";
+  m += message_;
+  return Status(code_, std::move(m));
+}
+
+Status ErrnoStatus(std::string_view what, int err) {
+  StatusCode code = StatusCode::kInternal;
+  switch (err) {
+    case ENOMEM:
+    case ENOSPC:
+    case EMFILE:
+    case ENFILE: code = StatusCode::kResourceExhausted; break;
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case EPIPE:
+    case EHOSTUNREACH:
+    case ENETUNREACH: code = StatusCode::kUnavailable; break;
+    case ETIMEDOUT: code = StatusCode::kDeadlineExceeded; break;
+    case ENOENT: code = StatusCode::kNotFound; break;
+    case EINVAL: code = StatusCode::kInvalidArgument; break;
+    case EEXIST:
+    case EADDRINUSE:
+    case EACCES:
+    case EPERM: code = StatusCode::kFailedPrecondition; break;
+    default: break;
+  }
+  std::string m(what);
+  m += ": ";
+  m += std::strerror(err);
+  return Status(code, std::move(m));
+}
+
+}  // namespace refit
