@@ -52,16 +52,25 @@ class Link {
   Link(const Link&) = delete;
   Link& operator=(const Link&) = delete;
 
-  // Connects to host:port, retrying refused connections until the deadline.
+  // Connects to host:port, retrying refused connections (short sleeps) until
+  // the deadline; then fails with kUnavailable naming the address and the
+  // last error. Errors name the peer as "<peer> at <host:port>".
   static StatusOr<std::unique_ptr<Link>> Connect(const std::string& host_port, std::string peer,
                                                   Deadline deadline);
 
+  // Sends one frame; the magic on the wire is always kFrameMagic.
+  // REQUIRES: payload.size() == header.payload_bytes, or payload is empty and
+  // the caller streams exactly header.payload_bytes with send_bytes next.
   Status send(const FrameHeader& header, std::span<const std::byte> payload, Deadline deadline);
   // Receives the next header; the caller must then read exactly
   // header.payload_bytes with recv_payload (or skip_payload).
   // `max_payload` bounds what this receiver accepts for this frame.
+  // A bad frame (wrong magic, unknown type, payload over the bound) leaves the
+  // stream out of sync: the link must be dropped after that error.
   StatusOr<FrameHeader> recv_header(Deadline deadline, std::uint64_t max_payload = kMaxFramePayload);
   Status recv_payload(std::span<std::byte> out, Deadline deadline);
+  // Reads and discards `bytes` payload bytes.
+  Status skip_payload(std::uint64_t bytes, Deadline deadline);
 
   // Raw helpers for transports that stream payload themselves.
   Status send_bytes(std::span<const std::byte> bytes, Deadline deadline);
@@ -96,7 +105,8 @@ class Listener {
   int port_;
 };
 
-// Splits "host:port" (also "[::1]:port").
+// Splits "host:port" (also "[::1]:port"); port 0..65535. Anything else
+// (no port, unbracketed IPv6, junk) is kInvalidArgument naming the input.
 Status split_host_port(const std::string& host_port, std::string* host, int* port);
 
 }  // namespace refit

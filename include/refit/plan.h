@@ -47,7 +47,7 @@ struct PlanEntry {
 };
 
 struct Bucket {
-  std::uint64_t bytes = 0;            // bytes used: end of the last entry
+  std::uint64_t bytes = 0;            // bytes used: end of the last entry that holds bytes (0-byte entries add none)
   std::vector<PlanEntry> entries;     // in layout order (grouped by dtype)
   // Indices (into Plan::specs) of the tensors this bucket completes, in stream
   // order: whole tensors it holds, and chunked tensors whose last chunk it
@@ -75,7 +75,8 @@ StatusOr<Plan> make_plan(std::vector<TensorSpec> specs, std::uint64_t bucket_siz
 // Parses a byte size such as "4MiB", "1GiB", "512KiB", "4096", "64MB"
 // (binary suffixes KiB/MiB/GiB/TiB, decimal KB/MB/GB/TB, plain bytes).
 StatusOr<std::uint64_t> parse_byte_size(std::string_view text);
-// "1.5 GiB", "256 MiB", "4096 B".
+// "1.50 GiB", "256 MiB", "4 KiB", "100 B": an exact multiple of the unit
+// prints as an integer, anything else with two decimals.
 std::string format_bytes(std::uint64_t bytes);
 
 }  // namespace refit

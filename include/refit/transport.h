@@ -70,6 +70,11 @@ class TargetMemory {
   // payload into the slot it names. One-sided transports return an error
   // (they never expect one).
   virtual Status receive_data(Link& link, const FrameHeader& header, Deadline deadline) = 0;
+  // Called once every initiator has opened this target (after their kHello).
+  // Transports whose OS objects have names remove the names now, so nothing
+  // is left behind if this process is killed later; already-mapped peers keep
+  // access. Idempotent.
+  virtual Status seal() = 0;
 };
 
 using Ticket = std::uint64_t;
@@ -80,7 +85,9 @@ class RemoteTarget {
  public:
   virtual ~RemoteTarget() = default;
   // Address the initiator may write into directly (pack in place), or
-  // nullptr when the transport is two-sided.
+  // nullptr when the transport is two-sided (or `slot` is out of range;
+  // submit then reports the error). Bytes written there are visible to the
+  // target once a frame sent on the link after the write is received.
   virtual std::byte* mapped_slot(int slot) = 0;
   // Starts writing `bytes` into `slot` at `offset`.
   virtual StatusOr<Ticket> submit(int slot, std::uint64_t offset, std::span<const std::byte> bytes,

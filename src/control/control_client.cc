@@ -1,0 +1,97 @@
+#include "control/control_client.h"
+
+namespace refit {
+
+StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const std::string& address, Deadline deadline) {
+  ASSIGN_OR_RETURN(auto link, Link::Connect(address, "the coordinator at " + address, deadline));
+  return std::unique_ptr<ControlClient>(new ControlClient(std::move(link)));
+}
+
+ControlClient::~ControlClient() {
+  link_->shutdown();
+  if (reader_.joinable()) reader_.join();
+}
+
+StatusOr<Json> ControlClient::join(const Json& join, Deadline deadline) {
+  RETURN_IF_ERROR(send_control(*link_, join, deadline));
+  ASSIGN_OR_RETURN(Json reply, recv_control(*link_, deadline));
+  std::string type = reply["type"].get<std::string>();
+  // "error": this rank was refused; "abort": setup failed for every rank.
+  if (type == "error" || type == "abort") return status_from_json(reply.value("error", Json()));
+  if (type != "setup") return InvalidArgument("protocol error: the coordinator answered a join with '" + type + "'");
+  return reply;
+}
+
+Status ControlClient::send(const Json& message) {
+  std::lock_guard<std::mutex> lock(send_mu_);
+  return send_control(*link_, message, Deadline::After(std::chrono::seconds(30)));
+}
+
+void ControlClient::start_reader(std::function<void(const Status&)> on_abort) {
+  on_abort_ = std::move(on_abort);
+  reader_ = std::thread([this] { read_loop(); });
+}
+
+void ControlClient::read_loop() {
+  for (;;) {
+    auto message = recv_control(*link_, Deadline::Never());
+    std::function<void(const Status&)> notify;
+    Status why;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!message.ok()) {
+        closed_ = true;
+        if (!abort_) {
+          abort_ = Unavailable("lost the coordinator: " + message.status().message());
+          why = *abort_;
+          notify = on_abort_;
+        }
+      } else {
+        if ((*message)["type"] == "abort" && !abort_) {
+          Status reason = status_from_json(message->value("error", Json()));
+          abort_ = Aborted("refit aborted by the coordinator: " + reason.ToString());
+          why = *abort_;
+          notify = on_abort_;
+        }
+        queue_.push_back(std::move(*message));
+      }
+    }
+    cv_.notify_all();
+    if (notify) notify(why);
+    if (!message.ok()) return;
+  }
+}
+
+StatusOr<Json> ControlClient::wait(Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (!queue_.empty()) {
+      Json message = std::move(queue_.front());
+      queue_.pop_front();
+      if (message["type"] == "abort") return *abort_;
+      return message;
+    }
+    if (closed_) return abort_ ? *abort_ : Unavailable("lost the coordinator");
+    if (deadline.is_never()) {
+      cv_.wait(lock);
+    } else if (cv_.wait_until(lock, deadline.at()) == std::cv_status::timeout && queue_.empty() && !closed_) {
+      return DeadlineExceeded("timed out waiting for a message from the coordinator");
+    }
+  }
+}
+
+StatusOr<Json> ControlClient::wait_for(const std::string& type, Deadline deadline, const std::string& alternative) {
+  ASSIGN_OR_RETURN(Json message, wait(deadline));
+  std::string got = message["type"].get<std::string>();
+  if (got != type && (alternative.empty() || got != alternative)) {
+    return InvalidArgument("protocol error: expected '" + type + "' from the coordinator, got '" + got + "'");
+  }
+  return message;
+}
+
+std::optional<Status> ControlClient::abort_reason() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return abort_;
+}
+
+}  // namespace refit

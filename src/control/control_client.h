@@ -1,0 +1,65 @@
+// ControlClient: a rank's connection to the coordinator.
+//
+// Setup is request/response on the caller's thread (join -> setup). After
+// start_reader(), one background thread reads every coordinator message into
+// a queue; an "abort" message or a lost coordinator also calls the on_abort
+// callback at once, so the rank can wake whatever data-plane wait it is
+// blocked in (DESIGN.md: a failure anywhere reaches every rank).
+//
+// Thread safety: send() may be called from any thread; wait() from one
+// thread at a time.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "control/control_message.h"
+#include "refit/link.h"
+
+namespace refit {
+
+class ControlClient {
+ public:
+  static StatusOr<std::unique_ptr<ControlClient>> Connect(const std::string& address, Deadline deadline);
+  ~ControlClient();
+
+  // Sends `join` and returns the coordinator's "setup" reply; an "error"
+  // reply (refused: duplicate rank, bad settings ...) becomes its status.
+  StatusOr<Json> join(const Json& join, Deadline deadline);
+
+  Status send(const Json& message);
+
+  void start_reader(std::function<void(const Status&)> on_abort);
+
+  // The next message. "abort" from the coordinator gives kAborted with the
+  // coordinator's reason; a lost coordinator gives kUnavailable.
+  StatusOr<Json> wait(Deadline deadline);
+  // Like wait(), and checks the message's type is `type` (or one of `type`
+  // and `alternative`).
+  StatusOr<Json> wait_for(const std::string& type, Deadline deadline, const std::string& alternative = "");
+
+  // The reason the refit was aborted, once known (thread-safe).
+  std::optional<Status> abort_reason() const;
+
+ private:
+  explicit ControlClient(std::unique_ptr<Link> link) : link_(std::move(link)) {}
+  void read_loop();
+
+  std::unique_ptr<Link> link_;
+  std::mutex send_mu_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Json> queue_;
+  std::optional<Status> abort_;
+  bool closed_ = false;
+  std::function<void(const Status&)> on_abort_;
+  std::thread reader_;
+};
+
+}  // namespace refit

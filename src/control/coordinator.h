@@ -1,0 +1,46 @@
+// Coordinator: the control plane of one refit job.
+//
+// Trainer and engine ranks connect over TCP and join with their role, rank,
+// device, settings and plan digest. At setup the coordinator validates the
+// whole topology and rejects what is unsupported or inconsistent, with an
+// error that names the setting and both values (DESIGN.md rules 1, 4, 10).
+// Then, for each refit, it drives every rank through
+//   start(version) -> ready -> go -> sent/applied (+ progress) -> done
+//   -> commit(version) -> committed
+// and only commits when every rank reported success (rule 6). A failure on
+// any rank, a lost connection or a missed deadline aborts the refit on every
+// rank with an error that names the rank and the phase.
+//
+// Topology: engine rank e is fed by the trainer ranks t with t % E == e (in
+// increasing t); trainer ranks must be at least as many as engine ranks.
+//
+// Thread safety: run_coordinator runs on the calling thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "control/control_message.h"
+#include "refit/status.h"
+
+namespace refit {
+
+struct CoordinatorOptions {
+  std::string listen = "127.0.0.1:0";  // loopback unless told otherwise
+  int trainer_ranks = 1;
+  int engine_ranks = 1;
+  int refits = 1;
+  std::uint64_t seed = 0;
+  double setup_timeout_s = 60;   // every rank joined and linked
+  double refit_timeout_s = 300;  // one whole refit, suits multi-GB refits on CPU
+  bool progress = false;         // draw a progress bar on stderr
+};
+
+// Runs setup and `refits` refits and returns the JSON report (the demo's
+// --json report, README). On failure the report still holds every refit that
+// committed before it, plus "error" (the message) and "verified": false.
+// `on_listening(port)` is called once the socket listens.
+Json run_coordinator(const CoordinatorOptions& options, const std::function<void(int port)>& on_listening);
+
+}  // namespace refit

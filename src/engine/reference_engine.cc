@@ -1,0 +1,194 @@
+// ReferenceEngine: an embedded engine that owns real weight memory and checks
+// every post the way a server would (engine.h).
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "refit/engine.h"
+
+namespace refit {
+namespace {
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+// The payload list of TP rank `rank` (DESIGN.md rule 8: payload index i is
+// engine TP rank i, whatever subset of ranks this process hosts).
+const std::vector<TensorView>& rank_payload(const AlignedBatch& batch, int rank) { return batch.payload[rank]; }
+
+}  // namespace
+
+ReferenceEngine::ReferenceEngine(std::vector<std::vector<TensorSpec>> streams, std::vector<int> hosted)
+    : streams_(std::move(streams)), hosted_(std::move(hosted)) {
+  const int ranks = static_cast<int>(streams_.size());
+  weights_.resize(streams_.size());
+  shapes_.resize(streams_.size());
+  for (int r = 0; r < ranks; ++r) {
+    for (const TensorSpec& spec : streams_[r]) shapes_[r][spec.name] = &spec;
+  }
+  // Weights are allocated once, here; apply() only copies into them. Hosted
+  // ranks outside [0, ranks) are reported by begin().
+  for (int r : hosted_) {
+    if (r < 0 || r >= ranks) continue;
+    for (const TensorSpec& spec : streams_[r]) {
+      const std::int64_t n = spec.numel();
+      weights_[r][spec.name] = std::vector<std::byte>(n > 0 ? spec.nbytes() : 0);
+    }
+  }
+}
+
+Status ReferenceEngine::begin(std::uint64_t version) {
+  for (int r : hosted_) {
+    if (r < 0 || r >= static_cast<int>(streams_.size())) {
+      return FailedPrecondition("reference engine: hosted rank " + std::to_string(r) + " is outside the engine's " +
+                                std::to_string(streams_.size()) + " TP ranks");
+    }
+  }
+  if (in_refit_) {
+    return FailedPrecondition("reference engine: begin(" + std::to_string(version) + ") while refit " +
+                              std::to_string(pending_version_) + " is still open (commit or abort it first)");
+  }
+  if (version <= version_) {
+    return FailedPrecondition("reference engine: begin(" + std::to_string(version) +
+                              ") does not advance the committed weight version " + std::to_string(version_));
+  }
+  in_refit_ = true;
+  pending_version_ = version;
+  ++stats_.begins;
+  return Status::Ok();
+}
+
+Status ReferenceEngine::apply(const AlignedBatch& batch) {
+  const std::string where = "reference engine: aligned batch " + std::to_string(batch.sequence);
+  if (!in_refit_) {
+    return FailedPrecondition(where + " applied outside begin()..commit(): no refit is open");
+  }
+  const std::size_t ranks = streams_.size();
+  if (batch.payload.size() != ranks) {
+    return FailedPrecondition(where + " has payloads for " + std::to_string(batch.payload.size()) +
+                              " ranks; the engine has " + std::to_string(ranks) + " TP ranks");
+  }
+  for (std::size_t r = 0; r < ranks; ++r) {
+    if (batch.payload[r].size() != batch.specs.size()) {
+      return FailedPrecondition(where + ": payload for rank " + std::to_string(r) + " holds " +
+                                std::to_string(batch.payload[r].size()) + " tensors, the batch names " +
+                                std::to_string(batch.specs.size()));
+    }
+  }
+  const std::vector<AlignedBatch::DTypeGroup> groups = batch.groups();
+
+  // Validate every post before copying anything, so a failed apply leaves the
+  // weights as they were.
+  for (const AlignedBatch::DTypeGroup& group : groups) {
+    for (std::size_t i : group.indices) {
+      const TensorSpec* spec = batch.specs[i];
+      if (spec == nullptr) return FailedPrecondition(where + ": tensor " + std::to_string(i) + " has no spec");
+      if (spec->dtype != group.dtype) {
+        return FailedPrecondition(where + ": the " + std::string(dtype_name(group.dtype)) + " post holds tensor '" +
+                                  spec->name + "' of dtype " + std::string(dtype_name(spec->dtype)) +
+                                  " (one post per dtype; dtypes are never promoted)");
+      }
+      for (std::size_t r = 0; r < ranks; ++r) {
+        const TensorView& view = batch.payload[r][i];
+        const std::string who = "tensor '" + spec->name + "' on rank " + std::to_string(r);
+        if (view.spec == nullptr) return FailedPrecondition(where + ": " + who + " has no spec");
+        if (view.spec->name != spec->name) {
+          return FailedPrecondition(where + ": " + who + ": payload[" + std::to_string(r) + "][" +
+                                    std::to_string(i) + "] is '" + view.spec->name + "'");
+        }
+        if (view.spec->dtype != group.dtype) {
+          return FailedPrecondition(where + ": " + who + " has dtype " + std::string(dtype_name(view.spec->dtype)) +
+                                    ", the post is " + std::string(dtype_name(group.dtype)));
+        }
+        auto own = shapes_[r].find(spec->name);
+        if (own == shapes_[r].end()) {
+          return FailedPrecondition(where + ": " + who + ": rank " + std::to_string(r) + " has no such parameter");
+        }
+        if (view.spec->shape != own->second->shape || view.spec->dtype != own->second->dtype) {
+          return FailedPrecondition(where + ": " + who + ": payload shape " + shape_string(view.spec->shape) +
+                                    " differs from rank " + std::to_string(r) + "'s parameter shape " +
+                                    shape_string(own->second->shape) +
+                                    " (payload index i must be engine TP rank i)");
+        }
+      }
+    }
+  }
+  for (int r : hosted_) {
+    const std::vector<TensorView>& mine = rank_payload(batch, r);
+    for (const AlignedBatch::DTypeGroup& group : groups) {
+      for (std::size_t i : group.indices) {
+        const TensorView& view = mine[i];
+        if (view.data == nullptr && view.spec->nbytes() > 0) {
+          return FailedPrecondition(where + ": tensor '" + view.spec->name + "' on hosted rank " +
+                                    std::to_string(r) + " has no bytes (data == nullptr)");
+        }
+        if (view.memory != MemoryKind::kHost) {
+          return FailedPrecondition(where + ": tensor '" + view.spec->name + "' on hosted rank " +
+                                    std::to_string(r) + " is in device memory; the reference engine copies host memory");
+        }
+      }
+    }
+  }
+
+  // One post per dtype group (DESIGN.md rule 5); payload[r] goes to rank r
+  // (rule 8). Payloads of ranks hosted elsewhere are ignored.
+  for (const AlignedBatch::DTypeGroup& group : groups) {
+    ++stats_.posts;
+    for (int r : hosted_) {
+      const std::vector<TensorView>& mine = rank_payload(batch, r);
+      for (std::size_t i : group.indices) {
+        const TensorView& view = mine[i];
+        std::vector<std::byte>& dst = weights_[r][view.spec->name];
+        const std::uint64_t n = view.spec->nbytes();
+        if (n > 0) std::memcpy(dst.data(), view.data, n);
+        ++stats_.tensors_applied;
+        stats_.bytes_applied += n;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status ReferenceEngine::commit(std::uint64_t version) {
+  if (!in_refit_) {
+    return FailedPrecondition("reference engine: commit(" + std::to_string(version) +
+                              ") without begin(): no refit is open");
+  }
+  if (version != pending_version_) {
+    return FailedPrecondition("reference engine: commit(" + std::to_string(version) + ") but the open refit is " +
+                              std::to_string(pending_version_));
+  }
+  in_refit_ = false;
+  version_ = version;  // DESIGN.md rule 6: once per refit, only here
+  complete_ = true;
+  ++stats_.cache_flushes;  // rule 9: one KV-cache flush per refit
+  return Status::Ok();
+}
+
+void ReferenceEngine::abort(std::uint64_t /*version*/, const Status& /*why*/) {
+  // The version stays at the last committed one; the weights may be a mix of
+  // two versions until the next commit.
+  in_refit_ = false;
+  complete_ = false;
+}
+
+const std::byte* ReferenceEngine::weight(int rank, const std::string& name) const {
+  if (rank < 0 || rank >= static_cast<int>(weights_.size())) return nullptr;
+  auto it = weights_[rank].find(name);
+  return it == weights_[rank].end() ? nullptr : it->second.data();
+}
+
+std::byte* ReferenceEngine::mutable_weight(int rank, const std::string& name) {
+  if (rank < 0 || rank >= static_cast<int>(weights_.size())) return nullptr;
+  auto it = weights_[rank].find(name);
+  return it == weights_[rank].end() ? nullptr : it->second.data();
+}
+
+}  // namespace refit

@@ -1,0 +1,246 @@
+// The engine role: see roles.h.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "control/control_client.h"
+#include "control/spec_json.h"
+#include "refit/aligner.h"
+#include "refit/content.h"
+#include "refit/engine.h"
+#include "refit/model.h"
+#include "refit/plan.h"
+#include "refit/receiver.h"
+#include "refit/transport.h"
+#include "runtime/roles.h"
+
+namespace refit {
+namespace {
+
+class EngineRank {
+ public:
+  explicit EngineRank(const EngineOptions& options) : options_(options) {}
+
+  Status run() {
+    RETURN_IF_ERROR(setup());
+    for (;;) {
+      ASSIGN_OR_RETURN(Json message, client_->wait_for("start", Deadline::Never(), "shutdown"));
+      if (message["type"] == "shutdown") return Status::Ok();
+      ASSIGN_OR_RETURN(std::uint64_t version, json_uint(message, "version"));
+      Status status = refit(version);
+      if (!status.ok()) {
+        if (auto reason = client_->abort_reason()) status = *reason;
+        engine_->abort(version, status);
+        (void)client_->send(Json{{"type", "failed"}, {"version", version}, {"error", status_to_json(status)}});
+        return status;
+      }
+    }
+  }
+
+ private:
+  int rank() const { return options_.rank; }
+  std::string name() const { return "engine rank " + std::to_string(rank()); }
+
+  Status setup() {
+    Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
+    if (rank() < 0 || rank() >= options_.engine_ranks) {
+      return InvalidArgument("--rank " + std::to_string(rank()) + " is outside 0.." +
+                             std::to_string(options_.engine_ranks - 1) + " (--engine-ranks " +
+                             std::to_string(options_.engine_ranks) + ")");
+    }
+    ASSIGN_OR_RETURN(model_, make_model(options_.model, options_.layers));
+    std::vector<TensorSpec> own = engine_stream(model_, rank(), options_.engine_ranks);
+    ASSIGN_OR_RETURN(plan_, make_plan(own, options_.bucket_size));
+    ASSIGN_OR_RETURN(transport_, make_transport(options_.transport));
+
+    PoolOptions pool_options;
+    pool_options.slots = options_.pool_slots;
+    pool_options.slot_bytes = options_.bucket_size;
+    pool_options.owner = name();
+    if (options_.memory_limit != 0 &&
+        static_cast<std::uint64_t>(std::max(options_.pool_slots, 0)) * options_.bucket_size > options_.memory_limit) {
+      // Do not allocate what the coordinator will refuse: join with a tiny
+      // placeholder and let the coordinator name the setting for every rank.
+      pool_options.slots = 0;
+    }
+    std::unique_ptr<TargetMemory> pool;
+    std::string descriptor = "none";
+    if (pool_options.slots >= 2) {
+      ASSIGN_OR_RETURN(pool, transport_->create_target(pool_options));
+      descriptor = pool->descriptor();
+    }
+    ASSIGN_OR_RETURN(listener_, Listener::Listen(options_.listen_host, 0));
+
+    Json supported = Json::array();
+    if (options_.supported_dtypes.empty()) {
+      for (int d = 0; d < kDTypeCount; ++d) supported.push_back(std::string(dtype_name(static_cast<DType>(d))));
+    } else {
+      for (const std::string& d : options_.supported_dtypes) supported.push_back(d);
+    }
+    ASSIGN_OR_RETURN(client_, ControlClient::Connect(options_.coordinator, deadline));
+    Json join{{"type", "join"},
+              {"role", "engine"},
+              {"rank", rank()},
+              {"pid", static_cast<int>(::getpid())},
+              {"device", "cpu"},
+              {"trainer_ranks", options_.trainer_ranks},
+              {"engine_ranks", options_.engine_ranks},
+              {"bucket_size", options_.bucket_size},
+              {"transport", options_.transport},
+              {"plan_digest", plan_.digest_hex()},
+              {"data_address", listener_->address()},
+              {"descriptor", descriptor},
+              {"pool_slots", options_.pool_slots},
+              {"memory_limit", options_.memory_limit},
+              {"supported_dtypes", supported},
+              {"specs", specs_to_json(own)}};
+    ASSIGN_OR_RETURN(Json setup, client_->join(join, deadline));
+    if (!pool) return Internal("the coordinator accepted a receive pool that was never allocated");
+    ASSIGN_OR_RETURN(seed_, json_uint(setup, "seed"));
+
+    // Every rank's stream, as the coordinator validated them: the peers'
+    // plans replay their batch boundaries so that every rank of the engine
+    // computes the same aligned batches without talking to the others.
+    if (!setup.contains("streams") || !setup["streams"].is_array() ||
+        setup["streams"].size() != static_cast<std::size_t>(options_.engine_ranks)) {
+      return InvalidArgument("setup: 'streams' must hold one spec list per engine rank");
+    }
+    std::vector<std::vector<TensorSpec>> streams;
+    for (int r = 0; r < options_.engine_ranks; ++r) {
+      ASSIGN_OR_RETURN(auto specs, specs_from_json(setup["streams"][static_cast<std::size_t>(r)],
+                                                   "setup stream of engine rank " + std::to_string(r)));
+      streams.push_back(std::move(specs));
+    }
+    if (streams[static_cast<std::size_t>(rank())] != own) {
+      return Internal("setup: the coordinator's copy of this rank's stream differs from the one it sent");
+    }
+    peer_plans_.resize(streams.size());
+    for (std::size_t r = 0; r < streams.size(); ++r) {
+      if (static_cast<int>(r) == rank()) continue;
+      ASSIGN_OR_RETURN(peer_plans_[r], make_plan(streams[r], options_.bucket_size));
+    }
+    engine_ = std::make_unique<ReferenceEngine>(streams, std::vector<int>{rank()});
+
+    // Data-plane links from the trainers that feed this rank, in trainer-index order.
+    if (!setup.contains("feeders") || !setup["feeders"].is_array() || setup["feeders"].empty()) {
+      return InvalidArgument("setup: 'feeders' must list the trainer ranks that feed this engine rank");
+    }
+    std::vector<std::uint64_t> feeders;
+    for (const Json& f : setup["feeders"]) feeders.push_back(f.get<std::uint64_t>());
+    ReceiverOptions receiver_options;
+    receiver_options.poison_recycled = options_.poison_recycled;
+    receiver_options.name = name();
+    ASSIGN_OR_RETURN(receiver_, Receiver::Create(&plan_, rank(), std::move(pool), receiver_options));
+    std::vector<std::unique_ptr<Link>> links(feeders.size());
+    for (std::size_t n = 0; n < feeders.size(); ++n) {
+      ASSIGN_OR_RETURN(auto link, listener_->accept(deadline));
+      ASSIGN_OR_RETURN(FrameHeader hello, link->recv_header(deadline, 0));
+      auto it = std::find(feeders.begin(), feeders.end(), hello.a);
+      if (hello.type != FrameType::kHello || it == feeders.end() || hello.b != static_cast<std::uint64_t>(rank())) {
+        return FailedPrecondition(name() + ": unexpected data connection from " + link->peer() +
+                                  " (not a hello from one of its trainer ranks)");
+      }
+      if (hello.c != plan_.digest) {
+        return FailedPrecondition(name() + ": plan digest mismatch with trainer rank " + std::to_string(hello.a));
+      }
+      std::size_t index = static_cast<std::size_t>(it - feeders.begin());
+      if (links[index]) return FailedPrecondition(name() + ": trainer rank " + std::to_string(hello.a) + " connected twice");
+      link->set_peer("trainer rank " + std::to_string(hello.a));
+      links[index] = std::move(link);
+    }
+    for (auto& link : links) receiver_->attach_link(std::move(link));
+    // Every trainer has opened the pool: remove its name so a crash leaves nothing behind.
+    RETURN_IF_ERROR(receiver_->pool().seal());
+    client_->start_reader([this](const Status& why) { receiver_->cancel(why); });
+    return client_->send(Json{{"type", "linked"}});
+  }
+
+  Status refit(std::uint64_t version) {
+    RETURN_IF_ERROR(engine_->begin(version));
+    RETURN_IF_ERROR(client_->send(Json{{"type", "ready"}, {"version", version}}));
+    Deadline deadline = Deadline::AfterSeconds(options_.refit_timeout_s);
+    ASSIGN_OR_RETURN(Json go, client_->wait_for("go", deadline));
+    (void)go;
+    RETURN_IF_ERROR(receiver_->start(version, deadline));
+
+    std::vector<PlanReplay> replays;
+    replays.reserve(peer_plans_.size());
+    std::vector<BatchSource*> sources;
+    for (std::size_t r = 0; r < peer_plans_.size(); ++r) replays.emplace_back(&peer_plans_[r], static_cast<int>(r));
+    for (std::size_t r = 0; r < peer_plans_.size(); ++r) {
+      sources.push_back(static_cast<int>(r) == rank() ? static_cast<BatchSource*>(receiver_.get()) : &replays[r]);
+    }
+    ASSIGN_OR_RETURN(Aligner aligner, Aligner::Create(sources));
+    std::uint64_t aligned = 0;
+    for (;;) {
+      ASSIGN_OR_RETURN(auto batch, aligner.next(deadline));
+      if (!batch) break;
+      RETURN_IF_ERROR(engine_->apply(*batch));
+      ++aligned;
+    }
+    RETURN_IF_ERROR(client_->send(Json{{"type", "sent"}, {"version", version}}));
+    if (options_.verify) RETURN_IF_ERROR(verify(version));
+    ReceiverStats stats = receiver_->stats();
+    RETURN_IF_ERROR(client_->send(Json{{"type", "done"},
+                                       {"version", version},
+                                       {"verified", options_.verify},
+                                       {"stats",
+                                        {{"buckets", stats.buckets},
+                                         {"batches", stats.batches},
+                                         {"tensors", stats.tensors},
+                                         {"bytes", stats.bytes},
+                                         {"aligned_batches", aligned}}}}));
+    ASSIGN_OR_RETURN(Json commit, client_->wait_for("commit", deadline));
+    (void)commit;
+    RETURN_IF_ERROR(engine_->commit(version));
+    return client_->send(Json{{"type", "committed"}, {"version", engine_->weight_version()}});
+  }
+
+  // Checks every byte of this rank's weights against the content version
+  // `version` must have (DESIGN.md rule 2).
+  Status verify(std::uint64_t version) {
+    for (const Weight& w : model_.weights) {
+      const std::byte* got = engine_->weight(rank(), w.spec.name);
+      if (got == nullptr) return Internal(name() + " holds no weight '" + w.spec.name + "'");
+      const std::uint64_t key = content_key(seed_, version, w.spec.name);
+      Status bad;
+      for_each_shard_run(w, rank(), options_.engine_ranks,
+                         [&](std::uint64_t full_offset, std::uint64_t shard_offset, std::uint64_t bytes) {
+                           if (!bad.ok()) return;
+                           std::int64_t at = first_content_mismatch(
+                               key, full_offset, std::span<const std::byte>(got + shard_offset, bytes));
+                           if (at >= 0) {
+                             bad = DataLoss(name() + ": tensor '" + w.spec.name + "' is wrong at byte " +
+                                            std::to_string(shard_offset + static_cast<std::uint64_t>(at)) +
+                                            " of its shard after refit " + std::to_string(version) +
+                                            " (stale, misplaced or corrupted bytes)");
+                           }
+                         });
+      RETURN_IF_ERROR(bad);
+    }
+    return Status::Ok();
+  }
+
+  EngineOptions options_;
+  Model model_;
+  Plan plan_;
+  std::vector<Plan> peer_plans_;
+  std::uint64_t seed_ = 0;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Listener> listener_;
+  std::unique_ptr<ReferenceEngine> engine_;
+  std::unique_ptr<Receiver> receiver_;
+  // Declared last, destroyed first: its reader thread calls into receiver_.
+  std::unique_ptr<ControlClient> client_;
+};
+
+}  // namespace
+
+Status run_engine(const EngineOptions& options) {
+  EngineRank rank(options);
+  return rank.run().WithContext("engine rank " + std::to_string(options.rank));
+}
+
+}  // namespace refit

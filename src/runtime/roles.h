@@ -1,0 +1,45 @@
+// The three roles of a refit job, each runnable as its own process
+// (`refit coordinator|trainer|engine`) or launched together by `refit demo`.
+//
+// A trainer rank holds the full weights of a synthetic model (regenerated for
+// every version, like an optimizer step) and sends, for the engine rank it
+// feeds (rank % engine_ranks), that rank's shard of every tensor, bucket by
+// bucket. An engine rank owns a receiver, aligns its stream against its
+// peers' plans and applies the aligned batches to an embedded
+// ReferenceEngine, then verifies every byte before it reports success.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "refit/status.h"
+
+namespace refit {
+
+struct RankOptions {
+  std::string coordinator;        // host:port of the coordinator
+  int rank = 0;
+  int trainer_ranks = 1;
+  int engine_ranks = 1;
+  std::string model = "tiny";     // a preset of model.h
+  int layers = -1;                // keep the first N layers; -1: all
+  std::uint64_t bucket_size = 64ull << 20;
+  std::string transport = "shm";
+  double setup_timeout_s = 60;
+  double refit_timeout_s = 300;
+};
+
+struct EngineOptions : RankOptions {
+  int pool_slots = 2;
+  std::uint64_t memory_limit = 0;       // bytes for the receive pool; 0: no limit
+  std::string listen_host = "127.0.0.1";  // where trainers connect for data
+  bool poison_recycled = false;
+  bool verify = true;
+  std::vector<std::string> supported_dtypes;  // empty: every dtype
+};
+
+Status run_trainer(const RankOptions& options);
+Status run_engine(const EngineOptions& options);
+
+}  // namespace refit

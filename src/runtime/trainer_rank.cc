@@ -1,0 +1,189 @@
+// The trainer role: see roles.h.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <vector>
+
+#include "control/control_client.h"
+#include "refit/content.h"
+#include "refit/model.h"
+#include "refit/plan.h"
+#include "refit/transport.h"
+#include "runtime/roles.h"
+
+namespace refit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class TrainerRank {
+ public:
+  explicit TrainerRank(const RankOptions& options) : options_(options) {}
+
+  Status run() {
+    RETURN_IF_ERROR(setup());
+    for (;;) {
+      ASSIGN_OR_RETURN(Json message, client_->wait_for("start", Deadline::Never(), "shutdown"));
+      if (message["type"] == "shutdown") return Status::Ok();
+      ASSIGN_OR_RETURN(std::uint64_t version, json_uint(message, "version"));
+      Status status = refit(version);
+      if (!status.ok()) {
+        // Prefer the coordinator's reason: it names the rank that failed first.
+        if (auto reason = client_->abort_reason()) status = *reason;
+        (void)client_->send(Json{{"type", "failed"}, {"version", version}, {"error", status_to_json(status)}});
+        return status;
+      }
+    }
+  }
+
+ private:
+  std::string name() const { return "trainer rank " + std::to_string(options_.rank); }
+
+  Status setup() {
+    Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
+    ASSIGN_OR_RETURN(model_, make_model(options_.model, options_.layers));
+    engine_rank_ = options_.rank % options_.engine_ranks;
+    ASSIGN_OR_RETURN(plan_, make_plan(engine_stream(model_, engine_rank_, options_.engine_ranks), options_.bucket_size));
+    ASSIGN_OR_RETURN(transport_, make_transport(options_.transport));
+
+    Json dtypes = Json::object();
+    for (const TensorSpec& s : plan_.specs) {
+      std::string d(dtype_name(s.dtype));
+      if (!dtypes.contains(d)) dtypes[d] = s.name;
+    }
+    ASSIGN_OR_RETURN(client_, ControlClient::Connect(options_.coordinator, deadline));
+    Json join{{"type", "join"},
+              {"role", "trainer"},
+              {"rank", options_.rank},
+              {"pid", static_cast<int>(::getpid())},
+              {"device", "cpu"},
+              {"trainer_ranks", options_.trainer_ranks},
+              {"engine_ranks", options_.engine_ranks},
+              {"bucket_size", options_.bucket_size},
+              {"transport", options_.transport},
+              {"engine_rank", engine_rank_},
+              {"plan_digest", plan_.digest_hex()},
+              {"stream_dtypes", dtypes}};
+    ASSIGN_OR_RETURN(Json setup, client_->join(join, deadline));
+    ASSIGN_OR_RETURN(seed_, json_uint(setup, "seed"));
+    ASSIGN_OR_RETURN(std::string address, json_string(setup, "engine_address"));
+    ASSIGN_OR_RETURN(std::string descriptor, json_string(setup, "descriptor"));
+    ASSIGN_OR_RETURN(std::uint64_t index, json_uint(setup, "trainer_index"));
+    ASSIGN_OR_RETURN(std::uint64_t feeders, json_uint(setup, "feeders"));
+    if (feeders == 0 || index >= feeders) return InvalidArgument("setup: trainer_index out of range");
+    trainer_index_ = index;
+    feeders_ = feeders;
+
+    std::string peer = "engine rank " + std::to_string(engine_rank_) + " at " + address;
+    ASSIGN_OR_RETURN(link_, Link::Connect(address, peer, deadline));
+    ASSIGN_OR_RETURN(target_, transport_->open_target(descriptor, link_.get()));
+    FrameHeader hello;
+    hello.type = FrameType::kHello;
+    hello.a = static_cast<std::uint64_t>(options_.rank);
+    hello.b = static_cast<std::uint64_t>(engine_rank_);
+    hello.c = plan_.digest;
+    RETURN_IF_ERROR(link_->send(hello, {}, deadline));
+
+    // The weights this rank holds, allocated once (stream index == model index).
+    weights_.resize(model_.weights.size());
+    for (std::size_t i = 0; i < model_.weights.size(); ++i) weights_[i].resize(model_.weights[i].spec.nbytes());
+    if (!transport_->capabilities().one_sided) staging_.resize(plan_.bucket_size);
+
+    client_->start_reader([this](const Status&) { link_->shutdown(); });
+    return client_->send(Json{{"type", "linked"}});
+  }
+
+  Status refit(std::uint64_t version) {
+    // The "optimizer step": new content for every weight.
+    for (std::size_t i = 0; i < weights_.size(); ++i) {
+      fill_content(content_key(seed_, version, model_.weights[i].spec.name), 0, weights_[i]);
+    }
+    RETURN_IF_ERROR(client_->send(Json{{"type", "ready"}, {"version", version}}));
+    ASSIGN_OR_RETURN(Json go, client_->wait_for("go", Deadline::AfterSeconds(options_.refit_timeout_s)));
+    (void)go;
+    Deadline deadline = Deadline::AfterSeconds(options_.refit_timeout_s);
+    std::uint64_t buckets = 0, bytes = 0;
+    Clock::time_point last_progress = Clock::now();
+    for (std::uint64_t j = trainer_index_; j < plan_.buckets.size(); j += feeders_) {
+      RETURN_IF_ERROR(send_bucket(version, j, deadline));
+      ++buckets;
+      bytes += plan_.buckets[j].bytes;
+      if (Clock::now() - last_progress > std::chrono::milliseconds(50)) {
+        last_progress = Clock::now();
+        RETURN_IF_ERROR(client_->send(Json{{"type", "progress"}, {"version", version}, {"bytes", bytes}}));
+      }
+    }
+    RETURN_IF_ERROR(client_->send(Json{{"type", "progress"}, {"version", version}, {"bytes", bytes}}));
+    RETURN_IF_ERROR(client_->send(Json{{"type", "sent"}, {"version", version}}));
+    RETURN_IF_ERROR(client_->send(
+        Json{{"type", "done"}, {"version", version}, {"stats", {{"buckets", buckets}, {"bytes", bytes}}}}));
+    ASSIGN_OR_RETURN(Json commit, client_->wait_for("commit", deadline));
+    (void)commit;
+    return client_->send(Json{{"type", "committed"}, {"version", version}});
+  }
+
+  // Waits for the credit of bucket j, packs the bucket into the granted slot
+  // (in place when the transport is one-sided), and announces it.
+  Status send_bucket(std::uint64_t version, std::uint64_t j, Deadline deadline) {
+    ASSIGN_OR_RETURN(FrameHeader credit, link_->recv_header(deadline, 0));
+    if (credit.type != FrameType::kCredit || credit.a != version || credit.b != j) {
+      return InvalidArgument("protocol error from " + link_->peer() + ": expected the credit for bucket " +
+                             std::to_string(j) + " of version " + std::to_string(version) + ", got frame type " +
+                             std::to_string(static_cast<int>(credit.type)) + " (version " + std::to_string(credit.a) +
+                             ", bucket " + std::to_string(credit.b) + ")");
+    }
+    const Bucket& bucket = plan_.buckets[j];
+    const int slot = static_cast<int>(credit.c);
+    std::byte* dst = target_->mapped_slot(slot);
+    const bool in_place = dst != nullptr;
+    if (!in_place) dst = staging_.data();
+    for (const PlanEntry& e : bucket.entries) {
+      copy_shard_range(model_.weights[e.tensor], engine_rank_, options_.engine_ranks, weights_[e.tensor].data(),
+                       e.tensor_offset, std::span<std::byte>(dst + e.bucket_offset, e.bytes));
+    }
+    if (!in_place) {
+      ASSIGN_OR_RETURN(Ticket ticket, target_->submit(slot, 0, std::span<const std::byte>(dst, bucket.bytes), version,
+                                                      deadline));
+      for (;;) {
+        ASSIGN_OR_RETURN(bool done, target_->poll(ticket));
+        if (done) break;
+        if (deadline.expired()) {
+          target_->cancel(ticket);
+          return DeadlineExceeded(name() + " timed out writing bucket " + std::to_string(j) + " to " + link_->peer());
+        }
+      }
+    }
+    FrameHeader landed;
+    landed.type = FrameType::kLanded;
+    landed.a = version;
+    landed.b = j;
+    landed.c = credit.c;
+    landed.d = bucket.bytes;
+    return link_->send(landed, {}, deadline);
+  }
+
+  RankOptions options_;
+  Model model_;
+  int engine_rank_ = 0;
+  Plan plan_;
+  // Destroyed in reverse order: the client's reader thread (which may shut
+  // the link down) stops first, then the target, then the link it uses.
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Link> link_;
+  std::unique_ptr<RemoteTarget> target_;
+  std::unique_ptr<ControlClient> client_;
+  std::uint64_t seed_ = 0, trainer_index_ = 0, feeders_ = 1;
+  std::vector<std::vector<std::byte>> weights_;
+  std::vector<std::byte> staging_;
+};
+
+}  // namespace
+
+Status run_trainer(const RankOptions& options) {
+  TrainerRank rank(options);
+  return rank.run().WithContext("trainer rank " + std::to_string(options.rank));
+}
+
+}  // namespace refit

@@ -1,0 +1,41 @@
+// The transports built into this binary. Adding one is one line in kTransports
+// (plus its factory's header); nothing else in refit names a transport.
+#include <iterator>
+
+#include "transport/shm/shm_transport.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace refit {
+namespace {
+
+struct Registered {
+  const char* name;
+  std::unique_ptr<Transport> (*make)();
+};
+
+constexpr Registered kTransports[] = {
+    {"shm", &make_shm_transport},
+    {"tcp", &make_tcp_transport},
+};
+
+}  // namespace
+
+std::vector<std::string> transport_names() {
+  std::vector<std::string> names;
+  for (const Registered& t : kTransports) names.emplace_back(t.name);
+  return names;
+}
+
+StatusOr<std::unique_ptr<Transport>> make_transport(const std::string& name) {
+  for (const Registered& t : kTransports) {
+    if (name == t.name) return t.make();
+  }
+  std::string known;
+  for (const Registered& t : kTransports) {
+    if (!known.empty()) known += ", ";
+    known += t.name;
+  }
+  return InvalidArgument("unknown transport \"" + name + "\" (known: " + known + ")");
+}
+
+}  // namespace refit

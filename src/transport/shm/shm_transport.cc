@@ -1,0 +1,289 @@
+#include "transport/shm/shm_transport.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <limits>
+#include <string_view>
+
+namespace refit {
+namespace {
+
+constexpr std::string_view kUsage = "expected shm:/refit-<pid>-<n>:slots=<S>:slot_bytes=<B>";
+
+std::atomic<std::uint64_t> g_segment_counter{0};
+
+// Parses a whole decimal string (digits only) into an unsigned value.
+bool parse_u64(std::string_view s, std::uint64_t* out) {
+  if (s.empty() || s.front() < '0' || s.front() > '9') return false;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+bool consume(std::string_view* s, std::string_view prefix) {
+  if (s->substr(0, prefix.size()) != prefix) return false;
+  s->remove_prefix(prefix.size());
+  return true;
+}
+
+// Size of the pool, or false on a zero or overflowing product.
+bool pool_size(std::uint64_t slots, std::uint64_t slot_bytes, std::uint64_t* size) {
+  if (slots == 0 || slot_bytes == 0) return false;
+  if (slot_bytes > std::numeric_limits<std::uint64_t>::max() / slots) return false;
+  *size = slots * slot_bytes;
+  return *size <= static_cast<std::uint64_t>(std::numeric_limits<off_t>::max());
+}
+
+struct ShmDescriptor {
+  std::string name;
+  int slots = 0;
+  std::uint64_t slot_bytes = 0;
+};
+
+Status parse_descriptor(const std::string& text, ShmDescriptor* out) {
+  auto bad = [&](std::string_view why) {
+    return InvalidArgument("bad shm descriptor \"" + text + "\": " + std::string(why) + "; " +
+                           std::string(kUsage));
+  };
+  std::string_view s = text;
+  if (!consume(&s, "shm:/refit-")) return bad("does not start with shm:/refit-");
+  auto colon = s.find(':');
+  if (colon == std::string_view::npos) return bad("missing :slots=");
+  std::string_view id = s.substr(0, colon);  // "<pid>-<n>"
+  auto dash = id.find('-');
+  std::uint64_t pid = 0, n = 0;
+  if (dash == std::string_view::npos || !parse_u64(id.substr(0, dash), &pid) ||
+      !parse_u64(id.substr(dash + 1), &n)) {
+    return bad("segment name is not /refit-<pid>-<n>");
+  }
+  s.remove_prefix(colon);
+  std::uint64_t slots = 0, slot_bytes = 0;
+  if (!consume(&s, ":slots=")) return bad("missing :slots=");
+  auto colon2 = s.find(':');
+  if (colon2 == std::string_view::npos || !parse_u64(s.substr(0, colon2), &slots)) return bad("bad slots");
+  s.remove_prefix(colon2);
+  if (!consume(&s, ":slot_bytes=") || !parse_u64(s, &slot_bytes)) return bad("bad slot_bytes");
+  std::uint64_t size = 0;
+  if (slots > static_cast<std::uint64_t>(std::numeric_limits<int>::max()) ||
+      !pool_size(slots, slot_bytes, &size)) {
+    return bad("slots and slot_bytes must be positive and their product must fit");
+  }
+  out->name = "/refit-" + std::string(id);
+  out->slots = static_cast<int>(slots);
+  out->slot_bytes = slot_bytes;
+  return Status::Ok();
+}
+
+std::string range_error(const std::string& what, int slot, std::uint64_t offset, std::uint64_t bytes,
+                        int slots, std::uint64_t slot_bytes) {
+  return "write of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
+         " into slot " + std::to_string(slot) + " of " + what + " is out of range (slots=" +
+         std::to_string(slots) + ", slot_bytes=" + std::to_string(slot_bytes) + ")";
+}
+
+bool in_range(int slot, std::uint64_t offset, std::uint64_t bytes, int slots, std::uint64_t slot_bytes) {
+  return slot >= 0 && slot < slots && offset <= slot_bytes && bytes <= slot_bytes - offset;
+}
+
+// ------------------------------------------------------------ target side
+
+class ShmTarget final : public TargetMemory {
+ public:
+  ShmTarget(std::string name, std::string owner, int slots, std::uint64_t slot_bytes, std::byte* base)
+      : name_(std::move(name)), owner_(std::move(owner)), slots_(slots), slot_bytes_(slot_bytes), base_(base) {}
+  ~ShmTarget() override {
+    ::munmap(base_, static_cast<std::size_t>(slots_) * slot_bytes_);
+    if (!sealed_.load()) ::shm_unlink(name_.c_str());
+  }
+
+  std::string descriptor() const override {
+    return "shm:" + name_ + ":slots=" + std::to_string(slots_) + ":slot_bytes=" + std::to_string(slot_bytes_);
+  }
+  int slots() const override { return slots_; }
+  std::uint64_t slot_bytes() const override { return slot_bytes_; }
+  std::byte* slot(int i) override {
+    if (i < 0 || i >= slots_) return nullptr;
+    return base_ + static_cast<std::uint64_t>(i) * slot_bytes_;
+  }
+  Status receive_data(Link& link, const FrameHeader& header, Deadline) override {
+    return FailedPrecondition("protocol error: kData frame (slot " + std::to_string(header.b) + ", " +
+                              std::to_string(header.payload_bytes) + " bytes) from " + link.peer() +
+                              " for " + owner_ + "'s shm pool " + name_ +
+                              ": shm is one-sided and never receives data frames");
+  }
+  Status seal() override {
+    if (sealed_.exchange(true)) return Status::Ok();
+    if (::shm_unlink(name_.c_str()) != 0 && errno != ENOENT) {
+      int err = errno;
+      sealed_ = false;
+      return ErrnoStatus("sealing " + owner_ + "'s shm pool: shm_unlink(" + name_ + ")", err);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::string name_;
+  std::string owner_;
+  int slots_;
+  std::uint64_t slot_bytes_;
+  std::byte* base_;
+  std::atomic<bool> sealed_{false};
+};
+
+// ------------------------------------------------------------ initiator side
+
+class ShmRemote final : public RemoteTarget {
+ public:
+  ShmRemote(std::string descriptor, int slots, std::uint64_t slot_bytes, std::byte* base)
+      : descriptor_(std::move(descriptor)), slots_(slots), slot_bytes_(slot_bytes), base_(base) {}
+  ~ShmRemote() override { ::munmap(base_, static_cast<std::size_t>(slots_) * slot_bytes_); }
+
+  std::byte* mapped_slot(int slot) override {
+    if (slot < 0 || slot >= slots_) return nullptr;
+    return base_ + static_cast<std::uint64_t>(slot) * slot_bytes_;
+  }
+  StatusOr<Ticket> submit(int slot, std::uint64_t offset, std::span<const std::byte> bytes, std::uint64_t,
+                          Deadline) override {
+    if (!in_range(slot, offset, bytes.size(), slots_, slot_bytes_)) {
+      return InvalidArgument(range_error("shm target " + descriptor_, slot, offset, bytes.size(), slots_,
+                                         slot_bytes_));
+    }
+    std::byte* dst = mapped_slot(slot) + offset;
+    // Packing in place (bytes already at dst) needs no copy.
+    if (!bytes.empty() && bytes.data() != dst) std::memmove(dst, bytes.data(), bytes.size());
+    return next_ticket_++;
+  }
+  StatusOr<bool> poll(Ticket ticket) override {
+    if (ticket >= next_ticket_) {
+      return InvalidArgument("poll of unknown ticket " + std::to_string(ticket) + " on shm target " + descriptor_);
+    }
+    return true;
+  }
+  void cancel(Ticket) override {}
+
+ private:
+  std::string descriptor_;
+  int slots_;
+  std::uint64_t slot_bytes_;
+  std::byte* base_;
+  Ticket next_ticket_ = 0;
+};
+
+class ShmTransport final : public Transport {
+ public:
+  std::string name() const override { return "shm"; }
+  TransportCapabilities capabilities() const override {
+    TransportCapabilities c;
+    c.one_sided = true;
+    c.cross_host = false;
+    c.host_memory = true;
+    c.device_memory = false;
+    return c;
+  }
+
+  StatusOr<std::unique_ptr<TargetMemory>> create_target(const PoolOptions& options) override {
+    const std::string owner = options.owner.empty() ? std::string("receiver") : options.owner;
+    if (options.memory != MemoryKind::kHost) {
+      return FailedPrecondition("shm transport cannot hold " + owner +
+                                "'s receive pool in CUDA memory (memory=cuda); use host memory or a "
+                                "transport with device_memory");
+    }
+    std::uint64_t size = 0;
+    if (options.slots <= 0 ||
+        !pool_size(static_cast<std::uint64_t>(options.slots), options.slot_bytes, &size)) {
+      return InvalidArgument("bad receive pool for " + owner + ": slots=" + std::to_string(options.slots) +
+                             ", slot_bytes=" + std::to_string(options.slot_bytes) +
+                             " (both must be positive and their product must fit)");
+    }
+    // Find an unused name; an existing one belongs to someone else.
+    std::string name;
+    int fd = -1;
+    for (int attempt = 0; attempt < 1000 && fd < 0; ++attempt) {
+      name = "/refit-" + std::to_string(::getpid()) + "-" + std::to_string(g_segment_counter.fetch_add(1));
+      fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+      if (fd < 0 && errno != EEXIST) {
+        return ErrnoStatus("creating shm segment " + name + " for " + owner + "'s receive pool", errno);
+      }
+    }
+    if (fd < 0) return ResourceExhausted("no free shm name for " + owner + "'s receive pool (last tried " + name + ")");
+
+    auto fail = [&](Status s) {
+      ::close(fd);
+      ::shm_unlink(name.c_str());
+      return s;
+    };
+    auto no_space = [&] {
+      return ResourceExhausted("no space in /dev/shm for " + owner + "'s receive pool (" + std::to_string(size) +
+                               " bytes)");
+    };
+    if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+      int err = errno;
+      if (err == ENOSPC || err == EFBIG || err == ENOMEM) return fail(no_space());
+      return fail(ErrnoStatus("sizing shm segment " + name + " for " + owner, err));
+    }
+    // tmpfs grows lazily: without this a full /dev/shm shows up as SIGBUS at
+    // the first write into a page. Allocate every page now.
+    int rc;
+    do {
+      rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+    } while (rc == EINTR);
+    if (rc != 0) {
+      if (rc == ENOSPC || rc == EFBIG || rc == ENOMEM) return fail(no_space());
+      return fail(ErrnoStatus("allocating shm segment " + name + " for " + owner, rc));
+    }
+    void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (base == MAP_FAILED) {
+      int err = errno;
+      if (err == ENOMEM) return fail(no_space());
+      return fail(ErrnoStatus("mapping shm segment " + name + " for " + owner, err));
+    }
+    ::close(fd);
+    return std::unique_ptr<TargetMemory>(
+        new ShmTarget(name, owner, options.slots, options.slot_bytes, static_cast<std::byte*>(base)));
+  }
+
+  StatusOr<std::unique_ptr<RemoteTarget>> open_target(const std::string& descriptor, Link* link) override {
+    ShmDescriptor d;
+    RETURN_IF_ERROR(parse_descriptor(descriptor, &d));
+    const std::string whose = link != nullptr ? " of " + link->peer() : std::string();
+    int fd = ::shm_open(d.name.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+      int err = errno;
+      Status s = ErrnoStatus("opening shm segment " + d.name + whose + " (descriptor \"" + descriptor + "\")", err);
+      if (err == ENOENT) {
+        return NotFound(s.message() + ": the target was sealed before this initiator opened it, or its process exited");
+      }
+      return s;
+    }
+    const std::uint64_t size = static_cast<std::uint64_t>(d.slots) * d.slot_bytes;
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return ErrnoStatus("stat of shm segment " + d.name + whose, err);
+    }
+    if (static_cast<std::uint64_t>(st.st_size) != size) {
+      ::close(fd);
+      return FailedPrecondition("shm segment " + d.name + whose + " is " + std::to_string(st.st_size) +
+                                " bytes, but descriptor \"" + descriptor + "\" says " + std::to_string(size));
+    }
+    void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int err = errno;
+    ::close(fd);
+    if (base == MAP_FAILED) return ErrnoStatus("mapping shm segment " + d.name + whose, err);
+    return std::unique_ptr<RemoteTarget>(
+        new ShmRemote(descriptor, d.slots, d.slot_bytes, static_cast<std::byte*>(base)));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_shm_transport() { return std::make_unique<ShmTransport>(); }
+
+}  // namespace refit

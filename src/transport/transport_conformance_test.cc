@@ -1,0 +1,581 @@
+// One conformance suite run over every transport in transport_names(): a new
+// transport gets these tests by being registered. The target (engine side)
+// lives in the test process; the initiator (trainer side) runs in a forked
+// child process, connected by a real data-plane Link, so one-sided writes
+// really cross a process boundary.
+//
+// Each test says which broken implementation it catches ("Catches: ...").
+// Shm-specific tests (names in /dev/shm, seal, a full /dev/shm) follow.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "refit/link.h"
+#include "refit/transport.h"
+
+namespace refit {
+namespace {
+
+using namespace std::chrono_literals;
+
+#define EXPECT_HAS(haystack, needle)                               \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) \
+      << "expected \"" << (needle) << "\" in: " << (haystack)
+
+constexpr int kSlots = 3;
+constexpr std::uint64_t kSlotBytes = 200003;  // odd: not page- or word-aligned
+constexpr int kRounds = 4;
+constexpr std::byte kFill{0x5A};
+
+// ------------------------------------------------------------ the write plan
+// Both processes derive the same writes; the parent applies them to a model
+// of each slot and compares with the real slot bytes after kLanded.
+
+struct Write {
+  std::uint64_t offset;
+  std::uint64_t bytes;
+  int index;  // which write of (round, slot)
+};
+
+std::vector<Write> WritesFor(int round, int slot) {
+  if (round == 0) return {{0, kSlotBytes, 0}};  // the whole slot
+  const std::uint64_t tail = 1 + static_cast<std::uint64_t>((round * 7 + slot) % 64);
+  return {
+      // a partial write somewhere in the middle
+      {static_cast<std::uint64_t>((round * 4099 + slot * 577) % (kSlotBytes / 2)),
+       1 + static_cast<std::uint64_t>((round * 1237 + slot * 91) % (kSlotBytes / 3)), 0},
+      // a write that ends exactly at the end of the slot
+      {kSlotBytes - tail, tail, 1},
+      // an empty write
+      {static_cast<std::uint64_t>(round * 13 + slot), 0, 2},
+      // a small write at an odd offset
+      {static_cast<std::uint64_t>(1 + round * 101 + slot * 3), 17, 3},
+  };
+}
+
+// Different per round, slot, write and position.
+std::byte PatternByte(int round, int slot, int write, std::uint64_t pos) {
+  std::uint64_t x = pos * 0x9E3779B97F4A7C15ull ^ (static_cast<std::uint64_t>(round) << 40) ^
+                    (static_cast<std::uint64_t>(slot) << 48) ^ (static_cast<std::uint64_t>(write) << 56);
+  x ^= x >> 29;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 32;
+  return static_cast<std::byte>(x & 0xff);
+}
+
+std::vector<std::byte> PatternFor(int round, int slot, const Write& w) {
+  std::vector<std::byte> v(w.bytes);
+  for (std::uint64_t i = 0; i < w.bytes; ++i) v[i] = PatternByte(round, slot, w.index, w.offset + i);
+  return v;
+}
+
+// ------------------------------------------------------------ the child
+
+// Trainer side, in the child: hello, then per round wait for a credit, write
+// every slot (one-sided through mapped_slot for even writes when available,
+// else submit + poll), and send kLanded per slot. Returns the exit code.
+int ChildMain(const std::string& transport_name, const std::string& address, const std::string& descriptor) {
+  auto fail = [](const std::string& what, const Status& s) {
+    std::fprintf(stderr, "child: %s: %s\n", what.c_str(), s.ToString().c_str());
+    return 1;
+  };
+  const Deadline deadline = Deadline::After(10s);
+  auto transport = make_transport(transport_name);
+  if (!transport.ok()) return fail("make_transport", transport.status());
+  auto link = Link::Connect(address, "test engine", deadline);
+  if (!link.ok()) return fail("connect", link.status());
+  auto remote = (*transport)->open_target(descriptor, link->get());
+  if (!remote.ok()) return fail("open_target", remote.status());
+  FrameHeader hello;
+  hello.type = FrameType::kHello;
+  if (Status s = (*link)->send(hello, {}, deadline); !s.ok()) return fail("hello", s);
+  for (int round = 0; round < kRounds; ++round) {
+    auto credit = (*link)->recv_header(deadline, 0);
+    if (!credit.ok()) return fail("credit", credit.status());
+    if (credit->type != FrameType::kCredit || credit->a != static_cast<std::uint64_t>(round)) {
+      std::fprintf(stderr, "child: unexpected frame type %d a=%llu\n", static_cast<int>(credit->type),
+                   static_cast<unsigned long long>(credit->a));
+      return 1;
+    }
+    for (int slot = 0; slot < kSlots; ++slot) {
+      std::uint64_t total = 0;
+      for (const Write& w : WritesFor(round, slot)) {
+        std::vector<std::byte> src = PatternFor(round, slot, w);
+        std::byte* mapped = (*remote)->mapped_slot(slot);
+        if (mapped != nullptr && w.index % 2 == 0) {
+          if (!src.empty()) std::memcpy(mapped + w.offset, src.data(), src.size());
+        } else {
+          auto ticket = (*remote)->submit(slot, w.offset, src, static_cast<std::uint64_t>(round), deadline);
+          if (!ticket.ok()) return fail("submit", ticket.status());
+          for (;;) {
+            auto done = (*remote)->poll(*ticket);
+            if (!done.ok()) return fail("poll", done.status());
+            if (*done) break;
+            if (deadline.expired()) return fail("poll", DeadlineExceeded("write never completed"));
+          }
+        }
+        total += w.bytes;
+      }
+      FrameHeader landed;
+      landed.type = FrameType::kLanded;
+      landed.a = static_cast<std::uint64_t>(round);
+      landed.b = static_cast<std::uint64_t>(round * kSlots + slot);
+      landed.c = static_cast<std::uint64_t>(slot);
+      landed.d = total;
+      if (Status s = (*link)->send(landed, {}, deadline); !s.ok()) return fail("landed", s);
+    }
+  }
+  FrameHeader bye;
+  bye.type = FrameType::kBye;
+  if (Status s = (*link)->send(bye, {}, deadline); !s.ok()) return fail("bye", s);
+  return 0;
+}
+
+// Kills (by pid) and reaps the child if the test leaves early.
+struct Child {
+  pid_t pid = -1;
+  ~Child() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+  // Returns the exit code, or -signal.
+  int Wait() {
+    int status = 0;
+    if (::waitpid(pid, &status, 0) != pid) return -1000;
+    pid = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+};
+
+// /dev/shm entries of this process.
+std::vector<std::string> ShmEntriesOfThisProcess() {
+  std::vector<std::string> out;
+  const std::string prefix = "refit-" + std::to_string(::getpid()) + "-";
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d)) {
+      if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) out.emplace_back(e->d_name);
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
+// Runs the full protocol against `target`, with the initiator in a child.
+// `after_seal` runs in the parent right after seal().
+void RunCrossProcess(const std::string& transport_name, TargetMemory& target,
+                     const std::function<void()>& after_seal) {
+  ASSERT_EQ(target.slots(), kSlots);
+  ASSERT_EQ(target.slot_bytes(), kSlotBytes);
+  for (int s = 0; s < kSlots; ++s) std::memset(target.slot(s), static_cast<int>(kFill), kSlotBytes);
+  std::vector<std::vector<std::byte>> model(kSlots, std::vector<std::byte>(kSlotBytes, kFill));
+
+  auto listener = Listener::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  const std::string address = (*listener)->address();
+  const std::string descriptor = target.descriptor();
+  std::fflush(nullptr);
+  Child child;
+  child.pid = ::fork();
+  ASSERT_GE(child.pid, 0);
+  if (child.pid == 0) ::_exit(ChildMain(transport_name, address, descriptor));
+
+  const Deadline deadline = Deadline::After(10s);
+  auto link = (*listener)->accept(deadline);
+  ASSERT_TRUE(link.ok()) << link.status().ToString();
+  auto hello = (*link)->recv_header(deadline, 0);
+  ASSERT_TRUE(hello.ok()) << hello.status().ToString();
+  ASSERT_EQ(hello->type, FrameType::kHello);
+  ASSERT_TRUE(target.seal().ok());
+  if (after_seal) after_seal();
+  if (::testing::Test::HasFatalFailure()) return;
+
+  for (int round = 0; round < kRounds; ++round) {
+    FrameHeader credit;
+    credit.type = FrameType::kCredit;
+    credit.a = static_cast<std::uint64_t>(round);
+    ASSERT_TRUE((*link)->send(credit, {}, deadline).ok());
+    int landed = 0;
+    while (landed < kSlots) {
+      auto h = (*link)->recv_header(deadline, kSlotBytes);
+      ASSERT_TRUE(h.ok()) << "round " << round << ": " << h.status().ToString();
+      if (h->type == FrameType::kData) {
+        Status s = target.receive_data(**link, *h, deadline);
+        ASSERT_TRUE(s.ok()) << s.ToString();
+        continue;
+      }
+      ASSERT_EQ(h->type, FrameType::kLanded);
+      ASSERT_EQ(h->a, static_cast<std::uint64_t>(round));
+      const int slot = static_cast<int>(h->c);
+      ASSERT_GE(slot, 0);
+      ASSERT_LT(slot, kSlots);
+      std::uint64_t total = 0;
+      for (const Write& w : WritesFor(round, slot)) {
+        auto src = PatternFor(round, slot, w);
+        if (!src.empty()) std::memcpy(model[slot].data() + w.offset, src.data(), src.size());
+        total += w.bytes;
+      }
+      EXPECT_EQ(h->d, total);
+      const std::byte* got = target.slot(slot);
+      if (std::memcmp(got, model[slot].data(), kSlotBytes) != 0) {
+        std::uint64_t i = 0;
+        while (got[i] == model[slot][i]) ++i;
+        ADD_FAILURE() << transport_name << ": round " << round << " slot " << slot << " differs first at byte "
+                      << i << ": got " << static_cast<int>(got[i]) << ", want "
+                      << static_cast<int>(model[slot][i]);
+      }
+      ++landed;
+    }
+  }
+  auto bye = (*link)->recv_header(deadline, 0);
+  ASSERT_TRUE(bye.ok()) << bye.status().ToString();
+  EXPECT_EQ(bye->type, FrameType::kBye);
+  EXPECT_EQ(child.Wait(), 0) << "the initiator process failed (see its stderr above)";
+}
+
+PoolOptions Options(std::string owner = "engine rank 7") {
+  PoolOptions o;
+  o.slots = kSlots;
+  o.slot_bytes = kSlotBytes;
+  o.owner = std::move(owner);
+  return o;
+}
+
+// An in-process pair of Links (a socketpair): a = initiator's, b = target's.
+struct LinkPair {
+  std::unique_ptr<Link> a, b;
+  LinkPair() {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) std::abort();
+    a = std::make_unique<Link>(sv[0], "engine rank 7");
+    b = std::make_unique<Link>(sv[1], "trainer rank 2");
+  }
+};
+
+// ------------------------------------------------------------ the suite
+
+class TransportConformance : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    auto t = make_transport(GetParam());
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    transport_ = std::move(*t);
+  }
+  // Catches: a destructor that leaves a named OS object behind (shm without
+  // shm_unlink in ~Target when never sealed).
+  void TearDown() override {
+    EXPECT_EQ(ShmEntriesOfThisProcess(), std::vector<std::string>{}) << "left behind in /dev/shm";
+  }
+  std::unique_ptr<Transport> transport_;
+};
+
+// Catches: a wrong slot stride or offset (writes landing in the wrong place),
+// a copy of the wrong length (clobbering bytes beyond a partial write), a
+// write path that does not cross processes (private mapping), receive_data
+// ignoring slot/offset, and a seal() that cuts off already-open initiators.
+TEST_P(TransportConformance, WritesFromAnotherProcessLandBitExact) {
+  auto target = transport_->create_target(Options());
+  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  RunCrossProcess(GetParam(), **target, nullptr);
+}
+
+TEST_P(TransportConformance, NameShapeAndDescriptor) {
+  EXPECT_EQ(transport_->name(), GetParam());
+  auto target = transport_->create_target(Options());
+  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  EXPECT_EQ((*target)->descriptor().rfind(GetParam() + ":", 0), 0u) << (*target)->descriptor();
+  EXPECT_EQ((*target)->slots(), kSlots);
+  EXPECT_EQ((*target)->slot_bytes(), kSlotBytes);
+  for (int i = 0; i < kSlots; ++i) {
+    ASSERT_NE((*target)->slot(i), nullptr);
+    if (i > 0) {
+      EXPECT_GE((*target)->slot(i) - (*target)->slot(i - 1), static_cast<std::ptrdiff_t>(kSlotBytes));
+    }
+  }
+  EXPECT_EQ((*target)->slot(kSlots), nullptr);
+  EXPECT_EQ((*target)->slot(-1), nullptr);
+  EXPECT_TRUE((*target)->seal().ok());
+  EXPECT_TRUE((*target)->seal().ok()) << "seal must be idempotent";
+}
+
+// Catches: pools of zero size accepted, or errors that do not name the owner.
+TEST_P(TransportConformance, CreateTargetRejectsBadOptions) {
+  PoolOptions o = Options();
+  o.slots = 0;
+  auto a = transport_->create_target(o);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_HAS(a.status().message(), "engine rank 7");
+  o = Options();
+  o.slot_bytes = 0;
+  auto b = transport_->create_target(o);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
+  o = Options();
+  o.slots = 2;
+  o.slot_bytes = std::numeric_limits<std::uint64_t>::max() / 2 + 1;  // product overflows
+  auto c = transport_->create_target(o);
+  ASSERT_FALSE(c.ok());
+  if (!transport_->capabilities().device_memory) {
+    o = Options();
+    o.memory = MemoryKind::kCuda;
+    o.device = 0;
+    auto d = transport_->create_target(o);
+    ASSERT_FALSE(d.ok());
+    EXPECT_EQ(d.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_HAS(d.status().message(), "engine rank 7");
+  }
+}
+
+// Catches: a lax descriptor parser (trailing junk, zero or signed sizes, the
+// wrong transport's descriptor accepted), or an error without the descriptor.
+TEST_P(TransportConformance, BadDescriptorIsRejected) {
+  auto target = transport_->create_target(Options());
+  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  const std::string good = (*target)->descriptor();
+  std::vector<std::string> bad = {"", "garbage", GetParam() + ":", good + "x", good + ":", " " + good, good + " "};
+  auto replace = [&](const std::string& from, const std::string& to) {
+    auto at = good.find(from);
+    if (at == std::string::npos) return;
+    auto end = good.find(':', at);
+    if (end == std::string::npos) end = good.size();
+    bad.push_back(good.substr(0, at) + to + good.substr(end));
+  };
+  replace("slots=", "slots=0");
+  replace("slots=", "slots=-1");
+  replace("slots=", "slots=");
+  replace("slots=", "slots=+2");
+  replace("slot_bytes=", "slot_bytes=0");
+  replace("slot_bytes=", "slot_bytes=0x100");
+  replace("slot_bytes=", "slot_bytes=99999999999999999999999");
+  // Every other transport's real descriptor.
+  std::vector<std::unique_ptr<TargetMemory>> others;
+  for (const std::string& name : transport_names()) {
+    if (name == GetParam()) continue;
+    auto t = make_transport(name);
+    ASSERT_TRUE(t.ok());
+    auto other = (*t)->create_target(Options());
+    if (!other.ok()) continue;  // e.g. a transport that needs hardware absent here
+    bad.push_back((*other)->descriptor());
+    others.push_back(std::move(*other));
+  }
+  LinkPair links;
+  for (const std::string& d : bad) {
+    auto r = transport_->open_target(d, links.a.get());
+    ASSERT_FALSE(r.ok()) << GetParam() << " accepted descriptor \"" << d << "\"";
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+    EXPECT_HAS(r.status().message(), "\"" + d + "\"");
+  }
+  auto ok = transport_->open_target(good, links.a.get());
+  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
+}
+
+// Catches: an off-by-one or overflowing bounds check in submit (a write past
+// the slot), and for two-sided transports a bad write that still goes out on
+// the link. Also checks a write that ends exactly at the slot end lands.
+TEST_P(TransportConformance, SubmitOutOfRangeIsRejected) {
+  auto target = transport_->create_target(Options());
+  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  LinkPair links;
+  auto remote = transport_->open_target((*target)->descriptor(), links.a.get());
+  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+  std::vector<std::byte> eleven(11, std::byte{0x33});
+  struct Case {
+    int slot;
+    std::uint64_t offset;
+    std::size_t bytes;
+  };
+  const Case cases[] = {
+      {-1, 0, 1},
+      {kSlots, 0, 1},
+      {0, kSlotBytes, 1},
+      {0, kSlotBytes + 1, 0},
+      {1, kSlotBytes - 10, 11},
+      {2, std::numeric_limits<std::uint64_t>::max() - 4, 10},  // offset + bytes overflows
+  };
+  for (const Case& c : cases) {
+    auto r = (*remote)->submit(c.slot, c.offset, std::span<const std::byte>(eleven.data(), c.bytes), 1,
+                               Deadline::After(1s));
+    ASSERT_FALSE(r.ok()) << "accepted slot " << c.slot << " offset " << c.offset << " bytes " << c.bytes;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_HAS(r.status().message(), "out of range");
+    EXPECT_HAS(r.status().message(), "slot " + std::to_string(c.slot));
+  }
+  EXPECT_EQ((*remote)->mapped_slot(-1), nullptr);
+  EXPECT_EQ((*remote)->mapped_slot(kSlots), nullptr);
+  if (!transport_->capabilities().one_sided) {
+    auto nothing = links.b->recv_header(Deadline::After(50ms));
+    EXPECT_EQ(nothing.status().code(), StatusCode::kDeadlineExceeded) << "a rejected write was sent";
+  }
+
+  // The last 10 bytes of slot 1: in range, must land.
+  std::vector<std::byte> ten(10);
+  for (int i = 0; i < 10; ++i) ten[i] = static_cast<std::byte>(0xC0 + i);
+  auto t = (*remote)->submit(1, kSlotBytes - 10, ten, 1, Deadline::After(1s));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto done = (*remote)->poll(*t);
+  ASSERT_TRUE(done.ok() && *done);
+  if (!transport_->capabilities().one_sided) {
+    auto h = links.b->recv_header(Deadline::After(1s));
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_EQ(h->type, FrameType::kData);
+    EXPECT_EQ(h->a, 1u);
+    ASSERT_TRUE((*target)->receive_data(*links.b, *h, Deadline::After(1s)).ok());
+  }
+  EXPECT_EQ(std::memcmp((*target)->slot(1) + kSlotBytes - 10, ten.data(), 10), 0);
+}
+
+// Catches: a one-sided target that accepts (and maybe reads) a kData frame,
+// and a two-sided target that writes a kData frame outside its pool.
+TEST_P(TransportConformance, ReceiveDataRejectsWhatItMustNotTake) {
+  auto target = transport_->create_target(Options());
+  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  for (int s = 0; s < kSlots; ++s) std::memset((*target)->slot(s), static_cast<int>(kFill), kSlotBytes);
+  LinkPair links;
+  auto frame = [&](std::uint64_t slot, std::uint64_t offset, std::uint64_t bytes) {
+    FrameHeader h;
+    h.type = FrameType::kData;
+    h.a = 3;
+    h.b = slot;
+    h.c = offset;
+    h.payload_bytes = bytes;
+    return h;
+  };
+  if (transport_->capabilities().one_sided) {
+    std::vector<std::byte> pl(8, std::byte{1});
+    FrameHeader h = frame(0, 0, pl.size());
+    ASSERT_TRUE(links.a->send(h, pl, Deadline::After(1s)).ok());
+    auto got = links.b->recv_header(Deadline::After(1s));
+    ASSERT_TRUE(got.ok());
+    Status s = (*target)->receive_data(*links.b, *got, Deadline::After(1s));
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+    EXPECT_HAS(s.message(), "trainer rank 2");
+  } else {
+    const FrameHeader bad[] = {frame(kSlots, 0, 8), frame(0, kSlotBytes - 7, 8), frame(2, kSlotBytes + 1, 0),
+                               frame(1, std::numeric_limits<std::uint64_t>::max() - 3, 8)};
+    for (const FrameHeader& h : bad) {
+      Status s = (*target)->receive_data(*links.b, h, Deadline::After(1s));
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+      EXPECT_HAS(s.message(), "trainer rank 2");
+      EXPECT_HAS(s.message(), "slot " + std::to_string(h.b));
+    }
+  }
+  for (int s = 0; s < kSlots; ++s) {
+    std::vector<std::byte> want(kSlotBytes, kFill);
+    EXPECT_EQ(std::memcmp((*target)->slot(s), want.data(), kSlotBytes), 0) << "slot " << s << " was touched";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTransports, TransportConformance, ::testing::ValuesIn(transport_names()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+TEST(TransportRegistry, UnknownNameListsKnownOnes) {
+  auto t = make_transport("carrier-pigeon");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_HAS(t.status().message(), "carrier-pigeon");
+  for (const std::string& name : transport_names()) EXPECT_HAS(t.status().message(), name);
+  EXPECT_GE(transport_names().size(), 2u);
+}
+
+// ------------------------------------------------------------ shm specifics
+
+std::string ShmPath(const std::string& descriptor) {
+  // "shm:/refit-P-N:slots=..." -> "/dev/shm/refit-P-N"
+  auto end = descriptor.find(':', 4);
+  return "/dev/shm" + descriptor.substr(4, end - 4);
+}
+
+bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+// Catches: a name without the creator's pid first (a supervisor could not
+// sweep a dead process's leftovers).
+TEST(ShmTransport, NameStartsWithCreatorPid) {
+  auto t = make_transport("shm");
+  ASSERT_TRUE(t.ok());
+  auto target = (*t)->create_target(Options());
+  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  EXPECT_EQ((*target)->descriptor().rfind("shm:/refit-" + std::to_string(::getpid()) + "-", 0), 0u)
+      << (*target)->descriptor();
+  EXPECT_TRUE(Exists(ShmPath((*target)->descriptor())));
+}
+
+// Catches: seal() that does not unlink (a crash would leak the segment), and
+// a seal that unmaps or truncates (the child could no longer write).
+TEST(ShmTransport, SealRemovesTheNameAndOpenPeersKeepWriting) {
+  auto t = make_transport("shm");
+  ASSERT_TRUE(t.ok());
+  auto target = (*t)->create_target(Options());
+  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  const std::string path = ShmPath((*target)->descriptor());
+  ASSERT_TRUE(Exists(path));
+  RunCrossProcess("shm", **target, [&] { EXPECT_FALSE(Exists(path)) << path << " survived seal()"; });
+  // A late initiator cannot open a sealed target, and is told why.
+  auto late = (*t)->open_target((*target)->descriptor(), nullptr);
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.status().code(), StatusCode::kNotFound);
+  EXPECT_HAS(late.status().message(), "sealed");
+  target->reset();
+  EXPECT_EQ(ShmEntriesOfThisProcess(), std::vector<std::string>{});
+}
+
+// Catches: a destructor that leaves an unsealed segment in /dev/shm.
+TEST(ShmTransport, DestroyingAnUnsealedTargetRemovesIt) {
+  auto t = make_transport("shm");
+  ASSERT_TRUE(t.ok());
+  auto target = (*t)->create_target(Options());
+  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  const std::string path = ShmPath((*target)->descriptor());
+  ASSERT_TRUE(Exists(path));
+  target->reset();
+  EXPECT_FALSE(Exists(path));
+}
+
+// Catches: an open that trusts the descriptor's size (a mapping larger than
+// the segment faults with SIGBUS on access).
+TEST(ShmTransport, SizeMismatchIsRejected) {
+  auto t = make_transport("shm");
+  ASSERT_TRUE(t.ok());
+  auto target = (*t)->create_target(Options());
+  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  std::string d = (*target)->descriptor();
+  d = d.substr(0, d.find(":slot_bytes=")) + ":slot_bytes=" + std::to_string(kSlotBytes * 2);
+  auto r = (*t)->open_target(d, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
+}
+
+// Catches: a pool sized with ftruncate alone: tmpfs accepts it and the full
+// /dev/shm surfaces later as SIGBUS on first touch instead of a setup error.
+TEST(ShmTransport, FullDevShmFailsAtSetupNotWithSigbus) {
+  struct statvfs vfs {};
+  ASSERT_EQ(::statvfs("/dev/shm", &vfs), 0);
+  const std::uint64_t total = static_cast<std::uint64_t>(vfs.f_blocks) * vfs.f_frsize;
+  if (total == 0) GTEST_SKIP() << "/dev/shm has no size limit here";
+  auto t = make_transport("shm");
+  ASSERT_TRUE(t.ok());
+  PoolOptions o = Options();
+  o.slots = 2;
+  o.slot_bytes = total / 2 + (64 << 20);  // 128 MiB more than /dev/shm holds
+  auto target = (*t)->create_target(o);
+  ASSERT_FALSE(target.ok()) << "a pool larger than /dev/shm was created";
+  EXPECT_EQ(target.status().code(), StatusCode::kResourceExhausted) << target.status().ToString();
+  EXPECT_HAS(target.status().message(), "no space in /dev/shm for engine rank 7's receive pool (" +
+                                            std::to_string(2 * o.slot_bytes) + " bytes)");
+  EXPECT_EQ(ShmEntriesOfThisProcess(), std::vector<std::string>{});
+}
+
+}  // namespace
+}  // namespace refit

@@ -1,0 +1,64 @@
+// Launches one refit job as separate processes (coordinator, engine ranks,
+// trainer ranks) with per-process extra flags, for setup and failure tests.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "process_harness.h"
+
+namespace refit::testing {
+
+struct JobSpec {
+  int engine_ranks = 2;
+  int trainer_ranks = 2;
+  int refits = 2;
+  std::string transport = "shm";
+  std::string model = "tiny";
+  std::string bucket_size = "1MiB";
+  double setup_timeout_s = 20;
+  double refit_timeout_s = 20;
+  std::vector<std::string> coordinator_args;
+  std::map<std::string, std::vector<std::string>> extra;  // by process name: "engine rank 1"
+  std::vector<std::string> skip;                          // process names not to start
+};
+
+// Starts every process of the job in `group`; returns false if the
+// coordinator did not listen.
+inline bool start_job(ProcessGroup& group, const JobSpec& spec) {
+  std::vector<std::string> counts = {"--trainer-ranks", std::to_string(spec.trainer_ranks), "--engine-ranks",
+                                     std::to_string(spec.engine_ranks), "--setup-timeout",
+                                     std::to_string(spec.setup_timeout_s), "--timeout",
+                                     std::to_string(spec.refit_timeout_s)};
+  std::vector<std::string> coord = {"--refits", std::to_string(spec.refits), "--seed", "7"};
+  coord.insert(coord.end(), counts.begin(), counts.end());
+  coord.insert(coord.end(), spec.coordinator_args.begin(), spec.coordinator_args.end());
+  std::string address = group.spawn_coordinator(coord);
+  if (address.empty()) return false;
+  auto rank_args = [&](const std::string& role, int rank) {
+    std::vector<std::string> a = {role, "--coordinator", address, "--rank", std::to_string(rank), "--model",
+                                  spec.model, "--transport", spec.transport, "--bucket-size", spec.bucket_size};
+    a.insert(a.end(), counts.begin(), counts.end());
+    std::string name = role + " rank " + std::to_string(rank);
+    if (auto it = spec.extra.find(name); it != spec.extra.end()) a.insert(a.end(), it->second.begin(), it->second.end());
+    return a;
+  };
+  auto skipped = [&](const std::string& name) {
+    for (const auto& s : spec.skip) {
+      if (s == name) return true;
+    }
+    return false;
+  };
+  for (int e = 0; e < spec.engine_ranks; ++e) {
+    std::string name = "engine rank " + std::to_string(e);
+    if (!skipped(name)) group.spawn(name, rank_args("engine", e));
+  }
+  for (int t = 0; t < spec.trainer_ranks; ++t) {
+    std::string name = "trainer rank " + std::to_string(t);
+    if (!skipped(name)) group.spawn(name, rank_args("trainer", t));
+  }
+  return true;
+}
+
+}  // namespace refit::testing

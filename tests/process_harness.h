@@ -1,0 +1,197 @@
+// Test harness for multi-process tests: runs the real `refit` binary
+// (REFIT_BINARY, set by CMake) as separate processes, captures their output
+// into files, waits with deadlines, and kills what is left at the end.
+#pragma once
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <fcntl.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace refit::testing {
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// /dev/shm entries that a process with this pid created (refit names its
+// segments "refit-<pid>-...").
+inline std::vector<std::string> shm_segments_of(pid_t pid) {
+  std::vector<std::string> out;
+  std::string prefix = "refit-" + std::to_string(pid) + "-";
+  if (DIR* dir = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(dir)) {
+      if (std::string(e->d_name).rfind(prefix, 0) == 0) out.push_back(e->d_name);
+    }
+    ::closedir(dir);
+  }
+  return out;
+}
+
+class ProcessGroup {
+ public:
+  struct Proc {
+    std::string name;
+    pid_t pid = -1;
+    int exit_code = -1;  // -1 while running; 128+N when killed by signal N
+    std::string out_path, err_path;
+  };
+
+  ProcessGroup() {
+    char dir[] = "/tmp/refit-test-XXXXXX";
+    dir_ = ::mkdtemp(dir);
+  }
+  ~ProcessGroup() {
+    for (auto& [name, p] : procs_) {
+      if (p.exit_code < 0) {
+        ::kill(p.pid, SIGKILL);
+        ::waitpid(p.pid, nullptr, 0);
+      }
+      std::remove(p.out_path.c_str());
+      std::remove(p.err_path.c_str());
+    }
+    std::remove((dir_ + "/port").c_str());
+    ::rmdir(dir_.c_str());
+  }
+
+  const std::string& dir() const { return dir_; }
+
+  // Starts `refit <args...>` as process `name`.
+  pid_t spawn(const std::string& name, const std::vector<std::string>& args) {
+    Proc p;
+    p.name = name;
+    p.out_path = dir_ + "/" + sanitize(name) + ".out";
+    p.err_path = dir_ + "/" + sanitize(name) + ".err";
+    std::vector<std::string> argv_s = {REFIT_BINARY};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    p.pid = ::fork();
+    if (p.pid == 0) {
+      int out = ::open(p.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int err = ::open(p.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(out, 1);
+      ::dup2(err, 2);
+      int devnull = ::open("/dev/null", O_RDONLY);
+      ::dup2(devnull, 0);
+      std::vector<char*> argv;
+      for (auto& a : argv_s) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    procs_[name] = p;
+    return p.pid;
+  }
+
+  // Starts a coordinator and returns its address ("127.0.0.1:PORT"), or "" if
+  // it did not listen within 10 s.
+  std::string spawn_coordinator(std::vector<std::string> args) {
+    std::vector<std::string> full = {"coordinator", "--listen", "127.0.0.1:0", "--port-file", dir_ + "/port",
+                                     "--report", dir_ + "/report.json"};
+    full.insert(full.end(), args.begin(), args.end());
+    spawn("coordinator", full);
+    for (int i = 0; i < 1000; ++i) {
+      std::ifstream in(dir_ + "/port");
+      std::string port;
+      if (in >> port) return "127.0.0.1:" + port;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return "";
+  }
+
+  std::string report() const { return read_file(dir_ + "/report.json"); }
+
+  // Waits until every process exited or `seconds` passed; true if all exited.
+  bool wait_all(double seconds) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    for (;;) {
+      bool all = true;
+      for (auto& [name, p] : procs_) {
+        if (p.exit_code >= 0) continue;
+        int st = 0;
+        if (::waitpid(p.pid, &st, WNOHANG) == p.pid) {
+          p.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        } else {
+          all = false;
+        }
+      }
+      if (all) return true;
+      if (std::chrono::steady_clock::now() > until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  bool wait_one(const std::string& name, double seconds) {
+    Proc& p = procs_.at(name);
+    auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (p.exit_code < 0) {
+      int st = 0;
+      if (::waitpid(p.pid, &st, WNOHANG) == p.pid) {
+        p.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        break;
+      }
+      if (std::chrono::steady_clock::now() > until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+  }
+
+  void kill(const std::string& name, int sig) { ::kill(procs_.at(name).pid, sig); }
+  const Proc& proc(const std::string& name) const { return procs_.at(name); }
+  int exit_code(const std::string& name) const { return procs_.at(name).exit_code; }
+  std::string err(const std::string& name) const { return read_file(procs_.at(name).err_path); }
+  std::string out(const std::string& name) const { return read_file(procs_.at(name).out_path); }
+  std::vector<std::string> names() const {
+    std::vector<std::string> n;
+    for (auto& [k, v] : procs_) n.push_back(k);
+    return n;
+  }
+  std::string all_stderr() const {
+    std::string s;
+    for (auto& [k, v] : procs_) s += "--- " + k + " (exit " + std::to_string(v.exit_code) + ")\n" + read_file(v.err_path);
+    return s;
+  }
+
+ private:
+  static std::string sanitize(std::string s) {
+    for (char& c : s) {
+      if (c == ' ') c = '_';
+    }
+    return s;
+  }
+  std::string dir_;
+  std::map<std::string, Proc> procs_;
+};
+
+// Runs `refit <args>` to completion (at most `seconds`).
+struct RunResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+inline RunResult run_refit(const std::vector<std::string>& args, double seconds = 300) {
+  ProcessGroup g;
+  g.spawn("refit", args);
+  RunResult r;
+  if (!g.wait_all(seconds)) {
+    r.err = "timed out";
+    return r;
+  }
+  r.exit_code = g.exit_code("refit");
+  r.out = g.out("refit");
+  r.err = g.err("refit");
+  return r;
+}
+
+}  // namespace refit::testing

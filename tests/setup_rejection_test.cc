@@ -1,0 +1,115 @@
+// Setup rejections (DESIGN.md rules 1 and 10): an inconsistent or
+// unsupported topology fails at setup, on every process, with an error that
+// names the setting and both values; never as a transfer error mid-refit.
+#include <gtest/gtest.h>
+
+#include "job.h"
+
+namespace refit {
+namespace {
+
+using testing::JobSpec;
+using testing::ProcessGroup;
+using testing::start_job;
+
+// Starts the job, waits, and checks that every started process failed and
+// that the coordinator's error contains every one of `needles`.
+void expect_setup_failure(const JobSpec& spec, const std::vector<std::string>& needles) {
+  ProcessGroup group;
+  ASSERT_TRUE(start_job(group, spec));
+  ASSERT_TRUE(group.wait_all(spec.setup_timeout_s + 20)) << "processes hung:\n" << group.all_stderr();
+  for (const auto& name : group.names()) {
+    EXPECT_NE(group.exit_code(name), 0) << name << " should have failed:\n" << group.all_stderr();
+  }
+  std::string coordinator = group.err("coordinator");
+  for (const auto& n : needles) EXPECT_NE(coordinator.find(n), std::string::npos) << "missing '" << n << "' in:\n" << coordinator;
+  // The failure reached the ranks too, with the same reason.
+  std::string engine0 = group.err("engine rank 0");
+  EXPECT_NE(engine0.find(needles.front()), std::string::npos) << engine0;
+  // Nothing was committed: the report lists no refit.
+  EXPECT_NE(group.report().find("\"refits\": []"), std::string::npos) << group.report();
+}
+
+// Catches: dropping the bucket_size comparison (rule 1: a different
+// bucket_size must be a setup error naming both values).
+TEST(SetupRejection, DifferentBucketSizesNameBothValues) {
+  JobSpec spec;
+  spec.extra["engine rank 1"] = {"--bucket-size", "2MiB"};
+  spec.extra["trainer rank 1"] = {"--bucket-size", "2MiB"};
+  expect_setup_failure(spec, {"bucket_size differs", "1.00 MiB", "2.00 MiB"});
+}
+
+// Catches: skipping the digest comparison (rule 1). The trainer and the
+// engine rank it feeds disagree on the specs (different layer counts).
+TEST(SetupRejection, PlanDigestMismatchNamesBothDigests) {
+  JobSpec spec;
+  spec.extra["trainer rank 1"] = {"--layers", "2"};
+  expect_setup_failure(spec, {"plan digest mismatch", "trainer rank 1", "engine rank 1"});
+}
+
+// Catches: accepting fewer trainer ranks than engine ranks (an engine rank
+// would wait forever for a feeder).
+TEST(SetupRejection, FewerTrainerRanksThanEngineRanks) {
+  JobSpec spec;
+  spec.engine_ranks = 3;
+  spec.trainer_ranks = 2;
+  expect_setup_failure(spec, {"fewer trainer ranks (2) than engine ranks (3)"});
+}
+
+// Catches: an engine that silently receives a dtype it cannot load (rule 10).
+TEST(SetupRejection, UnsupportedDtypeNamesDtypeAndTensor) {
+  JobSpec spec;
+  spec.extra["engine rank 0"] = {"--dtypes", "bfloat16"};
+  expect_setup_failure(spec, {"unsupported dtype", "float32", "model.layers.0.input_layernorm.weight"});
+}
+
+// Catches: allocating a receive pool larger than the engine's memory limit.
+TEST(SetupRejection, ReceivePoolOverMemoryLimit) {
+  JobSpec spec;
+  spec.extra["engine rank 1"] = {"--memory-limit", "1MiB"};
+  expect_setup_failure(spec, {"receive pool of engine rank 1", "does not fit its memory limit 1.00 MiB"});
+}
+
+// Catches: a pool of one slot (the rotating pool needs two: rule 3).
+TEST(SetupRejection, PoolOfOneSlot) {
+  JobSpec spec;
+  spec.extra["engine rank 0"] = {"--pool-slots", "1"};
+  expect_setup_failure(spec, {"pool_slots of engine rank 0 is 1"});
+}
+
+// Catches: a coordinator that starts refits without every engine rank.
+TEST(SetupRejection, MissingEngineRankTimesOutNamingIt) {
+  JobSpec spec;
+  spec.setup_timeout_s = 3;
+  spec.skip = {"engine rank 1"};
+  expect_setup_failure(spec, {"missing engine rank 1"});
+}
+
+// Catches: a second process claiming an engine rank that already joined;
+// the duplicate is refused with both addresses, the job itself goes on.
+TEST(SetupRejection, DuplicateEngineRankIsRefusedAndTheJobStillRuns) {
+  ProcessGroup group;
+  JobSpec spec;
+  spec.refits = 30;  // long enough that the duplicate arrives mid-job
+  ASSERT_TRUE(start_job(group, spec));
+  // Let the real ranks join first (the coordinator logs each join), then
+  // start a duplicate engine rank 0.
+  for (int i = 0; i < 2000 && group.err("coordinator").find("trainer rank 1 joined") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_NE(group.err("coordinator").find("engine rank 0 joined"), std::string::npos) << group.all_stderr();
+  std::string address = "127.0.0.1:" + testing::read_file(group.dir() + "/port");
+  address.erase(address.find_last_not_of("\n") + 1);
+  group.spawn("duplicate", {"engine", "--coordinator", address, "--rank", "0", "--trainer-ranks", "2",
+                            "--engine-ranks", "2", "--bucket-size", "1MiB", "--setup-timeout", "10"});
+  ASSERT_TRUE(group.wait_all(60)) << group.all_stderr();
+  EXPECT_NE(group.exit_code("duplicate"), 0);
+  EXPECT_NE(group.err("duplicate").find("duplicate engine rank 0"), std::string::npos) << group.err("duplicate");
+  EXPECT_EQ(group.exit_code("coordinator"), 0) << group.all_stderr();
+  EXPECT_EQ(group.exit_code("engine rank 0"), 0) << group.all_stderr();
+  EXPECT_NE(group.err("coordinator").find("refused"), std::string::npos) << group.err("coordinator");
+  EXPECT_NE(group.report().find("\"verified\": true"), std::string::npos) << group.report();
+}
+
+}  // namespace
+}  // namespace refit

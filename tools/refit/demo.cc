@@ -1,0 +1,217 @@
+#include "refit/demo.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "refit/model.h"
+#include "refit/plan.h"
+#include "refit/report_table.h"
+
+namespace refit {
+namespace {
+
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct Child {
+  std::string name;
+  pid_t pid = -1;
+  int exit_code = -1;  // -1 while running
+  bool killed_by_demo = false;
+};
+
+std::string self_path() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "refit";
+  buf[n] = '\0';
+  return buf;
+}
+
+pid_t spawn(const std::vector<std::string>& args) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    std::perror("refit demo: exec");
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Removes /dev/shm/refit-<pid>-* of a child that may have died before it
+// could remove its own segments (shm names start with the creator's pid).
+void sweep_shared_memory(pid_t pid) {
+  std::string prefix = "refit-" + std::to_string(pid) + "-";
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (dirent* e = ::readdir(dir)) {
+    std::string name = e->d_name;
+    if (name.rfind(prefix, 0) == 0) {
+      std::fprintf(stderr, "refit demo: removing /dev/shm/%s left by pid %d\n", name.c_str(), pid);
+      ::unlink(("/dev/shm/" + name).c_str());
+    }
+  }
+  ::closedir(dir);
+}
+
+std::string fmt(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+}  // namespace
+
+int run_demo(const DemoOptions& o) {
+  const int trainers = o.trainer_ranks > 0 ? o.trainer_ranks : o.engine_ranks;
+  // Fail fast on a bad preset or layer count, before any process starts.
+  auto model = make_model(o.model, o.layers);
+  if (!model.ok()) {
+    std::fprintf(stderr, "refit demo: %s\n", model.status().ToString().c_str());
+    return 2;
+  }
+
+  char dir_template[] = "/tmp/refit-demo-XXXXXX";
+  if (::mkdtemp(dir_template) == nullptr) {
+    std::perror("refit demo: mkdtemp");
+    return 1;
+  }
+  const std::string dir = dir_template;
+  const std::string port_file = dir + "/port", report_file = dir + "/report.json";
+  const std::string self = self_path();
+  const bool progress = !o.json && ::isatty(2);
+
+  std::vector<Child> children;
+  std::vector<std::string> common = {"--trainer-ranks", std::to_string(trainers),
+                                     "--engine-ranks", std::to_string(o.engine_ranks),
+                                     "--setup-timeout", fmt(o.setup_timeout_s),
+                                     "--timeout", fmt(o.refit_timeout_s)};
+  std::vector<std::string> coordinator = {self, "coordinator", "--listen", "127.0.0.1:0",
+                                          "--refits", std::to_string(o.refits), "--seed", std::to_string(o.seed),
+                                          "--port-file", port_file, "--report", report_file};
+  coordinator.insert(coordinator.end(), common.begin(), common.end());
+  if (progress) coordinator.push_back("--progress");
+  children.push_back({"coordinator", spawn(coordinator)});
+
+  // The coordinator writes its port once it listens.
+  std::string port;
+  for (auto until = Clock::now() + std::chrono::duration<double>(o.setup_timeout_s); Clock::now() < until;) {
+    std::ifstream in(port_file);
+    if (in >> port) break;
+    int st = 0;
+    if (::waitpid(children[0].pid, &st, WNOHANG) == children[0].pid) {
+      children[0].exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (port.empty()) {
+    std::fprintf(stderr, "refit demo: the coordinator did not start listening\n");
+    if (children[0].exit_code < 0) ::kill(children[0].pid, SIGKILL);
+    return 1;
+  }
+
+  std::vector<std::string> rank_common = {"--coordinator", "127.0.0.1:" + port, "--model", o.model,
+                                          "--layers", std::to_string(o.layers), "--transport", o.transport,
+                                          "--bucket-size", std::to_string(o.bucket_size)};
+  rank_common.insert(rank_common.end(), common.begin(), common.end());
+  for (int e = 0; e < o.engine_ranks; ++e) {
+    std::vector<std::string> args = {self, "engine", "--rank", std::to_string(e), "--pool-slots",
+                                     std::to_string(o.pool_slots), "--memory-limit", std::to_string(o.memory_limit)};
+    args.insert(args.end(), rank_common.begin(), rank_common.end());
+    if (o.poison_recycled) args.push_back("--poison-recycled");
+    children.push_back({"engine rank " + std::to_string(e), spawn(args)});
+  }
+  for (int t = 0; t < trainers; ++t) {
+    std::vector<std::string> args = {self, "trainer", "--rank", std::to_string(t)};
+    args.insert(args.end(), rank_common.begin(), rank_common.end());
+    children.push_back({"trainer rank " + std::to_string(t), spawn(args)});
+  }
+
+  // Wait for every process. Each one enforces its own deadlines; the demo only
+  // steps in (SIGKILL) if one outlives them all by a wide margin.
+  const auto hard_limit = Clock::now() + std::chrono::duration<double>(o.setup_timeout_s + 60 +
+                                                                      o.refit_timeout_s * (o.refits + 1));
+  std::size_t running = children.size() - (children[0].exit_code >= 0 ? 1 : 0);
+  while (running > 0) {
+    int st = 0;
+    pid_t pid = ::waitpid(-1, &st, WNOHANG);
+    if (pid > 0) {
+      for (Child& c : children) {
+        if (c.pid == pid && c.exit_code < 0) {
+          c.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+          --running;
+        }
+      }
+      continue;
+    }
+    if (Clock::now() > hard_limit) {
+      for (Child& c : children) {
+        if (c.exit_code < 0) {
+          std::fprintf(stderr, "refit demo: %s (pid %d) outlived every deadline; killing it\n", c.name.c_str(), c.pid);
+          c.killed_by_demo = true;
+          ::kill(c.pid, SIGKILL);
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (const Child& c : children) sweep_shared_memory(c.pid);
+
+  Json report;
+  {
+    std::ifstream in(report_file);
+    report = Json::parse(in, nullptr, /*allow_exceptions=*/false);
+  }
+  if (report.is_discarded() || !report.is_object()) {
+    report = Json{{"verified", false}, {"refits", Json::array()}, {"ranks", Json::array()}};
+    report["error"] = "the coordinator wrote no report";
+  }
+  std::string failed;
+  for (const Child& c : children) {
+    if (c.exit_code != 0) {
+      failed += (failed.empty() ? "" : ", ") + c.name + " exited " + std::to_string(c.exit_code) +
+                (c.killed_by_demo ? " (killed by the demo)" : "");
+    }
+  }
+  if (!failed.empty()) {
+    report["verified"] = false;
+    if (!report.contains("error")) report["error"] = "processes failed: " + failed;
+    report["process_failures"] = failed;
+  }
+  report["model"] = o.model;
+  report["layers"] = o.layers;
+  report["model_bytes"] = model->total_bytes();
+  report["tensors"] = model->weights.size();
+  report["engine_ranks_count"] = o.engine_ranks;
+  report["trainer_ranks_count"] = trainers;
+  report["pool_slots"] = o.pool_slots;
+  std::remove(port_file.c_str());
+  std::remove(report_file.c_str());
+  ::rmdir(dir.c_str());
+
+  if (o.json) {
+    std::printf("%s\n", report.dump(2).c_str());
+  } else {
+    print_report_table(report, stdout);
+  }
+  return report.value("verified", false) ? 0 : 1;
+}
+
+}  // namespace refit

@@ -1,0 +1,32 @@
+// `refit demo`: launches a coordinator, trainer ranks and engine ranks as
+// separate processes of this binary on this host, runs N refits, has every
+// engine rank verify every byte after each refit, and prints a summary (or a
+// JSON report). Exit status 0 only when every refit verified.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace refit {
+
+struct DemoOptions {
+  std::string model = "tiny";
+  int layers = -1;
+  int engine_ranks = 3;
+  int trainer_ranks = 0;  // 0: as many as engine ranks
+  std::string transport = "shm";
+  std::uint64_t bucket_size = 4ull << 20;
+  int refits = 5;
+  std::uint64_t seed = 1;
+  bool json = false;
+  int pool_slots = 2;
+  std::uint64_t memory_limit = 0;
+  bool poison_recycled = false;
+  double setup_timeout_s = 60;
+  double refit_timeout_s = 300;
+};
+
+// Runs the demo; returns the process exit status.
+int run_demo(const DemoOptions& options);
+
+}  // namespace refit

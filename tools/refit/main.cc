@@ -1,0 +1,177 @@
+// The `refit` command: demo, coordinator, trainer, engine.
+//
+// Configuration is parsed here, once, at the edge; the library below takes
+// options structs and reads no environment variables.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "control/coordinator.h"
+#include "refit/demo.h"
+#include "refit/dtype.h"
+#include "refit/model.h"
+#include "refit/plan.h"
+#include "refit/transport.h"
+#include "runtime/roles.h"
+
+namespace {
+
+using refit::Status;
+
+// CLI11 validator for byte sizes ("4MiB", "1GiB", "4096").
+struct ByteSize : CLI::Validator {
+  ByteSize() {
+    name_ = "SIZE";
+    func_ = [](const std::string& text) {
+      auto parsed = refit::parse_byte_size(text);
+      return parsed.ok() ? std::string() : parsed.status().message();
+    };
+  }
+};
+
+std::uint64_t bytes_of(const std::string& text) { return *refit::parse_byte_size(text); }
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+void add_rank_flags(CLI::App* cmd, refit::RankOptions& o, std::string& bucket) {
+  cmd->add_option("--coordinator", o.coordinator, "Coordinator address host:port")->required();
+  cmd->add_option("--rank", o.rank, "This process's rank")->required()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--trainer-ranks", o.trainer_ranks, "Number of trainer ranks")->check(CLI::PositiveNumber);
+  cmd->add_option("--engine-ranks", o.engine_ranks, "Number of engine ranks (TP size)")->check(CLI::PositiveNumber);
+  cmd->add_option("--model", o.model, "Model preset: " + join_names(refit::model_presets()))
+      ->check(CLI::IsMember(refit::model_presets()));
+  cmd->add_option("--layers", o.layers, "Keep the first N decoder layers (-1: all)");
+  cmd->add_option("--bucket-size", bucket, "Transport bucket size, e.g. 4MiB, 1GiB")->check(ByteSize());
+  cmd->add_option("--transport", o.transport, "Transport: " + join_names(refit::transport_names()))
+      ->check(CLI::IsMember(refit::transport_names()));
+  cmd->add_option("--setup-timeout", o.setup_timeout_s, "Seconds allowed for setup")->check(CLI::PositiveNumber);
+  cmd->add_option("--timeout", o.refit_timeout_s, "Seconds allowed for one refit")->check(CLI::PositiveNumber);
+}
+
+int report_status(const char* who, const Status& status) {
+  if (status.ok()) return 0;
+  std::fprintf(stderr, "refit %s: error: %s\n", who, status.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"refit: move model weights from trainer ranks into inference engine ranks"};
+  app.require_subcommand(1);
+
+  // demo
+  refit::DemoOptions demo;
+  std::string demo_bucket = "4MiB", demo_memory_limit = "0";
+  auto* demo_cmd = app.add_subcommand("demo", "Run a coordinator, trainer and engine ranks as processes and refit N times");
+  demo_cmd->add_option("--model", demo.model, "Model preset: " + join_names(refit::model_presets()))
+      ->check(CLI::IsMember(refit::model_presets()));
+  demo_cmd->add_option("--layers", demo.layers, "Keep the first N decoder layers (-1: all)");
+  demo_cmd->add_option("--engine-ranks", demo.engine_ranks, "Engine ranks (TP size)")->check(CLI::Range(1, 64));
+  demo_cmd->add_option("--trainer-ranks", demo.trainer_ranks, "Trainer ranks (default: as many as engine ranks)")
+      ->check(CLI::Range(1, 256));
+  demo_cmd->add_option("--transport", demo.transport, "Transport: " + join_names(refit::transport_names()))
+      ->check(CLI::IsMember(refit::transport_names()));
+  demo_cmd->add_option("--bucket-size", demo_bucket, "Transport bucket size, e.g. 4MiB, 1GiB")->check(ByteSize());
+  demo_cmd->add_option("--refits", demo.refits, "Number of refits")->check(CLI::Range(1, 1000000));
+  demo_cmd->add_option("--seed", demo.seed, "Seed of the synthetic weights");
+  demo_cmd->add_flag("--json", demo.json, "Print a JSON report on stdout instead of the table");
+  demo_cmd->add_option("--pool-slots", demo.pool_slots, "Receive pool slots per engine rank")->check(CLI::Range(1, 64));
+  demo_cmd->add_option("--memory-limit", demo_memory_limit, "Receive pool memory limit per engine rank (0: none)")
+      ->check(ByteSize());
+  demo_cmd->add_flag("--poison-recycled", demo.poison_recycled, "Debug: poison every recycled staging buffer");
+  demo_cmd->add_option("--setup-timeout", demo.setup_timeout_s, "Seconds allowed for setup")->check(CLI::PositiveNumber);
+  demo_cmd->add_option("--timeout", demo.refit_timeout_s, "Seconds allowed for one refit")->check(CLI::PositiveNumber);
+
+  // coordinator
+  refit::CoordinatorOptions coord;
+  std::string port_file, report_file;
+  auto* coord_cmd = app.add_subcommand("coordinator", "Run the control plane of a refit job");
+  coord_cmd->add_option("--listen", coord.listen, "host:port to listen on (default loopback, any port)");
+  coord_cmd->add_option("--trainer-ranks", coord.trainer_ranks, "Trainer ranks expected")->check(CLI::PositiveNumber);
+  coord_cmd->add_option("--engine-ranks", coord.engine_ranks, "Engine ranks expected")->check(CLI::PositiveNumber);
+  coord_cmd->add_option("--refits", coord.refits, "Number of refits to run")->check(CLI::PositiveNumber);
+  coord_cmd->add_option("--seed", coord.seed, "Seed of the synthetic weights");
+  coord_cmd->add_option("--setup-timeout", coord.setup_timeout_s, "Seconds allowed for setup")->check(CLI::PositiveNumber);
+  coord_cmd->add_option("--timeout", coord.refit_timeout_s, "Seconds allowed for one refit")->check(CLI::PositiveNumber);
+  coord_cmd->add_option("--port-file", port_file, "Write the listening port to this file");
+  coord_cmd->add_option("--report", report_file, "Write the JSON report to this file (default: stdout)");
+  coord_cmd->add_flag("--progress", coord.progress, "Draw a progress bar on stderr");
+
+  // trainer
+  refit::RankOptions trainer;
+  std::string trainer_bucket = "4MiB";
+  auto* trainer_cmd = app.add_subcommand("trainer", "Run one trainer rank");
+  add_rank_flags(trainer_cmd, trainer, trainer_bucket);
+
+  // engine
+  refit::EngineOptions engine;
+  std::string engine_bucket = "4MiB", engine_memory_limit = "0";
+  auto* engine_cmd = app.add_subcommand("engine", "Run one engine rank (receiver + reference engine)");
+  add_rank_flags(engine_cmd, engine, engine_bucket);
+  engine_cmd->add_option("--pool-slots", engine.pool_slots, "Receive pool slots")->check(CLI::Range(1, 64));
+  engine_cmd->add_option("--memory-limit", engine_memory_limit, "Receive pool memory limit (0: none)")->check(ByteSize());
+  engine_cmd->add_option("--listen-host", engine.listen_host, "Address trainers connect to for data");
+  engine_cmd->add_flag("--poison-recycled", engine.poison_recycled, "Debug: poison every recycled staging buffer");
+  engine_cmd->add_flag("!--no-verify", engine.verify, "Skip verifying every byte after each refit");
+  engine_cmd->add_option("--dtypes", engine.supported_dtypes, "Dtypes this engine supports (default: all)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints the usage error
+    return 2;
+  }
+
+  if (*demo_cmd) {
+    demo.bucket_size = bytes_of(demo_bucket);
+    demo.memory_limit = bytes_of(demo_memory_limit);
+    return refit::run_demo(demo);
+  }
+  if (*coord_cmd) {
+    refit::Json report = refit::run_coordinator(coord, [&](int port) {
+      if (!port_file.empty()) {
+        std::string tmp = port_file + ".tmp";
+        { std::ofstream(tmp) << port << "\n"; }
+        std::rename(tmp.c_str(), port_file.c_str());
+      } else {
+        std::fprintf(stderr, "refit coordinator: listening on port %d\n", port);
+      }
+    });
+    if (report_file.empty()) {
+      std::printf("%s\n", report.dump(2).c_str());
+    } else {
+      std::ofstream(report_file) << report.dump(2) << "\n";
+    }
+    if (report.contains("error")) {
+      std::fprintf(stderr, "refit coordinator: error: %s\n", report["error"].get<std::string>().c_str());
+      return 1;
+    }
+    return 0;
+  }
+  if (*trainer_cmd) {
+    trainer.bucket_size = bytes_of(trainer_bucket);
+    return report_status("trainer", refit::run_trainer(trainer));
+  }
+  if (*engine_cmd) {
+    engine.bucket_size = bytes_of(engine_bucket);
+    engine.memory_limit = bytes_of(engine_memory_limit);
+    for (const auto& d : engine.supported_dtypes) {
+      if (auto parsed = refit::parse_dtype(d); !parsed.ok()) return report_status("engine", parsed.status());
+    }
+    return report_status("engine", refit::run_engine(engine));
+  }
+  return 2;
+}

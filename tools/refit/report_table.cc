@@ -1,0 +1,41 @@
+#include "refit/report_table.h"
+
+#include <string>
+
+#include "refit/plan.h"
+
+namespace refit {
+
+void print_report_table(const nlohmann::json& r, std::FILE* out) {
+  auto u = [&](const char* k) { return r.value(k, 0ull); };
+  std::fprintf(out, "refit: model %s (%zu tensors, %s), %d trainer ranks -> %d engine ranks, transport %s, bucket %s, pool %d slots\n",
+               r.value("model", std::string("?")).c_str(), static_cast<std::size_t>(u("tensors")),
+               format_bytes(u("model_bytes")).c_str(), r.value("trainer_ranks_count", 0),
+               r.value("engine_ranks_count", 0), r.value("transport", std::string("?")).c_str(),
+               format_bytes(u("bucket_size")).c_str(), r.value("pool_slots", 0));
+  std::fprintf(out, "\n%8s %14s %10s %8s %9s\n", "version", "bytes", "seconds", "GB/s", "verified");
+  for (const auto& f : r.value("refits", nlohmann::json::array())) {
+    std::fprintf(out, "%8llu %14s %10.4f %8.2f %9s\n", static_cast<unsigned long long>(f.value("version", 0ull)),
+                 format_bytes(f.value("bytes", 0ull)).c_str(), f.value("seconds", 0.0), f.value("gbps", 0.0),
+                 f.value("verified", false) ? "yes" : "no");
+  }
+  std::fprintf(out, "\n%11s %8s %8s %8s %14s\n", "engine rank", "buckets", "batches", "tensors", "bytes");
+  for (const auto& k : r.value("ranks", nlohmann::json::array())) {
+    std::fprintf(out, "%11d %8llu %8llu %8llu %14s\n", k.value("rank", 0),
+                 static_cast<unsigned long long>(k.value("buckets", 0ull)),
+                 static_cast<unsigned long long>(k.value("batches", 0ull)),
+                 static_cast<unsigned long long>(k.value("tensors", 0ull)), format_bytes(k.value("bytes", 0ull)).c_str());
+  }
+  std::fprintf(out, "\naligned batches per refit: %llu (bucket boundaries %s across engine ranks)\n",
+               static_cast<unsigned long long>(u("aligned_batches")),
+               r.value("divergent_boundaries", false) ? "differ" : "agree");
+  if (r.contains("error")) {
+    std::fprintf(out, "FAILED: %s\n", r["error"].get<std::string>().c_str());
+  } else if (r.value("verified", false)) {
+    std::fprintf(out, "verified: every byte of every refit on every engine rank\n");
+  } else {
+    std::fprintf(out, "NOT verified\n");
+  }
+}
+
+}  // namespace refit
