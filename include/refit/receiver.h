@@ -94,11 +94,13 @@ class Receiver : public BatchSource {
 
  private:
   Receiver(const Plan* plan, int rank, std::unique_ptr<TargetMemory> pool, ReceiverOptions options);
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
   const Plan* plan_;
   int rank_;
   std::unique_ptr<TargetMemory> pool_;
+  // The links, the I/O thread and all bookkeeping (receiver.cc). Declared
+  // last so it is destroyed before the pool it writes into.
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace refit

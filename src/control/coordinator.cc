@@ -3,8 +3,10 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -24,6 +26,9 @@ using Clock = std::chrono::steady_clock;
 // One joined rank as the coordinator sees it.
 struct Member {
   std::unique_ptr<Link> link;
+  // Messages that arrived ahead of the phase that expects them (a trainer's
+  // "done" while the coordinator still waits for an engine's "sent").
+  std::deque<Json> early;
   std::string role;  // "trainer" or "engine"
   int rank = 0;
   Json join;
@@ -158,7 +163,7 @@ class Coordinator {
     m.link = std::move(link);
     m.link->set_peer(m.name() + " (pid " + std::to_string(join.value("pid", 0)) + ")");
     m.join = std::move(join);
-    log(m.name() + " joined from " + from + " (pid " + std::to_string(m.join.value("pid", 0)) + ")");
+    if (options_.log_joins) log(m.name() + " joined from " + from + " (pid " + std::to_string(m.join.value("pid", 0)) + ")");
     slot = std::move(m);
     ++joined_;
     return Status::Ok();
@@ -329,6 +334,23 @@ class Coordinator {
     std::vector<Member*> all = members();
     std::vector<bool> have(all.size(), false);
     std::size_t count = 0;
+    auto accept = [&](std::size_t i, const Json& message) -> Status {
+      if (have[i]) {
+        return InvalidArgument("protocol error: " + all[i]->name() + " sent '" + type + "' twice during " +
+                               phase_name(phase));
+      }
+      if (on_message) RETURN_IF_ERROR(on_message(*all[i], message));
+      have[i] = true;
+      ++count;
+      return Status::Ok();
+    };
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (!all[i]->early.empty() && all[i]->early.front()["type"] == type) {
+        Json message = std::move(all[i]->early.front());
+        all[i]->early.pop_front();
+        RETURN_IF_ERROR(accept(i, message));
+      }
+    }
     while (count < all.size()) {
       std::vector<pollfd> fds;
       for (Member* m : all) fds.push_back({m->link->fd(), POLLIN, 0});
@@ -368,17 +390,15 @@ class Coordinator {
           on_progress(*all[i], *message);
           continue;
         }
-        if (kind != type) {
+        if (kind != type || have[i]) {
+          if (comes_later(kind, type)) {
+            all[i]->early.push_back(std::move(*message));
+            continue;
+          }
           return InvalidArgument("protocol error: " + all[i]->name() + " sent '" + kind + "' during " +
                                  phase_name(phase) + " (expected '" + type + "')");
         }
-        if (have[i]) {
-          return InvalidArgument("protocol error: " + all[i]->name() + " sent '" + type + "' twice during " +
-                                 phase_name(phase));
-        }
-        if (on_message) RETURN_IF_ERROR(on_message(*all[i], *message));
-        have[i] = true;
-        ++count;
+        RETURN_IF_ERROR(accept(i, *message));
       }
     }
     return Status::Ok();
@@ -419,6 +439,14 @@ class Coordinator {
     } else {
       log(st.message());
     }
+  }
+
+  // True when `kind` is a per-refit report that follows `expected` in the
+  // protocol (ready, sent, done, committed).
+  static bool comes_later(const std::string& kind, const std::string& expected) {
+    static const std::vector<std::string> order = {"ready", "sent", "done", "committed"};
+    auto a = std::find(order.begin(), order.end(), kind), b = std::find(order.begin(), order.end(), expected);
+    return a != order.end() && b != order.end() && a > b;
   }
 
   std::string phase_name(const std::string& phase) const {

@@ -35,6 +35,7 @@ struct CoordinatorOptions {
   double setup_timeout_s = 60;   // every rank joined and linked
   double refit_timeout_s = 300;  // one whole refit, suits multi-GB refits on CPU
   bool progress = false;         // draw a progress bar on stderr
+  bool log_joins = true;         // log each join and refusal on stderr
 };
 
 // Runs setup and `refits` refits and returns the JSON report (the demo's

@@ -143,6 +143,7 @@ StatusOr<Plan> make_plan(std::vector<TensorSpec> specs, std::uint64_t bucket_siz
     const auto t = static_cast<std::uint32_t>(i);
     const std::uint64_t nbytes = plan.specs[i].nbytes();
     if (nbytes > bucket_size) {
+      close_bucket(open, plan);
       plan.largest_chunked_tensor = std::max(plan.largest_chunked_tensor, nbytes);
       const std::uint64_t full_chunks = (nbytes - 1) / bucket_size;  // chunks before the last one
       for (std::uint64_t k = 0; k < full_chunks; ++k) {

@@ -129,6 +129,13 @@ Status ReferenceEngine::apply(const AlignedBatch& batch) {
           return FailedPrecondition(where + ": tensor '" + view.spec->name + "' on hosted rank " +
                                     std::to_string(r) + " has no bytes (data == nullptr)");
         }
+        auto w = weights_[r].find(view.spec->name);
+        if (w == weights_[r].end() || w->second.size() != view.spec->nbytes()) {
+          return FailedPrecondition(where + ": tensor '" + view.spec->name + "' on hosted rank " +
+                                    std::to_string(r) + " has " + std::to_string(view.spec->nbytes()) +
+                                    " bytes; rank " + std::to_string(r) + "'s parameter has " +
+                                    (w == weights_[r].end() ? std::string("none") : std::to_string(w->second.size())));
+        }
         if (view.memory != MemoryKind::kHost) {
           return FailedPrecondition(where + ": tensor '" + view.spec->name + "' on hosted rank " +
                                     std::to_string(r) + " is in device memory; the reference engine copies host memory");

@@ -123,7 +123,7 @@ Io write_all(int fd, iovec* iov, int iovcnt, Deadline d) {
         --iovcnt;
       }
       if (iovcnt > 0) {
-
+        iov->iov_base = static_cast<char*>(iov->iov_base) + left;
         iov->iov_len -= left;
       }
       continue;

@@ -78,20 +78,14 @@ std::string fmt(double v) {
 
 }  // namespace
 
-int run_demo(const DemoOptions& o) {
+Json run_demo_report(const DemoOptions& o) {
   const int trainers = o.trainer_ranks > 0 ? o.trainer_ranks : o.engine_ranks;
   // Fail fast on a bad preset or layer count, before any process starts.
   auto model = make_model(o.model, o.layers);
-  if (!model.ok()) {
-    std::fprintf(stderr, "refit demo: %s\n", model.status().ToString().c_str());
-    return 2;
-  }
+  if (!model.ok()) return Json{{"verified", false}, {"error", model.status().ToString()}};
 
   char dir_template[] = "/tmp/refit-demo-XXXXXX";
-  if (::mkdtemp(dir_template) == nullptr) {
-    std::perror("refit demo: mkdtemp");
-    return 1;
-  }
+  if (::mkdtemp(dir_template) == nullptr) return Json{{"verified", false}, {"error", "mkdtemp failed in /tmp"}};
   const std::string dir = dir_template;
   const std::string port_file = dir + "/port", report_file = dir + "/report.json";
   const std::string self = self_path();
@@ -104,7 +98,7 @@ int run_demo(const DemoOptions& o) {
                                      "--timeout", fmt(o.refit_timeout_s)};
   std::vector<std::string> coordinator = {self, "coordinator", "--listen", "127.0.0.1:0",
                                           "--refits", std::to_string(o.refits), "--seed", std::to_string(o.seed),
-                                          "--port-file", port_file, "--report", report_file};
+                                          "--port-file", port_file, "--report", report_file, "--quiet"};
   coordinator.insert(coordinator.end(), common.begin(), common.end());
   if (progress) coordinator.push_back("--progress");
   children.push_back({"coordinator", spawn(coordinator)});
@@ -122,9 +116,11 @@ int run_demo(const DemoOptions& o) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (port.empty()) {
-    std::fprintf(stderr, "refit demo: the coordinator did not start listening\n");
     if (children[0].exit_code < 0) ::kill(children[0].pid, SIGKILL);
-    return 1;
+    ::waitpid(children[0].pid, nullptr, 0);
+    std::remove(port_file.c_str());
+    ::rmdir(dir.c_str());
+    return Json{{"verified", false}, {"error", "the coordinator did not start listening"}};
   }
 
   std::vector<std::string> rank_common = {"--coordinator", "127.0.0.1:" + port, "--model", o.model,
@@ -205,7 +201,14 @@ int run_demo(const DemoOptions& o) {
   std::remove(port_file.c_str());
   std::remove(report_file.c_str());
   ::rmdir(dir.c_str());
+  return report;
+}
 
+int run_demo(const DemoOptions& o) {
+  Json report = run_demo_report(o);
+  if (report.contains("error")) {
+    std::fprintf(stderr, "refit demo: error: %s\n", report["error"].get<std::string>().c_str());
+  }
   if (o.json) {
     std::printf("%s\n", report.dump(2).c_str());
   } else {

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace refit {
 
 struct DemoOptions {
@@ -26,7 +28,12 @@ struct DemoOptions {
   double refit_timeout_s = 300;
 };
 
-// Runs the demo; returns the process exit status.
+// Runs the demo and returns its JSON report (see README); "verified" is true
+// only when every process succeeded and every refit verified.
+nlohmann::json run_demo_report(const DemoOptions& options);
+
+// Runs the demo, prints the table (or the JSON with options.json) and
+// returns the process exit status: 0 only when verified.
 int run_demo(const DemoOptions& options);
 
 }  // namespace refit

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "control/coordinator.h"
+#include "refit/bench.h"
 #include "refit/demo.h"
 #include "refit/dtype.h"
 #include "refit/model.h"
@@ -91,6 +92,18 @@ int main(int argc, char** argv) {
   demo_cmd->add_option("--setup-timeout", demo.setup_timeout_s, "Seconds allowed for setup")->check(CLI::PositiveNumber);
   demo_cmd->add_option("--timeout", demo.refit_timeout_s, "Seconds allowed for one refit")->check(CLI::PositiveNumber);
 
+  // bench: the demo's flags, plus the ceiling measured in the same run.
+  auto* bench_cmd = app.add_subcommand("bench", "Run the demo and report GB/s against memcpy measured in the same run");
+  bench_cmd->add_option("--model", demo.model, "Model preset")->check(CLI::IsMember(refit::model_presets()));
+  bench_cmd->add_option("--layers", demo.layers, "Keep the first N decoder layers (-1: all)");
+  bench_cmd->add_option("--engine-ranks", demo.engine_ranks, "Engine ranks")->check(CLI::Range(1, 64));
+  bench_cmd->add_option("--trainer-ranks", demo.trainer_ranks, "Trainer ranks")->check(CLI::Range(1, 256));
+  bench_cmd->add_option("--transport", demo.transport, "Transport")->check(CLI::IsMember(refit::transport_names()));
+  bench_cmd->add_option("--bucket-size", demo_bucket, "Transport bucket size")->check(ByteSize());
+  bench_cmd->add_option("--refits", demo.refits, "Number of refits")->check(CLI::Range(2, 1000000));
+  bench_cmd->add_option("--pool-slots", demo.pool_slots, "Receive pool slots")->check(CLI::Range(1, 64));
+  bench_cmd->add_flag("--json", demo.json, "Print a JSON report");
+
   // coordinator
   refit::CoordinatorOptions coord;
   std::string port_file, report_file;
@@ -105,6 +118,7 @@ int main(int argc, char** argv) {
   coord_cmd->add_option("--port-file", port_file, "Write the listening port to this file");
   coord_cmd->add_option("--report", report_file, "Write the JSON report to this file (default: stdout)");
   coord_cmd->add_flag("--progress", coord.progress, "Draw a progress bar on stderr");
+  coord_cmd->add_flag("!--quiet", coord.log_joins, "Do not log each rank that joins");
 
   // trainer
   refit::RankOptions trainer;
@@ -139,6 +153,11 @@ int main(int argc, char** argv) {
     demo.bucket_size = bytes_of(demo_bucket);
     demo.memory_limit = bytes_of(demo_memory_limit);
     return refit::run_demo(demo);
+  }
+  if (*bench_cmd) {
+    demo.bucket_size = bytes_of(demo_bucket);
+    demo.memory_limit = bytes_of(demo_memory_limit);
+    return refit::run_bench(demo);
   }
   if (*coord_cmd) {
     refit::Json report = refit::run_coordinator(coord, [&](int port) {

@@ -237,7 +237,9 @@ class ShmTransport final : public Transport {
       if (rc == ENOSPC || rc == EFBIG || rc == ENOMEM) return fail(no_space());
       return fail(ErrnoStatus("allocating shm segment " + name + " for " + owner, rc));
     }
-    void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    // No MAP_POPULATE: the pages already exist; populating is what would
+    // fill /dev/shm if the allocation above were ever skipped.
+    void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) {
       int err = errno;
       if (err == ENOMEM) return fail(no_space());

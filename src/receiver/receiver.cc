@@ -1,0 +1,615 @@
+// Receiver: the engine rank's end of the data plane (receiver.h).
+//
+// Two threads touch a receiver:
+//   * the consumer (start, next, attach_link) owns the pool bookkeeping: which
+//     slot holds which batch, the reassembly buffers, and it sends every
+//     kCredit;
+//   * one I/O thread reads every link with poll(2), lands kData payloads
+//     through the pool, validates kLanded frames and records them.
+// They share only `Impl::Shared`, under one mutex; a condition variable wakes
+// the consumer when a bucket lands, an error arrives or cancel() is called.
+#include "refit/receiver.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <utility>
+
+namespace refit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string frame_name(FrameType t) {
+  switch (t) {
+    case FrameType::kHello: return "kHello";
+    case FrameType::kCredit: return "kCredit";
+    case FrameType::kData: return "kData";
+    case FrameType::kLanded: return "kLanded";
+    case FrameType::kControl: return "kControl";
+    case FrameType::kBye: return "kBye";
+  }
+  return "frame type " + std::to_string(static_cast<int>(t));
+}
+
+// A credit to send: consumer-side, sent outside the lock.
+struct Credit {
+  std::size_t link = 0;
+  std::uint64_t bucket = 0;
+  int slot = 0;
+};
+
+}  // namespace
+
+struct Receiver::Impl {
+  Impl(const Plan* p, int r, TargetMemory* pl, ReceiverOptions o)
+      : plan(p), rank(r), pool(pl), options(std::move(o)) {}
+
+  const Plan* plan;
+  int rank;
+  TargetMemory* pool;
+  ReceiverOptions options;
+
+  // Fixed once the I/O thread runs (attach_link is refused after start()).
+  std::vector<std::unique_ptr<Link>> links;
+  int wake_fd = -1;
+  std::thread io;
+
+  // ------------------------------------------------ shared, under `mu`
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  bool io_started = false;
+  Status fatal;             // cancel() or misuse: every later call fails with it
+  Status error;             // the current refit failed (first error wins)
+  Status stray;             // a frame arrived between refits; reported by start()
+  bool active = false;      // between start() and the end of the stream
+  std::uint64_t version = 0;
+  std::vector<int> bucket_slot;  // slot granted to bucket j, -1 before
+  std::vector<char> landed;      // bucket j's kLanded arrived (validated)
+  std::vector<std::string> closed;  // non-empty: why link i is gone
+  ReceiverStats stats;
+
+  // ------------------------------------------------ consumer thread only
+  bool started = false;
+  bool ended = false;
+  std::deque<int> free_slots;
+  std::uint64_t next_grant = 0;   // first bucket without a slot
+  std::uint64_t next_bucket = 0;  // next bucket to turn into a batch
+  std::uint64_t sequence = 0;     // next batch's sequence
+  // Reassembly: two buffers of plan->largest_chunked_tensor bytes, used
+  // alternately per chunked tensor.
+  std::unique_ptr<std::byte[]> buffers[2];
+  bool buffer_busy[2] = {false, false};
+  std::uint64_t buffer_used[2] = {0, 0};
+  int next_buffer = 0;
+  std::int64_t chunk_tensor = -1;  // the tensor being reassembled
+  int chunk_buffer = -1;
+  // What each yielded batch still references (DESIGN.md rule 3).
+  struct Held {
+    std::uint64_t sequence = 0;
+    int slot = -1;
+    std::vector<int> buffers;
+  };
+  std::deque<Held> held;
+
+  // ------------------------------------------------ helpers
+  std::string link_name(std::size_t i) const {
+    return "trainer link " + std::to_string(i) + " (" + links[i]->peer() + ")";
+  }
+  std::size_t feeder(std::uint64_t bucket) const { return static_cast<std::size_t>(bucket % links.size()); }
+
+  // REQUIRES: mu held.
+  void fail_locked(Status s) {
+    if (error.ok()) error = std::move(s);
+    cv.notify_all();
+  }
+  // REQUIRES: mu held. The first bucket link `i` still owes this refit, or
+  // plan->buckets.size() when it owes none.
+  std::uint64_t owed_by(std::size_t i) const {
+    for (std::uint64_t j = i; j < plan->buckets.size(); j += links.size()) {
+      if (!landed[j]) return j;
+    }
+    return plan->buckets.size();
+  }
+
+  void wake() {
+    if (wake_fd < 0) return;
+    std::uint64_t one = 1;
+    ssize_t rc = ::write(wake_fd, &one, sizeof one);
+    (void)rc;  // eventfd counter overflow is impossible at this rate
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stopping = true;
+    }
+    wake();
+    for (auto& l : links) l->shutdown();  // wakes a read blocked mid-frame
+    if (io.joinable()) io.join();
+    if (wake_fd >= 0) ::close(wake_fd);
+    wake_fd = -1;
+  }
+
+  // ------------------------------------------------ I/O thread
+  void io_loop();
+  void handle_frame(std::size_t i);
+  void link_lost(std::size_t i, const Status& why);
+  Status check_landed(std::size_t i, const FrameHeader& h) const;
+  Status check_data(std::size_t i, const FrameHeader& h) const;
+  Status check_version(std::size_t i, const FrameHeader& h) const;
+
+  // ------------------------------------------------ consumer
+  void poison(std::byte* p, std::uint64_t n) const {
+    if (options.poison_recycled && n > 0) std::memset(p, kPoisonByte, n);
+  }
+  void release_slot(int slot) {
+    poison(pool->slot(slot), pool->slot_bytes());
+    free_slots.push_back(slot);
+  }
+  void release_buffer(int b) {
+    poison(buffers[b].get(), buffer_used[b]);
+    buffer_busy[b] = false;
+    buffer_used[b] = 0;
+  }
+  // Releases what batches older than `sequence - 1` hold.
+  void release_before(std::uint64_t seq) {
+    while (!held.empty() && held.front().sequence + 2 <= seq) {
+      if (held.front().slot >= 0) release_slot(held.front().slot);
+      for (int b : held.front().buffers) release_buffer(b);
+      held.pop_front();
+    }
+  }
+  // Grants free slots to the next buckets in order. REQUIRES: mu held.
+  std::vector<Credit> grant_locked() {
+    std::vector<Credit> out;
+    while (!free_slots.empty() && next_grant < plan->buckets.size()) {
+      const int s = free_slots.front();
+      free_slots.pop_front();
+      bucket_slot[next_grant] = s;
+      out.push_back(Credit{feeder(next_grant), next_grant, s});
+      ++next_grant;
+    }
+    return out;
+  }
+  Status grant_and_send(std::uint64_t v, Deadline deadline) {
+    std::vector<Credit> credits;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      credits = grant_locked();
+    }
+    for (const Credit& c : credits) {
+      FrameHeader h;
+      h.type = FrameType::kCredit;
+      h.a = v;
+      h.b = c.bucket;
+      h.c = static_cast<std::uint64_t>(c.slot);
+      Status s = links[c.link]->send(h, {}, deadline);
+      if (!s.ok()) {
+        s = s.WithContext(options.name + ": granting slot " + std::to_string(c.slot) + " for bucket " +
+                          std::to_string(c.bucket) + " to " + link_name(c.link));
+        std::lock_guard<std::mutex> lock(mu);
+        fail_locked(s);
+        return s;
+      }
+    }
+    return Status::Ok();
+  }
+  StatusOr<std::optional<Batch>> next(Deadline deadline);
+  Status start(std::uint64_t v, Deadline deadline);
+};
+
+// ---------------------------------------------------------------- I/O thread
+
+void Receiver::Impl::io_loop() {
+  std::vector<pollfd> fds;
+  std::vector<std::size_t> which;
+  for (;;) {
+    fds.clear();
+    which.clear();
+    fds.push_back(pollfd{wake_fd, POLLIN, 0});
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (stopping) return;
+      for (std::size_t i = 0; i < links.size(); ++i) {
+        if (!closed[i].empty()) continue;
+        fds.push_back(pollfd{links[i]->fd(), POLLIN, 0});
+        which.push_back(i);
+      }
+    }
+    int rc = ::poll(fds.data(), fds.size(), -1);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      std::lock_guard<std::mutex> lock(mu);
+      if (fatal.ok()) fatal = ErrnoStatus(options.name + ": poll on the trainer links", errno);
+      cv.notify_all();
+      return;
+    }
+    if (fds[0].revents != 0) {
+      std::uint64_t n = 0;
+      ssize_t r = ::read(wake_fd, &n, sizeof n);
+      (void)r;
+      std::lock_guard<std::mutex> lock(mu);
+      if (stopping) return;
+    }
+    for (std::size_t k = 1; k < fds.size(); ++k) {
+      if (fds[k].revents != 0) handle_frame(which[k - 1]);
+    }
+  }
+}
+
+void Receiver::Impl::link_lost(std::size_t i, const Status& why) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (stopping) return;
+  closed[i] = why.ToString();
+  if (!active) return;  // reported by the next start()
+  const std::uint64_t owed = owed_by(i);
+  if (owed == plan->buckets.size()) return;  // nothing more expected from it
+  fail_locked(Aborted(link_name(i) + " closed while " + options.name + " waited for bucket " +
+                      std::to_string(owed) + " of " + std::to_string(plan->buckets.size()) + " of refit " +
+                      std::to_string(version) + ": " + why.message()));
+}
+
+// REQUIRES: mu held.
+Status Receiver::Impl::check_version(std::size_t i, const FrameHeader& h) const {
+  if (!active) {
+    return DataLoss(options.name + ": " + link_name(i) + " sent " + frame_name(h.type) + " of version " +
+                    std::to_string(h.a) + " outside a refit (after refit " + std::to_string(version) + " ended)");
+  }
+  if (h.a != version) {
+    return DataLoss(options.name + ": " + link_name(i) + " sent " + frame_name(h.type) + " of version " +
+                    std::to_string(h.a) + " during refit " + std::to_string(version) +
+                    (h.a < version ? " (a stale frame of an older refit)" : " (a frame of a newer refit)"));
+  }
+  return Status::Ok();
+}
+
+// REQUIRES: mu held.
+Status Receiver::Impl::check_landed(std::size_t i, const FrameHeader& h) const {
+  RETURN_IF_ERROR(check_version(i, h));
+  const std::string who = options.name + ": " + link_name(i) + " sent kLanded for bucket " + std::to_string(h.b);
+  const std::uint64_t buckets = plan->buckets.size();
+  if (h.b >= buckets) {
+    return DataLoss(who + ", but the plan has " + std::to_string(buckets) + " buckets");
+  }
+  if (feeder(h.b) != i) {
+    return DataLoss(who + ", which is fed by " + link_name(feeder(h.b)));
+  }
+  if (bucket_slot[h.b] < 0) {
+    return DataLoss(who + " (slot " + std::to_string(h.c) + ") before any slot was granted to it");
+  }
+  if (h.c != static_cast<std::uint64_t>(bucket_slot[h.b])) {
+    return DataLoss(who + " in slot " + std::to_string(h.c) + ", but slot " + std::to_string(bucket_slot[h.b]) +
+                    " was granted to it");
+  }
+  if (landed[h.b]) return DataLoss(who + " twice");
+  if (h.d != plan->buckets[h.b].bytes) {
+    return DataLoss(who + " with " + std::to_string(h.d) + " bytes; the plan's bucket holds " +
+                    std::to_string(plan->buckets[h.b].bytes));
+  }
+  if (h.payload_bytes != 0) {
+    return DataLoss(who + " with a " + std::to_string(h.payload_bytes) + "-byte payload; kLanded has none");
+  }
+  return Status::Ok();
+}
+
+// REQUIRES: mu held. A kData frame may only write into a slot granted to a
+// bucket this link feeds that has not landed yet.
+Status Receiver::Impl::check_data(std::size_t i, const FrameHeader& h) const {
+  RETURN_IF_ERROR(check_version(i, h));
+  for (std::uint64_t j = i; j < plan->buckets.size(); j += links.size()) {
+    if (!landed[j] && bucket_slot[j] >= 0 && static_cast<std::uint64_t>(bucket_slot[j]) == h.b) {
+      if (h.c > pool->slot_bytes() || h.payload_bytes > pool->slot_bytes() - h.c) {
+        return DataLoss(options.name + ": " + link_name(i) + " sent kData of " + std::to_string(h.payload_bytes) +
+                        " bytes at offset " + std::to_string(h.c) + " into slot " + std::to_string(h.b) + " of " +
+                        std::to_string(pool->slot_bytes()) + " bytes");
+      }
+      return Status::Ok();
+    }
+  }
+  return DataLoss(options.name + ": " + link_name(i) + " sent kData for slot " + std::to_string(h.b) +
+                  ", which is not granted to any pending bucket it feeds");
+}
+
+void Receiver::Impl::handle_frame(std::size_t i) {
+  Link& link = *links[i];
+  StatusOr<FrameHeader> got = link.recv_header(Deadline::Never(), pool->slot_bytes());
+  if (!got.ok()) {
+    link_lost(i, got.status());
+    return;
+  }
+  const FrameHeader& h = *got;
+  Status bad;
+  switch (h.type) {
+    case FrameType::kLanded: {
+      std::lock_guard<std::mutex> lock(mu);
+      bad = check_landed(i, h);
+      if (bad.ok()) {
+        landed[h.b] = 1;
+        ++stats.buckets;
+        stats.bytes += h.d;
+        cv.notify_all();
+        return;
+      }
+      break;
+    }
+    case FrameType::kData: {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        bad = check_data(i, h);
+      }
+      if (bad.ok()) {
+        // The slot is granted to the trainer: the consumer does not touch it.
+        Status s = pool->receive_data(link, h, Deadline::Never());
+        if (!s.ok()) link_lost(i, s);
+        return;
+      }
+      break;
+    }
+    case FrameType::kBye:
+      link_lost(i, Unavailable(link.peer() + " said goodbye (kBye)"));
+      return;
+    default:
+      bad = DataLoss(options.name + ": unexpected " + frame_name(h.type) + " from " + link_name(i) +
+                     " on the data plane");
+      break;
+  }
+  // Out of protocol: fail the refit (or the next start), keep the stream in
+  // sync by discarding the payload.
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (active) {
+      fail_locked(bad);
+    } else if (stray.ok()) {
+      stray = bad;
+    }
+  }
+  if (h.payload_bytes > 0) {
+    Status s = link.skip_payload(h.payload_bytes, Deadline::Never());
+    if (!s.ok()) link_lost(i, s);
+  }
+}
+
+// ---------------------------------------------------------------- consumer
+
+Status Receiver::Impl::start(std::uint64_t v, Deadline deadline) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!fatal.ok()) return fatal;
+    if (links.empty()) {
+      return FailedPrecondition(options.name + ": start(" + std::to_string(v) +
+                                ") with no trainer links attached; attach_link() each feeding trainer first");
+    }
+    if (!stray.ok()) {
+      Status s = std::move(stray);
+      stray = Status::Ok();
+      return s.WithContext("before refit " + std::to_string(v));
+    }
+    for (std::size_t i = 0; i < links.size(); ++i) {
+      if (!closed[i].empty()) {
+        return Aborted(options.name + ": cannot start refit " + std::to_string(v) + ": " + link_name(i) +
+                       " is closed (" + closed[i] + ")");
+      }
+    }
+    version = v;
+    active = true;
+    error = Status::Ok();
+    std::fill(bucket_slot.begin(), bucket_slot.end(), -1);
+    std::fill(landed.begin(), landed.end(), 0);
+    stats.buckets = 0;
+    stats.bytes = 0;
+  }
+  // Every batch of the previous refit is dead now.
+  release_before(UINT64_MAX);
+  free_slots.clear();
+  for (int s = 0; s < pool->slots(); ++s) free_slots.push_back(s);
+  for (int b = 0; b < 2; ++b) {
+    if (buffer_busy[b]) release_buffer(b);
+  }
+  next_buffer = 0;
+  chunk_tensor = -1;
+  chunk_buffer = -1;
+  next_grant = next_bucket = sequence = 0;
+  ended = false;
+  started = true;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!io_started) {
+      io_started = true;
+      io = std::thread([this] { io_loop(); });
+    }
+  }
+  return grant_and_send(v, deadline);
+}
+
+StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
+  const Clock::time_point entered = Clock::now();
+  std::uint64_t v = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!fatal.ok()) return fatal;
+    if (!started) return FailedPrecondition(options.name + ": next() called before start()");
+    if (!error.ok()) return error;
+    v = version;
+  }
+  if (ended) return std::optional<Batch>();
+  const std::uint64_t n = sequence;  // the batch asked for
+  release_before(n);
+  RETURN_IF_ERROR(grant_and_send(v, deadline));
+
+  const std::uint64_t buckets = plan->buckets.size();
+  while (next_bucket < buckets) {
+    const std::uint64_t j = next_bucket;
+    int slot = -1;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      auto ready = [&] { return landed[j] || !error.ok() || !fatal.ok(); };
+      if (deadline.is_never()) {
+        cv.wait(lock, ready);
+      } else if (!cv.wait_until(lock, deadline.at(), ready)) {
+        const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - entered).count();
+        return DeadlineExceeded(options.name + " timed out after " + std::to_string(waited) +
+                                " ms waiting for bucket " + std::to_string(j) + " of " + std::to_string(buckets) +
+                                " from " + link_name(feeder(j)) + " (refit " + std::to_string(v) + ")");
+      }
+      if (!fatal.ok()) return fatal;
+      if (!error.ok()) return error;
+      slot = bucket_slot[j];
+    }
+
+    // Bucket j landed in `slot`; it is the consumer's until released.
+    const Bucket& bucket = plan->buckets[j];
+    std::byte* base = pool->slot(slot);
+    std::vector<std::pair<std::uint32_t, std::byte*>> done;  // tensor -> bytes
+    bool slot_referenced = false;
+    std::vector<int> buffers_used;
+    for (const PlanEntry& e : bucket.entries) {
+      const TensorSpec& spec = plan->specs[e.tensor];
+      if (!e.is_chunk(spec)) {
+        done.emplace_back(e.tensor, base + e.bucket_offset);
+        slot_referenced = true;
+        continue;
+      }
+      if (e.tensor_offset == 0) {
+        const int b = next_buffer;
+        if (buffer_busy[b]) {
+          return Internal(options.name + ": reassembly buffer " + std::to_string(b) + " is still held when tensor '" +
+                          spec.name + "' starts in bucket " + std::to_string(j));
+        }
+        buffer_busy[b] = true;
+        buffer_used[b] = spec.nbytes();
+        next_buffer = 1 - b;
+        chunk_tensor = e.tensor;
+        chunk_buffer = b;
+      } else if (chunk_tensor != static_cast<std::int64_t>(e.tensor)) {
+        return Internal(options.name + ": bucket " + std::to_string(j) + " continues tensor '" + spec.name +
+                        "' that was never started");
+      }
+      std::memcpy(buffers[chunk_buffer].get() + e.tensor_offset, base + e.bucket_offset, e.bytes);
+      if (e.tensor_offset + e.bytes == spec.nbytes()) {
+        done.emplace_back(e.tensor, buffers[chunk_buffer].get());
+        buffers_used.push_back(chunk_buffer);
+        chunk_tensor = -1;
+        chunk_buffer = -1;
+      }
+    }
+    ++next_bucket;
+
+    if (bucket.completes.empty() || !slot_referenced) release_slot(slot);  // copied out
+    if (bucket.completes.empty()) {
+      RETURN_IF_ERROR(grant_and_send(v, deadline));
+      continue;
+    }
+
+    Batch batch;
+    batch.sequence = sequence++;
+    batch.bucket = j;
+    batch.tensors.reserve(bucket.completes.size());
+    for (std::uint32_t t : bucket.completes) {
+      auto it = std::find_if(done.begin(), done.end(), [t](const auto& d) { return d.first == t; });
+      if (it == done.end()) {
+        return Internal(options.name + ": bucket " + std::to_string(j) + " lists tensor '" + plan->specs[t].name +
+                        "' as completed but holds none of its last bytes");
+      }
+      batch.tensors.push_back(TensorView{&plan->specs[t], it->second, MemoryKind::kHost, -1});
+    }
+    held.push_back(Held{batch.sequence, slot_referenced ? slot : -1, std::move(buffers_used)});
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++stats.batches;
+      stats.tensors += batch.tensors.size();
+    }
+    RETURN_IF_ERROR(grant_and_send(v, deadline));
+    return std::optional<Batch>(std::move(batch));
+  }
+
+  ended = true;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    active = false;
+  }
+  return std::optional<Batch>();
+}
+
+// ---------------------------------------------------------------- Receiver
+
+StatusOr<std::unique_ptr<Receiver>> Receiver::Create(const Plan* plan, int rank, std::unique_ptr<TargetMemory> pool,
+                                                     ReceiverOptions options) {
+  if (plan == nullptr) return InvalidArgument(options.name + ": Receiver::Create without a plan");
+  if (pool == nullptr) return InvalidArgument(options.name + ": Receiver::Create without a receive pool");
+  if (plan->buckets.empty()) {
+    return FailedPrecondition(options.name + ": the plan has no buckets (an empty stream is an error)");
+  }
+  if (pool->slots() < 2) {
+    return FailedPrecondition(options.name + ": the receive pool has " + std::to_string(pool->slots()) +
+                              " slot(s); slots must be at least 2 (one is filled while the consumer holds another)");
+  }
+  if (pool->slot_bytes() < plan->bucket_size) {
+    return FailedPrecondition(options.name + ": the receive pool's slot_bytes " + std::to_string(pool->slot_bytes()) +
+                              " is smaller than the plan's bucket_size " + std::to_string(plan->bucket_size));
+  }
+  std::unique_ptr<Receiver> r(new Receiver(plan, rank, std::move(pool), std::move(options)));
+  Impl& impl = *r->impl_;
+  if (plan->largest_chunked_tensor > 0) {
+    try {
+      for (auto& b : impl.buffers) b = std::make_unique_for_overwrite<std::byte[]>(plan->largest_chunked_tensor);
+    } catch (const std::bad_alloc&) {
+      return ResourceExhausted(impl.options.name + ": cannot allocate two reassembly buffers of " +
+                               std::to_string(plan->largest_chunked_tensor) + " bytes");
+    }
+  }
+  impl.wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (impl.wake_fd < 0) return ErrnoStatus(impl.options.name + ": eventfd for the receiver's I/O thread", errno);
+  impl.bucket_slot.assign(plan->buckets.size(), -1);
+  impl.landed.assign(plan->buckets.size(), 0);
+  return r;
+}
+
+Receiver::Receiver(const Plan* plan, int rank, std::unique_ptr<TargetMemory> pool, ReceiverOptions options)
+    : plan_(plan), rank_(rank), pool_(std::move(pool)) {
+  impl_ = std::make_unique<Impl>(plan, rank, pool_.get(), std::move(options));
+}
+
+Receiver::~Receiver() { impl_->stop(); }  // before the pool and links go
+
+void Receiver::attach_link(std::unique_ptr<Link> link) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (link == nullptr) {
+    if (impl_->fatal.ok()) impl_->fatal = InvalidArgument(impl_->options.name + ": attach_link(nullptr)");
+    return;
+  }
+  if (impl_->io_started) {
+    if (impl_->fatal.ok()) {
+      impl_->fatal = FailedPrecondition(impl_->options.name + ": attach_link(" + link->peer() +
+                                        ") after start(): attach every trainer link before the first refit");
+    }
+    return;
+  }
+  impl_->links.push_back(std::move(link));
+  impl_->closed.emplace_back();
+}
+
+Status Receiver::start(std::uint64_t version, Deadline deadline) { return impl_->start(version, deadline); }
+
+StatusOr<std::optional<Batch>> Receiver::next(Deadline deadline) { return impl_->next(deadline); }
+
+void Receiver::cancel(Status why) {
+  if (why.ok()) why = Aborted(impl_->options.name + ": cancelled");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->fatal.ok()) impl_->fatal = std::move(why);
+  impl_->cv.notify_all();
+}
+
+ReceiverStats Receiver::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+}  // namespace refit
