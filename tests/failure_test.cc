@@ -38,9 +38,7 @@ TEST_P(KillTest, EverySurvivorFailsNamingTheLostRank) {
   ProcessGroup group;
   ASSERT_TRUE(start_job(group, spec));
   // Wait until the job is refitting, then kill the victim.
-  for (int i = 0; i < 4000 && group.err("coordinator").find("trainer rank 1 joined") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  ASSERT_TRUE(testing::wait_for_setup(group)) << group.all_stderr();
   std::this_thread::sleep_for(std::chrono::milliseconds(c.delay_ms));
   std::vector<pid_t> pids;
   for (const auto& n : group.names()) pids.push_back(group.proc(n).pid);
@@ -87,9 +85,7 @@ TEST(CoordinatorLost, EveryRankExitsNamingTheCoordinator) {
   spec.refits = 1000;
   ProcessGroup group;
   ASSERT_TRUE(start_job(group, spec));
-  for (int i = 0; i < 4000 && group.err("coordinator").find("trainer rank 1 joined") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  ASSERT_TRUE(testing::wait_for_setup(group)) << group.all_stderr();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   group.kill("coordinator", SIGKILL);
   ASSERT_TRUE(group.wait_all(spec.refit_timeout_s + 10)) << group.all_stderr();
@@ -108,9 +104,7 @@ TEST(StalledPeer, RefitDeadlineFailsEveryRank) {
   spec.refit_timeout_s = 3;
   ProcessGroup group;
   ASSERT_TRUE(start_job(group, spec));
-  for (int i = 0; i < 4000 && group.err("coordinator").find("trainer rank 1 joined") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  ASSERT_TRUE(testing::wait_for_setup(group)) << group.all_stderr();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   group.kill("trainer rank 1", SIGSTOP);
   bool others_exited = true;

@@ -2,6 +2,7 @@
 // trainer ranks) with per-process extra flags, for setup and failure tests.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -41,7 +42,21 @@ inline bool start_job(ProcessGroup& group, const JobSpec& spec) {
                                   spec.model, "--transport", spec.transport, "--bucket-size", spec.bucket_size};
     a.insert(a.end(), counts.begin(), counts.end());
     std::string name = role + " rank " + std::to_string(rank);
-    if (auto it = spec.extra.find(name); it != spec.extra.end()) a.insert(a.end(), it->second.begin(), it->second.end());
+    if (auto it = spec.extra.find(name); it != spec.extra.end()) {
+      // An extra "--flag value" replaces the flag's base value; other flags are appended.
+      const auto& x = it->second;
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        bool has_value = i + 1 < x.size() && x[i + 1].rfind("--", 0) != 0;
+        auto base = std::find(a.begin(), a.end(), x[i]);
+        if (has_value && base != a.end() && base + 1 != a.end()) {
+          *(base + 1) = x[i + 1];
+        } else {
+          a.push_back(x[i]);
+          if (has_value) a.push_back(x[i + 1]);
+        }
+        if (has_value) ++i;
+      }
+    }
     return a;
   };
   auto skipped = [&](const std::string& name) {
@@ -59,6 +74,17 @@ inline bool start_job(ProcessGroup& group, const JobSpec& spec) {
     if (!skipped(name)) group.spawn(name, rank_args("trainer", t));
   }
   return true;
+}
+
+// Waits (at most 60 s) until the coordinator logged that setup completed,
+// so a fault injected after it lands while refits run.
+inline bool wait_for_setup(ProcessGroup& group) {
+  for (int i = 0; i < 12000; ++i) {
+    if (group.err("coordinator").find("setup complete") != std::string::npos) return true;
+    if (group.wait_one("coordinator", 0)) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
 }
 
 }  // namespace refit::testing

@@ -75,6 +75,8 @@ class Receiver : public BatchSource {
   void attach_link(std::unique_ptr<Link> link);
 
   // Begins refit `version`: resets the stream, grants the first slots.
+  // Fails, naming the link, when a link closed or sent a frame since the
+  // last refit ended (a frame of an older version is never silently taken).
   // REQUIRES: the previous refit's stream was read to its end or failed.
   Status start(std::uint64_t version, Deadline deadline);
 

@@ -62,15 +62,7 @@ class Coordinator {
   // ---- setup -------------------------------------------------------------
 
   Status setup(const std::function<void(int)>& on_listening) {
-    if (options_.trainer_ranks < 1 || options_.engine_ranks < 1) {
-      return FailedPrecondition("trainer_ranks (" + std::to_string(options_.trainer_ranks) + ") and engine_ranks (" +
-                                std::to_string(options_.engine_ranks) + ") must be at least 1");
-    }
-    if (options_.trainer_ranks < options_.engine_ranks) {
-      return FailedPrecondition("fewer trainer ranks (" + std::to_string(options_.trainer_ranks) +
-                                ") than engine ranks (" + std::to_string(options_.engine_ranks) +
-                                "): every engine rank needs at least one trainer rank to feed it");
-    }
+    RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
     std::string host;
     int port = 0;
     RETURN_IF_ERROR(split_host_port(options_.listen, &host, &port));
@@ -83,7 +75,12 @@ class Coordinator {
     RETURN_IF_ERROR(accept_joins(deadline));
     RETURN_IF_ERROR(validate_topology());
     RETURN_IF_ERROR(send_setup(deadline));
-    return wait_all("setup", "linked", deadline, nullptr);
+    RETURN_IF_ERROR(wait_all("setup", "linked", deadline, nullptr));
+    if (options_.log_joins) {
+      log("setup complete: " + std::to_string(options_.trainer_ranks) + " trainer ranks, " +
+          std::to_string(options_.engine_ranks) + " engine ranks linked");
+    }
+    return Status::Ok();
   }
 
   Status accept_joins(Deadline deadline) {
@@ -557,6 +554,19 @@ class Coordinator {
 };
 
 }  // namespace
+
+Status validate_rank_counts(int trainer_ranks, int engine_ranks) {
+  if (trainer_ranks < 1 || engine_ranks < 1) {
+    return FailedPrecondition("trainer_ranks (" + std::to_string(trainer_ranks) + ") and engine_ranks (" +
+                              std::to_string(engine_ranks) + ") must be at least 1");
+  }
+  if (trainer_ranks < engine_ranks) {
+    return FailedPrecondition("fewer trainer ranks (" + std::to_string(trainer_ranks) + ") than engine ranks (" +
+                              std::to_string(engine_ranks) +
+                              "): every engine rank needs at least one trainer rank to feed it");
+  }
+  return Status::Ok();
+}
 
 Json run_coordinator(const CoordinatorOptions& options, const std::function<void(int port)>& on_listening) {
   Coordinator coordinator(options);

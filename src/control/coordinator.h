@@ -38,6 +38,10 @@ struct CoordinatorOptions {
   bool log_joins = true;         // log each join and refusal on stderr
 };
 
+// The topology rule every process checks before anything else: at least one
+// rank of each role, and at least as many trainer ranks as engine ranks.
+Status validate_rank_counts(int trainer_ranks, int engine_ranks);
+
 // Runs setup and `refits` refits and returns the JSON report (the demo's
 // --json report, README). On failure the report still holds every refit that
 // committed before it, plus "error" (the message) and "verified": false.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "control/control_client.h"
+#include "control/coordinator.h"
 #include "control/spec_json.h"
 #include "refit/aligner.h"
 #include "refit/content.h"
@@ -45,6 +46,7 @@ class EngineRank {
 
   Status setup() {
     Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
+    RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
     if (rank() < 0 || rank() >= options_.engine_ranks) {
       return InvalidArgument("--rank " + std::to_string(rank()) + " is outside 0.." +
                              std::to_string(options_.engine_ranks - 1) + " (--engine-ranks " +

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "control/control_client.h"
+#include "control/coordinator.h"
 #include "refit/content.h"
 #include "refit/model.h"
 #include "refit/plan.h"
@@ -43,6 +44,7 @@ class TrainerRank {
 
   Status setup() {
     Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
+    RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
     ASSIGN_OR_RETURN(model_, make_model(options_.model, options_.layers));
     engine_rank_ = options_.rank % options_.engine_ranks;
     ASSIGN_OR_RETURN(plan_, make_plan(engine_stream(model_, engine_rank_, options_.engine_ranks), options_.bucket_size));
