@@ -403,8 +403,7 @@ Status Receiver::Impl::start(std::uint64_t v, Deadline deadline) {
     error = Status::Ok();
     std::fill(bucket_slot.begin(), bucket_slot.end(), -1);
     std::fill(landed.begin(), landed.end(), 0);
-    stats.buckets = 0;
-    stats.bytes = 0;
+    stats = ReceiverStats{};
   }
   // Every batch of the previous refit is dead now.
   release_before(UINT64_MAX);

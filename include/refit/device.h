@@ -1,0 +1,185 @@
+// CUDA devices, memory, streams and events, behind refit's Status convention.
+//
+// This header never includes the CUDA headers: streams are passed as `void*`
+// (a cudaStream_t; nullptr is the legacy default stream) so that code built
+// without CUDA compiles against the same API. When refit is built without CUDA
+// (REFIT_HAVE_CUDA == 0) every function that needs a GPU returns
+// kFailedPrecondition "refit was built without CUDA"; the pure functions
+// (engine_local_device, parse_visible_devices) work in both builds.
+//
+// Device numbers are always LOCAL indices: index i is the i-th entry of
+// CUDA_VISIBLE_DEVICES (or the i-th GPU when it is unset), the number the CUDA
+// runtime takes. The library never reads the environment; the CLI or binding
+// reads it once and passes values in (DESIGN rule 7).
+//
+// Thread safety: the free functions may be called from any thread. Each RAII
+// object is used by one thread at a time; distinct objects are independent.
+// Functions that take a device make it current for the call and restore the
+// caller's current device before returning.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "refit/status.h"
+
+namespace refit {
+
+// True when refit was compiled with CUDA support (REFIT_HAVE_CUDA).
+bool cuda_built();
+
+// Number of visible CUDA devices. Zero devices, a missing or too old driver, or
+// a build without CUDA are errors whose message says why, e.g.
+// "cudaGetDeviceCount: no CUDA-capable device is detected (cudaErrorNoDevice)".
+StatusOr<int> cuda_device_count();
+
+// DESIGN rule 7: the device of engine TP rank `tp_rank` is the LOCAL index
+// base_gpu_id + tp_rank inside CUDA_VISIBLE_DEVICES, never a physical GPU id.
+// `visible_device_count` is cuda_device_count() of the engine's process.
+// Errors (kFailedPrecondition, naming every value): a negative base_gpu_id or
+// tp_rank, or a local index >= visible_device_count.
+StatusOr<int> engine_local_device(int base_gpu_id, int tp_rank, int visible_device_count);
+
+// The entries of a CUDA_VISIBLE_DEVICES value, for reporting which physical GPU
+// (or GPU-/MIG- UUID) a local index names: "4, 5,GPU-ab" -> {"4", "5", "GPU-ab"}.
+// Entries are trimmed of spaces; like the CUDA runtime, the list ends at the
+// first empty entry. An empty value gives an empty list (no visible device).
+std::vector<std::string> parse_visible_devices(std::string_view env_value);
+
+// "local device 1 (CUDA_VISIBLE_DEVICES entry \"5\")", or
+// "local device 1 (CUDA_VISIBLE_DEVICES unset: physical GPU 1)" when
+// `cuda_visible_devices` is null. For logs and error messages.
+std::string describe_local_device(int local_device, const char* cuda_visible_devices);
+
+// Device memory: cudaMalloc on one device, freed (with that device current) in
+// the destructor. Move-only. A default-constructed buffer is empty.
+class DeviceBuffer {
+ public:
+  // Errors name the device, the bytes and the CUDA error text; running out of
+  // memory is kResourceExhausted. Zero bytes gives an empty buffer (data()
+  // null) on that device.
+  static StatusOr<DeviceBuffer> Allocate(int device, std::uint64_t bytes);
+
+  DeviceBuffer() = default;
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  std::byte* data() const { return data_; }
+  std::uint64_t size() const { return size_; }
+  int device() const { return device_; }  // -1 when empty
+
+ private:
+  DeviceBuffer(int device, std::byte* data, std::uint64_t size) : device_(device), data_(data), size_(size) {}
+  void reset();
+
+  int device_ = -1;
+  std::byte* data_ = nullptr;
+  std::uint64_t size_ = 0;
+};
+
+// Page-locked host memory (cudaMallocHost), usable by every device for
+// asynchronous copies. Move-only.
+class PinnedBuffer {
+ public:
+  static StatusOr<PinnedBuffer> Allocate(std::uint64_t bytes);
+
+  PinnedBuffer() = default;
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  std::byte* data() const { return data_; }
+  std::uint64_t size() const { return size_; }
+  std::span<std::byte> span() const { return {data_, static_cast<std::size_t>(size_)}; }
+
+ private:
+  PinnedBuffer(std::byte* data, std::uint64_t size) : data_(data), size_(size) {}
+  void reset();
+
+  std::byte* data_ = nullptr;
+  std::uint64_t size_ = 0;
+};
+
+// A stream created non-blocking (it does not synchronize with the legacy
+// default stream) on one device. Destroyed with that device current; work
+// still queued completes (cudaStreamDestroy semantics). Move-only.
+class CudaStream {
+ public:
+  static StatusOr<CudaStream> Create(int device);
+
+  CudaStream() = default;
+  ~CudaStream();
+  CudaStream(CudaStream&& other) noexcept;
+  CudaStream& operator=(CudaStream&& other) noexcept;
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+
+  void* handle() const { return stream_; }  // a cudaStream_t
+  int device() const { return device_; }
+  // Blocks until all work queued so far on the stream has finished; returns
+  // the first asynchronous error (e.g. a faulting kernel) with context.
+  Status synchronize() const;
+
+ private:
+  CudaStream(int device, void* stream) : device_(device), stream_(stream) {}
+  void reset();
+
+  int device_ = -1;
+  void* stream_ = nullptr;
+};
+
+// An event on one device. Created with cudaEventDisableTiming unless `timing`
+// (timing events cost more to record). `interprocess` events can be exported
+// with cudaIpcGetEventHandle (they must not time). Move-only.
+class CudaEvent {
+ public:
+  static StatusOr<CudaEvent> Create(int device, bool timing = false, bool interprocess = false);
+
+  CudaEvent() = default;
+  ~CudaEvent();
+  CudaEvent(CudaEvent&& other) noexcept;
+  CudaEvent& operator=(CudaEvent&& other) noexcept;
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  void* handle() const { return event_; }  // a cudaEvent_t
+  int device() const { return device_; }
+
+  // Captures the work queued on `stream` so far (a stream of this device).
+  Status record(void* stream);
+  // Makes future work on `stream` wait for the last record() (no host wait).
+  Status wait(void* stream) const;
+  // Blocks until the work captured by the last record() has finished.
+  Status synchronize() const;
+  // True when that work has finished (true when never recorded).
+  StatusOr<bool> query() const;
+  // Milliseconds from `start` to this event; both timing events, both done.
+  StatusOr<float> elapsed_ms_since(const CudaEvent& start) const;
+
+ private:
+  CudaEvent(int device, void* event) : device_(device), event_(event) {}
+  void reset();
+
+  int device_ = -1;
+  void* event_ = nullptr;
+};
+
+// Synchronous copies and fill for tests and verification (slow path: each one
+// waits for the device). Pointers may be device, pinned or pageable host
+// memory (unified addressing decides the direction).
+Status copy_device_to_host(std::span<std::byte> dst, const std::byte* device_src);
+Status copy_host_to_device(std::byte* device_dst, std::span<const std::byte> src);
+Status copy_device_to_device(std::byte* device_dst, const std::byte* device_src, std::uint64_t bytes);
+// Sets `bytes` bytes at device_dst to `value` (0..255), on the pointer's device.
+Status device_memset(std::byte* device_dst, int value, std::uint64_t bytes);
+
+}  // namespace refit
