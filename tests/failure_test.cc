@@ -79,6 +79,29 @@ INSTANTIATE_TEST_SUITE_P(Roles, KillTest,
                            return v + "_" + info.param.transport + "_" + std::to_string(info.param.delay_ms) + "ms";
                          });
 
+// DESIGN.md rules 2 and 8: a trainer that packs engine rank 0's shards for
+// engine rank 1 (what a transposed payload list does) moves bytes of the right
+// sizes and names — tiny's shards over 2 ranks are even, so no shape check
+// can see it — and only verification by content catches it. The refit must
+// fail with data_loss naming the tensor and the rank, and commit nothing.
+// Catches: an engine that reports success without checking content, or
+// content that does not depend on the global byte offset.
+TEST(WrongRank, ShardsPackedForAnotherRankFailVerification) {
+  JobSpec spec;
+  spec.refits = 2;
+  spec.extra["trainer rank 1"] = {"--debug-pack-rank", "0"};
+  ProcessGroup group;
+  ASSERT_TRUE(start_job(group, spec));
+  ASSERT_TRUE(group.wait_all(60)) << group.all_stderr();
+  EXPECT_NE(group.exit_code("coordinator"), 0);
+  std::string err = group.err("coordinator");
+  EXPECT_NE(err.find("data_loss"), std::string::npos) << err;
+  EXPECT_NE(err.find("engine rank 1: tensor 'model.embed_tokens.weight' is wrong"), std::string::npos) << err;
+  auto report = nlohmann::json::parse(group.report());
+  EXPECT_FALSE(report["verified"].get<bool>());
+  EXPECT_TRUE(report["refits"].empty()) << report.dump();
+}
+
 // Catches: a rank that keeps running after the coordinator died.
 TEST(CoordinatorLost, EveryRankExitsNamingTheCoordinator) {
   JobSpec spec;

@@ -1,7 +1,7 @@
 // Transport: how the bytes of a bucket get from a trainer rank into a slot of
 // an engine rank's receive pool.
 //
-// Every transport (shm, tcp; later cuda_ipc, ucx, nccl) implements the same
+// Every transport (shm, tcp, cuda_ipc; later ucx, nccl) implements the same
 // three small interfaces, so nothing above them knows which one runs:
 //
 //   Transport     a factory per process; capabilities; creates the two ends.
@@ -22,8 +22,10 @@
 //
 // Completion contract: once poll(ticket) has returned true, the bytes are
 // visible to the target process (for tcp: written to the link in order before
-// anything sent after them). The source buffer may be reused once poll has
-// returned true or the ticket was cancelled.
+// anything sent after them; for cuda_ipc: the copy into the device memory has
+// finished). The source buffer may be reused once poll has returned true, or
+// once the RemoteTarget was destroyed (a cancelled copy may still be reading
+// it until then).
 #pragma once
 
 #include <cstddef>
@@ -45,6 +47,7 @@ struct TransportCapabilities {
   bool cross_host = false;     // works between hosts
   bool host_memory = true;     // can target host memory
   bool device_memory = false;  // can target CUDA device memory
+  bool direct = false;         // can expose existing memory for one-sided writes: direct mode (expose_memory)
 };
 
 struct PoolOptions {
@@ -64,8 +67,13 @@ class TargetMemory {
   virtual std::string descriptor() const = 0;
   virtual int slots() const = 0;
   virtual std::uint64_t slot_bytes() const = 0;
-  // Local address of slot i (0 <= i < slots()).
+  // Local address of slot i (0 <= i < slots()); nullptr out of range. A
+  // device address when memory() is kCuda: read it on a stream of device().
   virtual std::byte* slot(int i) = 0;
+  // Where the slots live: kHost, or kCuda on device() (a local CUDA index;
+  // -1 for host memory).
+  virtual MemoryKind memory() const = 0;
+  virtual int device() const = 0;
   // Handles one kData frame whose header was just read from `link`: reads its
   // payload into the slot it names. One-sided transports return an error
   // (they never expect one).
@@ -106,6 +114,14 @@ class Transport {
   virtual TransportCapabilities capabilities() const = 0;
   // Engine side: allocate and register the receive pool.
   virtual StatusOr<std::unique_ptr<TargetMemory>> create_target(const PoolOptions& options) = 0;
+  // Engine side, direct mode: exposes EXISTING memory [base, base + bytes)
+  // (`memory` on local CUDA index `device`, -1 for host) as a target of ONE
+  // slot of `bytes` bytes, slot(0) == base, registered once. The caller keeps
+  // ownership: the memory must outlive the target, and initiators must drop
+  // their RemoteTargets before it is freed. Transports without
+  // capabilities().direct return kFailedPrecondition.
+  virtual StatusOr<std::unique_ptr<TargetMemory>> expose_memory(std::byte* base, std::uint64_t bytes,
+                                                                MemoryKind memory, int device) = 0;
   // Trainer side: open a target from its descriptor. `link` is the data-plane
   // link to that engine rank; it must outlive the RemoteTarget.
   virtual StatusOr<std::unique_ptr<RemoteTarget>> open_target(const std::string& descriptor,

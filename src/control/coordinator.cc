@@ -405,14 +405,18 @@ class Coordinator {
   // returns the name of one whose connection closed, if any.
   std::optional<std::string> find_lost_member(const std::vector<Member*>& all, const Member* reporter) {
     Deadline grace = Deadline::After(std::chrono::milliseconds(500));
+    // A member that reported its own failure and then exited is not "lost".
+    std::vector<bool> reported(all.size(), false);
     while (!grace.expired()) {
       std::vector<pollfd> fds;
       for (Member* m : all) fds.push_back({m->link->fd(), POLLIN, 0});
       if (::poll(fds.data(), fds.size(), std::min(grace.remaining_ms(), 50)) <= 0) continue;
       for (std::size_t i = 0; i < all.size(); ++i) {
-        if (all[i] == reporter || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        if (all[i] == reporter || reported[i] || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         // Drain what the member still sends; an error means it is gone.
-        if (!recv_control(*all[i]->link, Deadline::After(std::chrono::milliseconds(50))).ok()) return all[i]->name();
+        auto message = recv_control(*all[i]->link, Deadline::After(std::chrono::milliseconds(50)));
+        if (!message.ok()) return all[i]->name();
+        if ((*message)["type"] == "failed") reported[i] = true;
       }
     }
     return std::nullopt;

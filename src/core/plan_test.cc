@@ -40,6 +40,9 @@ TEST(TensorSpec, NumelAndBytes) {
   EXPECT_EQ(T("s", DType::kFloat32, {}).numel(), 1);
   EXPECT_EQ(T("s", DType::kFloat32, {}).nbytes(), 4u);
   EXPECT_EQ(T("z", DType::kBFloat16, {4, 0, 7}).numel(), 0);
+  // catches: a zero dim after dims whose product overflows reported as overflow.
+  EXPECT_EQ(T("z", DType::kUInt8, {1ll << 40, 1ll << 40, 0}).numel(), 0);
+  EXPECT_TRUE(validate_spec(T("z", DType::kUInt8, {1ll << 40, 1ll << 40, 0})).ok());
   EXPECT_EQ(T("w", DType::kBFloat16, {4096, 128}).nbytes(), 4096u * 128 * 2);
 }
 
@@ -448,6 +451,11 @@ TEST(PlanProperty, RandomStreams) {
       auto redim = specs;
       redim[i].shape.back() += 1;
       EXPECT_NE(MustPlan(redim, B).digest, p.digest) << "dim of " << i;
+    }
+    if (specs[i].shape.size() >= 2 && specs[i].shape.front() != specs[i].shape.back()) {
+      auto swapped = specs;  // same bytes, same layout: only the dims differ
+      std::swap(swapped[i].shape.front(), swapped[i].shape.back());
+      EXPECT_NE(MustPlan(swapped, B).digest, p.digest) << "swapped dims of " << i;
     }
   }
   // The generator must reach the interesting cases, or the checks above prove little.

@@ -693,6 +693,8 @@ class FakePool : public TargetMemory {
   std::byte* slot(int i) override { return mem_.data() + i * bytes_; }
   Status receive_data(Link&, const FrameHeader&, Deadline) override { return Internal("fake pool"); }
   Status seal() override { return Status::Ok(); }
+  MemoryKind memory() const override { return MemoryKind::kHost; }
+  int device() const override { return -1; }
 
  private:
   int slots_;

@@ -28,6 +28,10 @@ struct RankOptions {
   std::string transport = "shm";
   double setup_timeout_s = 60;
   double refit_timeout_s = 300;
+  // Fault injection for tests (trainer only): pack the shards of this engine
+  // rank instead of the fed rank's, as a transposed payload list would.
+  // -1: off.
+  int debug_pack_rank = -1;
 };
 
 struct EngineOptions : RankOptions {

@@ -47,6 +47,7 @@ class TrainerRank {
     RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
     ASSIGN_OR_RETURN(model_, make_model(options_.model, options_.layers));
     engine_rank_ = options_.rank % options_.engine_ranks;
+    pack_rank_ = options_.debug_pack_rank >= 0 ? options_.debug_pack_rank % options_.engine_ranks : engine_rank_;
     ASSIGN_OR_RETURN(plan_, make_plan(engine_stream(model_, engine_rank_, options_.engine_ranks), options_.bucket_size));
     ASSIGN_OR_RETURN(transport_, make_transport(options_.transport));
 
@@ -142,7 +143,7 @@ class TrainerRank {
     const bool in_place = dst != nullptr;
     if (!in_place) dst = staging_.data();
     for (const PlanEntry& e : bucket.entries) {
-      copy_shard_range(model_.weights[e.tensor], engine_rank_, options_.engine_ranks, weights_[e.tensor].data(),
+      copy_shard_range(model_.weights[e.tensor], pack_rank_, options_.engine_ranks, weights_[e.tensor].data(),
                        e.tensor_offset, std::span<std::byte>(dst + e.bucket_offset, e.bytes));
     }
     if (!in_place) {
@@ -169,6 +170,7 @@ class TrainerRank {
   RankOptions options_;
   Model model_;
   int engine_rank_ = 0;
+  int pack_rank_ = 0;  // == engine_rank_ unless a test injects a fault
   Plan plan_;
   // Destroyed in reverse order: the client's reader thread (which may shut
   // the link down) stops first, then the target, then the link it uses.

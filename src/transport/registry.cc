@@ -2,6 +2,7 @@
 // (plus its factory's header); nothing else in refit names a transport.
 #include <iterator>
 
+#include "transport/cuda_ipc/cuda_ipc_transport.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
 
@@ -16,6 +17,9 @@ struct Registered {
 constexpr Registered kTransports[] = {
     {"shm", &make_shm_transport},
     {"tcp", &make_tcp_transport},
+#if REFIT_HAVE_CUDA
+    {"cuda_ipc", &make_cuda_ipc_transport},  // needs the CUDA runtime: built only with CUDA
+#endif
 };
 
 }  // namespace

@@ -125,6 +125,9 @@ int main(int argc, char** argv) {
   std::string trainer_bucket = "4MiB";
   auto* trainer_cmd = app.add_subcommand("trainer", "Run one trainer rank");
   add_rank_flags(trainer_cmd, trainer, trainer_bucket);
+  trainer_cmd->add_option("--debug-pack-rank", trainer.debug_pack_rank,
+                          "Fault injection for tests: pack another engine rank's shards")
+      ->group("");  // hidden
 
   // engine
   refit::EngineOptions engine;

@@ -107,6 +107,8 @@ class ShmTarget final : public TargetMemory {
   }
   int slots() const override { return slots_; }
   std::uint64_t slot_bytes() const override { return slot_bytes_; }
+  MemoryKind memory() const override { return MemoryKind::kHost; }
+  int device() const override { return -1; }
   std::byte* slot(int i) override {
     if (i < 0 || i >= slots_) return nullptr;
     return base_ + static_cast<std::uint64_t>(i) * slot_bytes_;
@@ -248,6 +250,10 @@ class ShmTransport final : public Transport {
     ::close(fd);
     return std::unique_ptr<TargetMemory>(
         new ShmTarget(name, owner, options.slots, options.slot_bytes, static_cast<std::byte*>(base)));
+  }
+
+  StatusOr<std::unique_ptr<TargetMemory>> expose_memory(std::byte*, std::uint64_t, MemoryKind, int) override {
+    return FailedPrecondition("transport shm cannot expose existing memory (direct mode needs cuda_ipc)");
   }
 
   StatusOr<std::unique_ptr<RemoteTarget>> open_target(const std::string& descriptor, Link* link) override {

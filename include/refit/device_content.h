@@ -1,0 +1,33 @@
+// Deterministic weight content on the GPU: the exact byte function of
+// refit/content.h (byte b of a tensor is byte b % 8, little-endian, of
+// splitmix64's output for key + (b / 8 + 1) * golden), generated and checked
+// in device memory at memory speed, so that tens of GB can be filled and
+// verified without a host round-trip per byte.
+//
+// Pointers are device memory the stream's device can address (its own, or a
+// peer's mapped through CUDA IPC / peer access). `stream` is a cudaStream_t
+// (nullptr: the legacy default stream of the pointer's device).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "refit/status.h"
+
+namespace refit {
+
+// Writes the content bytes [offset, offset + bytes) of the tensor with `key`
+// to dst (any alignment). ASYNCHRONOUS: enqueued on `stream`; synchronize the
+// stream (or record and wait for an event) before another stream or process
+// reads dst. Equals fill_content(key, offset, {dst, bytes}) byte for byte.
+Status fill_content_device(std::uint64_t key, std::uint64_t offset, std::byte* dst, std::uint64_t bytes,
+                           void* stream);
+
+// The offset (relative to src) of the first byte of [src, src + bytes) that
+// differs from the content at [offset, offset + bytes), or -1 when all match.
+// SYNCHRONOUS: runs on `stream` after the work already queued there and waits
+// for the answer. Equals first_content_mismatch(key, offset, {src, bytes}).
+StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t key, std::uint64_t offset, const std::byte* src,
+                                                     std::uint64_t bytes, void* stream);
+
+}  // namespace refit

@@ -1,0 +1,406 @@
+// BatchedCopier: every run of a bucket in one kernel launch.
+//
+// Host side: each CopyRun becomes one to three descriptors (an unaligned head,
+// a vector-aligned body, a tail, when src and dst share their misalignment),
+// each descriptor is cut into pieces of at most kPieceBytes (several whole
+// rows, or one segment of a long row), and first_piece[] holds the prefix sum
+// of piece counts. Device side: warp w copies pieces w, w + W, w + 2W, ... (W
+// warps in the grid); it finds a piece's descriptor with a 32-way warp search
+// over first_piece[] (the last descriptor whose first piece is <= the piece),
+// starting from the previous answer since its pieces only increase.
+#include "refit/batched_copy.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.h"
+
+namespace refit {
+namespace {
+
+constexpr std::uint32_t kPieceBytes = 32 * 1024;  // one warp's unit of work
+constexpr int kThreads = 256;
+constexpr int kUnroll = 4;  // independent vector loads in flight per thread
+// A run is split into head/body/tail only when the body gains this much.
+constexpr std::uint64_t kSplitMinBytes = 256;
+
+// One descriptor as the kernel reads it (64 bytes).
+struct DevRun {
+  const std::byte* src;
+  std::byte* dst;
+  std::uint64_t src_pitch;
+  std::uint64_t dst_pitch;
+  std::uint64_t row_bytes;
+  std::uint64_t rows;
+  std::uint32_t rows_per_piece;  // whole rows per piece (1 when pieces_per_row > 1)
+  std::uint32_t pieces_per_row;  // > 1 when a row is longer than kPieceBytes
+  std::uint32_t vec;             // access width in bytes: 16, 8, 4, 2 or 1
+  std::uint32_t pad;
+};
+static_assert(sizeof(DevRun) == 64);
+
+template <int V>
+struct VecType;
+template <>
+struct VecType<16> {
+  using type = uint4;
+};
+template <>
+struct VecType<8> {
+  using type = uint2;
+};
+template <>
+struct VecType<4> {
+  using type = unsigned int;
+};
+template <>
+struct VecType<2> {
+  using type = unsigned short;
+};
+template <>
+struct VecType<1> {
+  using type = unsigned char;
+};
+
+// Copies an nr x nc rectangle of V-byte elements (nr * nc * V <= kPieceBytes);
+// the warp's lanes stride over the elements in row-major order.
+template <int V>
+__device__ __forceinline__ void copy_rect(const std::byte* __restrict__ src, std::byte* __restrict__ dst,
+                                          std::uint32_t nr, std::uint32_t nc, std::uint64_t src_pitch,
+                                          std::uint64_t dst_pitch, unsigned lane) {
+  using T = typename VecType<V>::type;
+  const std::uint32_t total = nr * nc;
+  if (nr == 1) {
+    const T* s = reinterpret_cast<const T*>(src);
+    T* d = reinterpret_cast<T*>(dst);
+    for (std::uint32_t base = lane; base < total; base += 32 * kUnroll) {
+      T v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const std::uint32_t e = base + u * 32;
+        if (e < total) v[u] = s[e];
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const std::uint32_t e = base + u * 32;
+        if (e < total) d[e] = v[u];
+      }
+    }
+    return;
+  }
+  for (std::uint32_t base = lane; base < total; base += 32 * kUnroll) {
+    T v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::uint32_t e = base + u * 32;
+      if (e < total) {
+        const std::uint32_t r = e / nc;
+        const std::uint32_t c = e - r * nc;
+        v[u] = *reinterpret_cast<const T*>(src + r * src_pitch + static_cast<std::uint64_t>(c) * V);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::uint32_t e = base + u * 32;
+      if (e < total) {
+        const std::uint32_t r = e / nc;
+        const std::uint32_t c = e - r * nc;
+        *reinterpret_cast<T*>(dst + r * dst_pitch + static_cast<std::uint64_t>(c) * V) = v[u];
+      }
+    }
+  }
+}
+
+// The last descriptor index r in [lo, n) with first_piece[r] <= piece. Every
+// lane of the warp calls it with the same arguments and gets the same answer.
+// REQUIRES first_piece[lo] <= piece < first_piece[n], first_piece non-decreasing.
+__device__ __forceinline__ std::uint32_t find_run(const std::uint64_t* __restrict__ first_piece, std::uint32_t lo,
+                                                  std::uint32_t n, std::uint64_t piece, unsigned lane) {
+  std::uint32_t hi = n;  // the answer is in [lo, hi)
+  while (hi - lo > 1) {
+    const std::uint64_t span = hi - lo;
+    const std::uint32_t probe = lo + static_cast<std::uint32_t>(span * lane / 32);
+    const unsigned ok = __ballot_sync(0xffffffffu, __ldg(first_piece + probe) <= piece);
+    const int k = 31 - __clz(static_cast<int>(ok));  // last lane whose probe is <= piece (lane 0 always is)
+    const std::uint32_t new_lo = lo + static_cast<std::uint32_t>(span * k / 32);
+    hi = k == 31 ? hi : lo + static_cast<std::uint32_t>(span * (k + 1) / 32);
+    lo = new_lo;
+  }
+  return lo;
+}
+
+__global__ void __launch_bounds__(kThreads) batched_copy_kernel(const DevRun* __restrict__ runs,
+                                                                const std::uint64_t* __restrict__ first_piece,
+                                                                std::uint32_t n, std::uint64_t total_pieces) {
+  const unsigned lane = threadIdx.x & 31u;
+  const std::uint64_t warp = (static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const std::uint64_t warps = (static_cast<std::uint64_t>(gridDim.x) * blockDim.x) >> 5;
+  std::uint32_t r = 0;
+  for (std::uint64_t p = warp; p < total_pieces; p += warps) {
+    r = find_run(first_piece, r, n, p, lane);
+    const DevRun& d = runs[r];
+    const std::uint64_t local = p - __ldg(first_piece + r);
+    const std::uint32_t ppr = d.pieces_per_row;
+    std::uint64_t row0, col0;
+    std::uint32_t nr, ncb;
+    if (ppr > 1) {
+      row0 = local / ppr;
+      col0 = (local - row0 * ppr) * kPieceBytes;
+      nr = 1;
+      ncb = static_cast<std::uint32_t>(min(static_cast<std::uint64_t>(kPieceBytes), d.row_bytes - col0));
+    } else {
+      row0 = local * d.rows_per_piece;
+      col0 = 0;
+      nr = static_cast<std::uint32_t>(min(static_cast<std::uint64_t>(d.rows_per_piece), d.rows - row0));
+      ncb = static_cast<std::uint32_t>(d.row_bytes);
+    }
+    const std::byte* src = d.src + row0 * d.src_pitch + col0;
+    std::byte* dst = d.dst + row0 * d.dst_pitch + col0;
+    switch (d.vec) {
+      case 16: copy_rect<16>(src, dst, nr, ncb / 16, d.src_pitch, d.dst_pitch, lane); break;
+      case 8: copy_rect<8>(src, dst, nr, ncb / 8, d.src_pitch, d.dst_pitch, lane); break;
+      case 4: copy_rect<4>(src, dst, nr, ncb / 4, d.src_pitch, d.dst_pitch, lane); break;
+      case 2: copy_rect<2>(src, dst, nr, ncb / 2, d.src_pitch, d.dst_pitch, lane); break;
+      default: copy_rect<1>(src, dst, nr, ncb, d.src_pitch, d.dst_pitch, lane); break;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- host side
+
+// Largest access width that src, dst, row_bytes and (for 2-D) both pitches allow.
+std::uint32_t best_vec(std::uintptr_t s, std::uintptr_t d, std::uint64_t row_bytes, std::uint64_t rows,
+                       std::uint64_t sp, std::uint64_t dp) {
+  std::uint64_t x = s | d | row_bytes;
+  if (rows > 1) x |= sp | dp;
+  for (std::uint32_t v : {16u, 8u, 4u, 2u}) {
+    if (x % v == 0) return v;
+  }
+  return 1;
+}
+
+// Appends descriptors to `out` (capacity checked by the caller: at most 3 per run).
+class DescriptorWriter {
+ public:
+  DescriptorWriter(DevRun* runs, std::uint64_t* first_piece) : runs_(runs), first_piece_(first_piece) {}
+
+  void add(const CopyRun& run) {
+    const auto s = reinterpret_cast<std::uintptr_t>(run.src);
+    const auto d = reinterpret_cast<std::uintptr_t>(run.dst);
+    const std::uint64_t rb = run.row_bytes;
+    const std::uint32_t v = best_vec(s, d, rb, run.rows, run.src_pitch, run.dst_pitch);
+    if (v < 16 && rb >= kSplitMinBytes) {
+      for (std::uint32_t w : {16u, 8u, 4u, 2u}) {
+        if (w <= v) break;
+        if (s % w != d % w) continue;
+        if (run.rows > 1 && ((run.src_pitch | run.dst_pitch) % w) != 0) continue;
+        const std::uint64_t head = (w - s % w) % w;
+        const std::uint64_t body = (rb - head) / w * w;
+        const std::uint64_t tail = rb - head - body;
+        if (body < kSplitMinBytes) continue;
+        push(run.src, run.dst, head, run);
+        push(run.src + head, run.dst + head, body, run);
+        push(run.src + head + body, run.dst + head + body, tail, run);
+        return;
+      }
+    }
+    push(run.src, run.dst, rb, run);
+  }
+
+  std::uint32_t count() const { return n_; }
+  std::uint64_t pieces() const { return pieces_; }
+  std::uint64_t bytes() const { return bytes_; }
+
+ private:
+  void push(const std::byte* src, std::byte* dst, std::uint64_t row_bytes, const CopyRun& run) {
+    if (row_bytes == 0) return;
+    DevRun& r = runs_[n_];
+    r.src = src;
+    r.dst = dst;
+    r.rows = run.rows;
+    r.row_bytes = row_bytes;
+    r.src_pitch = run.rows > 1 ? run.src_pitch : row_bytes;
+    r.dst_pitch = run.rows > 1 ? run.dst_pitch : row_bytes;
+    r.vec = best_vec(reinterpret_cast<std::uintptr_t>(src), reinterpret_cast<std::uintptr_t>(dst), row_bytes,
+                     run.rows, r.src_pitch, r.dst_pitch);
+    r.pad = 0;
+    std::uint64_t pieces;
+    if (row_bytes > kPieceBytes) {
+      r.pieces_per_row = static_cast<std::uint32_t>((row_bytes + kPieceBytes - 1) / kPieceBytes);
+      r.rows_per_piece = 1;
+      pieces = run.rows * r.pieces_per_row;
+    } else {
+      r.pieces_per_row = 1;
+      r.rows_per_piece = static_cast<std::uint32_t>(std::min<std::uint64_t>(run.rows, kPieceBytes / row_bytes));
+      pieces = (run.rows + r.rows_per_piece - 1) / r.rows_per_piece;
+    }
+    first_piece_[n_] = pieces_;
+    pieces_ += pieces;
+    bytes_ += row_bytes * run.rows;
+    ++n_;
+  }
+
+  DevRun* runs_;
+  std::uint64_t* first_piece_;
+  std::uint32_t n_ = 0;
+  std::uint64_t pieces_ = 0;
+  std::uint64_t bytes_ = 0;
+};
+
+Status validate(std::span<const CopyRun> runs) {
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const CopyRun& r = runs[i];
+    if (r.rows == 0 || r.row_bytes == 0) continue;
+    const std::string where = "BatchedCopier::copy: run " + std::to_string(i) + " of " + std::to_string(runs.size());
+    if (r.src == nullptr || r.dst == nullptr) return InvalidArgument(where + ": null src or dst");
+    if (r.rows > 1 && (r.src_pitch < r.row_bytes || r.dst_pitch < r.row_bytes)) {
+      return InvalidArgument(where + ": pitches (src " + std::to_string(r.src_pitch) + ", dst " +
+                             std::to_string(r.dst_pitch) + ") must be >= row_bytes " + std::to_string(r.row_bytes) +
+                             " for " + std::to_string(r.rows) + " rows");
+    }
+    if (r.rows > (1ull << 40) || r.row_bytes > (1ull << 48)) {
+      return InvalidArgument(where + ": implausible size (" + std::to_string(r.rows) + " rows of " +
+                             std::to_string(r.row_bytes) + " bytes)");
+    }
+  }
+  if (runs.size() > (1u << 29)) return InvalidArgument("BatchedCopier::copy: too many runs");
+  return Status::Ok();
+}
+
+std::uint64_t round_up(std::uint64_t x, std::uint64_t to) { return (x + to - 1) / to * to; }
+
+}  // namespace
+
+StatusOr<BatchedCopier> BatchedCopier::Create(int device) {
+  ScopedDevice scope(device);
+  RETURN_IF_ERROR(scope.status().WithContext("BatchedCopier::Create"));
+  int sms = 0, per_sm = 0;
+  RETURN_IF_ERROR(cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                             "BatchedCopier::Create: multiprocessor count of device " + std::to_string(device)));
+  RETURN_IF_ERROR(cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, batched_copy_kernel, kThreads, 0),
+                             "BatchedCopier::Create: occupancy of the copy kernel on device " + std::to_string(device)));
+  BatchedCopier c;
+  c.device_ = device;
+  c.max_blocks_ = std::max(1, sms * std::max(1, per_sm));
+  c.slots_.resize(kSlots);
+  for (Slot& slot : c.slots_) {
+    ASSIGN_OR_RETURN(slot.done, CudaEvent::Create(device));
+  }
+  return StatusOr<BatchedCopier>(std::move(c));  // nvcc's front end lacks C++20's implicit move here
+}
+
+BatchedCopier::~BatchedCopier() {
+  // The kernel or the upload may still read a slot's scratch: wait before freeing.
+  const Status s = synchronize();
+  if (!s.ok()) std::fprintf(stderr, "refit: ~BatchedCopier: %s\n", s.ToString().c_str());
+}
+
+BatchedCopier::BatchedCopier(BatchedCopier&& o) noexcept
+    : device_(std::exchange(o.device_, -1)),
+      max_blocks_(o.max_blocks_),
+      slots_(std::move(o.slots_)),
+      next_slot_(o.next_slot_),
+      last_descriptors_(o.last_descriptors_),
+      last_pieces_(o.last_pieces_),
+      last_bytes_(o.last_bytes_) {
+  o.slots_.clear();
+}
+
+BatchedCopier& BatchedCopier::operator=(BatchedCopier&& o) noexcept {
+  if (this != &o) {
+    (void)synchronize();
+    device_ = std::exchange(o.device_, -1);
+    max_blocks_ = o.max_blocks_;
+    slots_ = std::move(o.slots_);
+    o.slots_.clear();
+    next_slot_ = o.next_slot_;
+    last_descriptors_ = o.last_descriptors_;
+    last_pieces_ = o.last_pieces_;
+    last_bytes_ = o.last_bytes_;
+  }
+  return *this;
+}
+
+Status BatchedCopier::synchronize() {
+  Status first;
+  for (Slot& slot : slots_) {
+    if (!slot.in_flight) continue;
+    const Status s = slot.done.synchronize();
+    slot.in_flight = false;
+    if (!s.ok() && first.ok()) {
+      first = s.WithContext("BatchedCopier on device " + std::to_string(device_) + ": a batched copy failed");
+    }
+  }
+  return first;
+}
+
+Status BatchedCopier::copy(std::span<const CopyRun> runs, void* stream) {
+  if (slots_.empty()) return FailedPrecondition("BatchedCopier::copy on an empty (moved-from) copier");
+  RETURN_IF_ERROR(validate(runs));
+  std::uint64_t nonempty = 0;
+  for (const CopyRun& r : runs) nonempty += (r.rows != 0 && r.row_bytes != 0);
+  last_descriptors_ = last_pieces_ = last_bytes_ = 0;
+  if (nonempty == 0) return Status::Ok();
+
+  const std::string where = "BatchedCopier::copy on device " + std::to_string(device_);
+  ScopedDevice scope(device_);
+  RETURN_IF_ERROR(scope.status().WithContext(where));
+
+  // Take the oldest slot; wait until the launch that last read it has finished.
+  Slot& slot = slots_[next_slot_];
+  next_slot_ = (next_slot_ + 1) % static_cast<int>(slots_.size());
+  if (slot.in_flight) {
+    RETURN_IF_ERROR(slot.done.synchronize().WithContext(where + ": waiting for an earlier batched copy"));
+    slot.in_flight = false;
+  }
+
+  // Layout: DevRun[max_desc] then first_piece[max_desc + 1].
+  const std::uint64_t max_desc = 3 * nonempty;
+  const std::uint64_t runs_bytes = max_desc * sizeof(DevRun);
+  const std::uint64_t need = runs_bytes + (max_desc + 1) * sizeof(std::uint64_t);
+  if (slot.host.size() < need) {
+    const std::uint64_t cap = round_up(std::max<std::uint64_t>(need + need / 2, 64 * 1024), 4096);
+    slot.host = PinnedBuffer();
+    slot.device = DeviceBuffer();
+    ASSIGN_OR_RETURN(slot.host, PinnedBuffer::Allocate(cap));
+    ASSIGN_OR_RETURN(slot.device, DeviceBuffer::Allocate(device_, cap));
+  }
+
+  auto* host_runs = reinterpret_cast<DevRun*>(slot.host.data());
+  auto* host_first = reinterpret_cast<std::uint64_t*>(slot.host.data() + runs_bytes);
+  DescriptorWriter writer(host_runs, host_first);
+  for (const CopyRun& r : runs) {
+    if (r.rows != 0 && r.row_bytes != 0) writer.add(r);
+  }
+  const std::uint32_t n = writer.count();
+  // Pack first_piece right after the descriptors actually written.
+  auto* packed_first = reinterpret_cast<std::uint64_t*>(slot.host.data() + n * sizeof(DevRun));
+  std::copy(host_first, host_first + n, packed_first);  // ranges may overlap only forward-safe (dst <= src)
+  packed_first[n] = writer.pieces();
+  const std::uint64_t upload = n * sizeof(DevRun) + (n + 1) * sizeof(std::uint64_t);
+
+  auto* s = static_cast<cudaStream_t>(stream);
+  RETURN_IF_ERROR(cuda_check(cudaMemcpyAsync(slot.device.data(), slot.host.data(), upload, cudaMemcpyHostToDevice, s),
+                             where + ": uploading " + std::to_string(n) + " descriptors"));
+  const std::uint64_t warps_wanted = writer.pieces();
+  const std::uint64_t blocks_wanted = (warps_wanted * 32 + kThreads - 1) / kThreads;
+  const unsigned blocks = static_cast<unsigned>(std::min<std::uint64_t>(blocks_wanted, max_blocks_));
+  batched_copy_kernel<<<blocks, kThreads, 0, s>>>(
+      reinterpret_cast<const DevRun*>(slot.device.data()),
+      reinterpret_cast<const std::uint64_t*>(slot.device.data() + n * sizeof(DevRun)), n, writer.pieces());
+  RETURN_IF_ERROR(cuda_check_launch(where + ": batched_copy_kernel (" + std::to_string(n) + " descriptors, " +
+                                    std::to_string(writer.pieces()) + " pieces, " + std::to_string(blocks) +
+                                    " blocks)"));
+  RETURN_IF_ERROR(slot.done.record(stream).WithContext(where));
+  slot.in_flight = true;
+  last_descriptors_ = n;
+  last_pieces_ = writer.pieces();
+  last_bytes_ = writer.bytes();
+  return Status::Ok();
+}
+
+}  // namespace refit

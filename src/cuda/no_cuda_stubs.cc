@@ -1,0 +1,34 @@
+// Builds without CUDA: the .cu files are not compiled, so their public
+// functions are defined here and fail with kFailedPrecondition.
+#if !REFIT_HAVE_CUDA
+
+#include <string>
+
+#include "refit/batched_copy.h"
+#include "refit/device_content.h"
+
+namespace refit {
+namespace {
+Status no_cuda(std::string_view what) {
+  return FailedPrecondition(std::string(what) + ": refit was built without CUDA");
+}
+}  // namespace
+
+StatusOr<BatchedCopier> BatchedCopier::Create(int) { return no_cuda("BatchedCopier::Create"); }
+BatchedCopier::~BatchedCopier() = default;
+BatchedCopier::BatchedCopier(BatchedCopier&&) noexcept = default;
+BatchedCopier& BatchedCopier::operator=(BatchedCopier&&) noexcept = default;
+Status BatchedCopier::copy(std::span<const CopyRun>, void*) { return no_cuda("BatchedCopier::copy"); }
+Status BatchedCopier::synchronize() { return no_cuda("BatchedCopier::synchronize"); }
+
+Status fill_content_device(std::uint64_t, std::uint64_t, std::byte*, std::uint64_t, void*) {
+  return no_cuda("fill_content_device");
+}
+StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t, std::uint64_t, const std::byte*, std::uint64_t,
+                                                     void*) {
+  return no_cuda("first_content_mismatch_device");
+}
+
+}  // namespace refit
+
+#endif  // !REFIT_HAVE_CUDA

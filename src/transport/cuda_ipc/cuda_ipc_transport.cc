@@ -1,0 +1,454 @@
+#include "transport/cuda_ipc/cuda_ipc_transport.h"
+
+#if REFIT_HAVE_CUDA
+
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>  // PFN_cuMemGetAddressRange (a driver entry point; no libcuda link)
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <mutex>
+#include <set>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "cuda/cuda_check.h"
+#include "refit/device.h"
+#include "transport/cuda_ipc/cuda_ipc_descriptor.h"
+
+namespace refit {
+namespace {
+
+static_assert(sizeof(cudaIpcMemHandle_t) == kCudaIpcHandleBytes, "cudaIpcMemHandle_t changed size");
+
+// Destructors cannot return a Status: report and carry on.
+void report_teardown_error(cudaError_t err, std::string_view what) {
+  if (err == cudaSuccess || err == cudaErrorCudartUnloading) return;
+  std::fprintf(stderr, "refit: cuda_ipc: %.*s failed: %s (%s)\n", static_cast<int>(what.size()), what.data(),
+               cudaGetErrorString(err), cudaGetErrorName(err));
+}
+
+std::string pointer_text(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+std::string on_device(int device) { return " on device " + std::to_string(device); }
+
+bool in_range(int slot, std::uint64_t offset, std::uint64_t bytes, int slots, std::uint64_t slot_bytes) {
+  return slot >= 0 && slot < slots && offset <= slot_bytes && bytes <= slot_bytes - offset;
+}
+
+// ------------------------------------------------------------ allocations
+
+struct AddressRange {
+  std::byte* base = nullptr;
+  std::uint64_t size = 0;
+};
+
+// The allocation that contains `p` (cuMemGetAddressRange, reached through
+// the runtime's driver entry point so that refit links only cudart).
+StatusOr<AddressRange> allocation_of(const void* p, const std::string& what) {
+  struct Entry {
+    PFN_cuMemGetAddressRange_v3020 fn = nullptr;
+    Status status;
+  };
+  static const Entry entry = [] {
+    Entry e;
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    e.status = cuda_check(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 3020, cudaEnableDefault, &found),
+                          "cudaGetDriverEntryPointByVersion(cuMemGetAddressRange)");
+    if (e.status.ok() && (found != cudaDriverEntryPointSuccess || fn == nullptr)) {
+      e.status = FailedPrecondition("the CUDA driver has no cuMemGetAddressRange (entry point query result " +
+                                    std::to_string(static_cast<int>(found)) + ")");
+    }
+    if (e.status.ok()) e.fn = reinterpret_cast<PFN_cuMemGetAddressRange_v3020>(fn);
+    return e;
+  }();
+  RETURN_IF_ERROR(entry.status.WithContext(what));
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  const CUresult r = entry.fn(&base, &size, reinterpret_cast<CUdeviceptr>(p));
+  if (r != CUDA_SUCCESS) {
+    return InvalidArgument(what + ": cuMemGetAddressRange(" + pointer_text(p) + ") failed with CUresult " +
+                           std::to_string(static_cast<int>(r)) + " (not memory of a CUDA allocation?)");
+  }
+  return AddressRange{reinterpret_cast<std::byte*>(base), static_cast<std::uint64_t>(size)};
+}
+
+// ------------------------------------------------------------ this process's exports
+// CUDA cannot open an IPC handle in the process that exported it. The handles
+// of this process's live targets are kept here so that open_target can say so
+// plainly instead of passing on a driver error.
+
+struct Exports {
+  std::mutex mu;
+  std::multiset<std::string> handles;  // hex
+};
+
+Exports& exports() {
+  static Exports* e = new Exports;  // never destroyed: targets may outlive static destruction
+  return *e;
+}
+
+bool exported_here(const std::string& hex) {
+  Exports& e = exports();
+  std::lock_guard<std::mutex> lock(e.mu);
+  return e.handles.count(hex) != 0;
+}
+
+class ExportRecord {
+ public:
+  explicit ExportRecord(std::string hex) : hex_(std::move(hex)) {
+    Exports& e = exports();
+    std::lock_guard<std::mutex> lock(e.mu);
+    e.handles.insert(hex_);
+  }
+  ~ExportRecord() {
+    Exports& e = exports();
+    std::lock_guard<std::mutex> lock(e.mu);
+    auto it = e.handles.find(hex_);
+    if (it != e.handles.end()) e.handles.erase(it);
+  }
+  ExportRecord(const ExportRecord&) = delete;
+  ExportRecord& operator=(const ExportRecord&) = delete;
+
+ private:
+  std::string hex_;
+};
+
+// ------------------------------------------------------------ target side
+
+class CudaIpcTarget final : public TargetMemory {
+ public:
+  // `pool` owns the memory (create_target) or is empty (expose_memory: the
+  // caller owns it). `base` is slot 0.
+  // `whose` names the memory in errors ("engine rank 2's cuda_ipc pool on device 0").
+  CudaIpcTarget(std::string whose, int device, DeviceBuffer pool, std::byte* base, int slots,
+                std::uint64_t slot_bytes, std::string descriptor, const std::string& handle_hex)
+      : whose_(std::move(whose)),
+        device_(device),
+        pool_(std::move(pool)),
+        base_(base),
+        slots_(slots),
+        slot_bytes_(slot_bytes),
+        descriptor_(std::move(descriptor)),
+        record_(handle_hex) {}
+
+  std::string descriptor() const override { return descriptor_; }
+  int slots() const override { return slots_; }
+  std::uint64_t slot_bytes() const override { return slot_bytes_; }
+  MemoryKind memory() const override { return MemoryKind::kCuda; }
+  int device() const override { return device_; }
+  std::byte* slot(int i) override {
+    if (i < 0 || i >= slots_) return nullptr;
+    return base_ + static_cast<std::uint64_t>(i) * slot_bytes_;
+  }
+  Status receive_data(Link& link, const FrameHeader& header, Deadline) override {
+    return FailedPrecondition("protocol error: kData frame (slot " + std::to_string(header.b) + ", " +
+                              std::to_string(header.payload_bytes) + " bytes) from " + link.peer() + " for " +
+                              whose_ + ": cuda_ipc is one-sided and never receives data frames");
+  }
+  Status seal() override { return Status::Ok(); }  // nothing has a name
+
+ private:
+  std::string whose_;
+  int device_;
+  DeviceBuffer pool_;  // freed with its device current, after record_ is gone
+  std::byte* base_;
+  int slots_;
+  std::uint64_t slot_bytes_;
+  std::string descriptor_;
+  ExportRecord record_;
+};
+
+// Exports the allocation starting at `alloc_base` and builds the target whose
+// slot 0 is alloc_base + offset.
+StatusOr<std::unique_ptr<TargetMemory>> export_target(const std::string& whose, int device, DeviceBuffer pool,
+                                                      std::byte* alloc_base, std::uint64_t offset, int slots,
+                                                      std::uint64_t slot_bytes) {
+  ScopedDevice scope(device);
+  RETURN_IF_ERROR(scope.status().WithContext("exporting " + whose));
+  cudaIpcMemHandle_t handle{};
+  const cudaError_t err = cudaIpcGetMemHandle(&handle, alloc_base);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    Status s = cuda_check(err, "cudaIpcGetMemHandle(" + pointer_text(alloc_base) + ") for " + whose);
+    return Status(s.code() == StatusCode::kInternal ? StatusCode::kFailedPrecondition : s.code(),
+                  s.message() +
+                      "; only memory from cudaMalloc can be exported (not cudaMallocAsync pools, cudaMallocManaged, "
+                      "or the virtual memory API, e.g. PyTorch expandable_segments)");
+  }
+  char bus[32] = {};
+  RETURN_IF_ERROR(cuda_check(cudaDeviceGetPCIBusId(bus, sizeof bus, device),
+                             "cudaDeviceGetPCIBusId(" + std::to_string(device) + ") for " + whose));
+  if (!is_pci_bus_id(bus)) {
+    return Internal("cudaDeviceGetPCIBusId(" + std::to_string(device) + ") for " + whose + " gave \"" + bus +
+                    "\", which is not a PCI bus id of the form 0000:3B:00.0");
+  }
+  CudaIpcDescriptor d;
+  d.pci_bus_id = bus;
+  d.slots = slots;
+  d.slot_bytes = slot_bytes;
+  d.offset = offset;
+  std::memcpy(d.handle.data(), &handle, kCudaIpcHandleBytes);
+  std::byte* base = alloc_base + offset;
+  return std::unique_ptr<TargetMemory>(new CudaIpcTarget(whose, device, std::move(pool), base, slots, slot_bytes,
+                                                         format_cuda_ipc_descriptor(d),
+                                                         cuda_ipc_handle_hex(d.handle)));
+}
+
+// ------------------------------------------------------------ initiator side
+
+class CudaIpcRemote final : public RemoteTarget {
+ public:
+  // `mapped` comes from cudaIpcOpenMemHandle in the context of `device`.
+  CudaIpcRemote(std::string what, int device, void* mapped, std::uint64_t offset, int slots,
+                std::uint64_t slot_bytes, CudaStream stream)
+      : what_(std::move(what)),
+        device_(device),
+        mapped_(mapped),
+        base_(static_cast<std::byte*>(mapped) + offset),
+        slots_(slots),
+        slot_bytes_(slot_bytes),
+        stream_(std::move(stream)) {}
+
+  ~CudaIpcRemote() override {
+    // Copies still queued write into the mapping: let them finish first.
+    if (Status s = stream_.synchronize(); !s.ok()) {
+      std::fprintf(stderr, "refit: cuda_ipc: closing %s: %s\n", what_.c_str(), s.ToString().c_str());
+    }
+    pending_.clear();
+    free_events_.clear();
+    ScopedDevice scope(device_);
+    report_teardown_error(cudaIpcCloseMemHandle(mapped_), "cudaIpcCloseMemHandle of " + what_ + on_device(device_));
+  }
+
+  std::byte* mapped_slot(int slot) override {
+    if (slot < 0 || slot >= slots_) return nullptr;
+    return base_ + static_cast<std::uint64_t>(slot) * slot_bytes_;
+  }
+
+  StatusOr<Ticket> submit(int slot, std::uint64_t offset, std::span<const std::byte> bytes, std::uint64_t,
+                          Deadline) override {
+    if (!in_range(slot, offset, bytes.size(), slots_, slot_bytes_)) {
+      return InvalidArgument("write of " + std::to_string(bytes.size()) + " bytes at offset " +
+                             std::to_string(offset) + " into slot " + std::to_string(slot) + " of " + what_ +
+                             " is out of range (slots=" + std::to_string(slots_) +
+                             ", slot_bytes=" + std::to_string(slot_bytes_) + ")");
+    }
+    const std::string where = "slot " + std::to_string(slot) + " of " + what_ + on_device(device_);
+    ScopedDevice scope(device_);
+    RETURN_IF_ERROR(scope.status().WithContext("writing into " + where));
+    std::byte* dst = mapped_slot(slot) + offset;
+    // Packing in place (bytes already at dst) needs no copy.
+    if (!bytes.empty() && bytes.data() != dst) {
+      RETURN_IF_ERROR(cuda_check(cudaMemcpyAsync(dst, bytes.data(), bytes.size(), cudaMemcpyDefault,
+                                                 static_cast<cudaStream_t>(stream_.handle())),
+                                 "cudaMemcpyAsync of " + std::to_string(bytes.size()) + " bytes from " +
+                                     pointer_text(bytes.data()) + " into " + where));
+    }
+    CudaEvent event;
+    if (!free_events_.empty()) {
+      event = std::move(free_events_.back());
+      free_events_.pop_back();
+    } else {
+      ASSIGN_OR_RETURN(event, CudaEvent::Create(device_));
+    }
+    RETURN_IF_ERROR(event.record(stream_.handle()).WithContext("completion event of a write into " + where));
+    pending_.push_back(Pending{next_ticket_, std::move(event)});
+    return next_ticket_++;
+  }
+
+  StatusOr<bool> poll(Ticket ticket) override {
+    if (ticket >= next_ticket_) {
+      return InvalidArgument("poll of unknown ticket " + std::to_string(ticket) + " on " + what_);
+    }
+    // One in-order stream: tickets before the oldest pending one are done.
+    if (pending_.empty() || ticket < pending_.front().ticket) return true;
+    const std::size_t index = static_cast<std::size_t>(ticket - pending_.front().ticket);
+    auto done = pending_[index].event.query();
+    if (!done.ok()) {
+      return done.status().WithContext("write " + std::to_string(ticket) + " into " + what_ + on_device(device_));
+    }
+    if (!*done) return false;
+    for (std::size_t i = 0; i <= index; ++i) {
+      free_events_.push_back(std::move(pending_.front().event));
+      pending_.pop_front();
+    }
+    return true;
+  }
+
+  // A queued copy cannot be withdrawn; it completes (poll sees it) or the
+  // destructor waits for it.
+  void cancel(Ticket) override {}
+
+ private:
+  struct Pending {
+    Ticket ticket;
+    CudaEvent event;
+  };
+
+  std::string what_;
+  int device_;
+  void* mapped_;
+  std::byte* base_;
+  int slots_;
+  std::uint64_t slot_bytes_;
+  CudaStream stream_;
+  std::deque<Pending> pending_;          // contiguous tickets, oldest first
+  std::vector<CudaEvent> free_events_;   // recorded and completed: reusable
+  Ticket next_ticket_ = 0;
+};
+
+// ------------------------------------------------------------ the transport
+
+class CudaIpcTransport final : public Transport {
+ public:
+  std::string name() const override { return "cuda_ipc"; }
+  TransportCapabilities capabilities() const override {
+    TransportCapabilities c;
+    c.one_sided = true;
+    c.cross_host = false;
+    c.host_memory = false;
+    c.device_memory = true;
+    c.direct = true;
+    return c;
+  }
+
+  StatusOr<std::unique_ptr<TargetMemory>> create_target(const PoolOptions& options) override {
+    const std::string owner = options.owner.empty() ? std::string("receiver") : options.owner;
+    if (options.memory != MemoryKind::kCuda) {
+      return FailedPrecondition("cuda_ipc moves device memory; " + owner + "'s pool is host memory");
+    }
+    if (options.slots <= 0 || options.slot_bytes == 0 ||
+        options.slot_bytes > std::numeric_limits<std::uint64_t>::max() / static_cast<std::uint64_t>(options.slots)) {
+      return InvalidArgument("bad receive pool for " + owner + ": slots=" + std::to_string(options.slots) +
+                             ", slot_bytes=" + std::to_string(options.slot_bytes) +
+                             " (both must be positive and their product must fit)");
+    }
+    RETURN_IF_ERROR(check_device(options.device, owner + "'s cuda_ipc pool"));
+    const std::uint64_t size = static_cast<std::uint64_t>(options.slots) * options.slot_bytes;
+    auto pool = DeviceBuffer::Allocate(options.device, size);
+    if (!pool.ok()) return pool.status().WithContext("allocating " + owner + "'s cuda_ipc pool");
+    std::byte* base = pool->data();
+    return export_target(owner + "'s cuda_ipc pool" + on_device(options.device), options.device, std::move(*pool),
+                         base, 0, options.slots, options.slot_bytes);
+  }
+
+  StatusOr<std::unique_ptr<TargetMemory>> expose_memory(std::byte* base, std::uint64_t bytes, MemoryKind memory,
+                                                        int device) override {
+    const std::string what = "memory exposed at " + pointer_text(base) + " (" + std::to_string(bytes) +
+                             " bytes)" + on_device(device);
+    if (memory != MemoryKind::kCuda) {
+      return FailedPrecondition("cuda_ipc moves device memory; the " + what + " is host memory");
+    }
+    if (base == nullptr || bytes == 0) {
+      return InvalidArgument("cuda_ipc cannot expose " + what + ": base must be non-null and bytes positive");
+    }
+    RETURN_IF_ERROR(check_device(device, what));
+    cudaPointerAttributes attr{};
+    RETURN_IF_ERROR(cuda_check(cudaPointerGetAttributes(&attr, base), "cudaPointerGetAttributes for " + what));
+    if (attr.type != cudaMemoryTypeDevice) {
+      return FailedPrecondition("cuda_ipc cannot expose " + what + ": it is not device memory from cudaMalloc " +
+                                "(cudaPointerGetAttributes type " + std::to_string(static_cast<int>(attr.type)) +
+                                ")");
+    }
+    if (attr.device != device) {
+      return FailedPrecondition("cuda_ipc cannot expose " + what + ": the memory is on device " +
+                                std::to_string(attr.device));
+    }
+    ScopedDevice scope(device);
+    RETURN_IF_ERROR(scope.status().WithContext("exposing " + what));
+    ASSIGN_OR_RETURN(const AddressRange alloc, allocation_of(base, "finding the allocation of " + what));
+    const std::uint64_t offset = static_cast<std::uint64_t>(base - alloc.base);
+    if (offset > alloc.size || bytes > alloc.size - offset) {
+      return InvalidArgument("cuda_ipc cannot expose " + what + ": it runs past the end of its allocation (" +
+                             std::to_string(alloc.size) + " bytes at " + pointer_text(alloc.base) + ", the range "
+                             "starts at offset " + std::to_string(offset) + ")");
+    }
+    return export_target("cuda_ipc " + what, device, DeviceBuffer(), alloc.base, offset, 1, bytes);
+  }
+
+  StatusOr<std::unique_ptr<RemoteTarget>> open_target(const std::string& descriptor, Link* link) override {
+    ASSIGN_OR_RETURN(const CudaIpcDescriptor d, parse_cuda_ipc_descriptor(descriptor));
+    const std::string what =
+        "cuda_ipc pool \"" + descriptor + "\"" + (link != nullptr ? " of " + link->peer() : std::string());
+    if (exported_here(cuda_ipc_handle_hex(d.handle))) {
+      return FailedPrecondition("cannot open " + what + ": it was exported by this same process (pid " +
+                                std::to_string(::getpid()) + "), and CUDA opens IPC handles only in other "
+                                "processes; run the initiator in another process or use the memory directly");
+    }
+    // Map it in the context of the GPU that holds it when this process sees
+    // that GPU; else in the current device's context, as a peer.
+    int device = -1;
+    const cudaError_t by_bus = cudaDeviceGetByPCIBusId(&device, d.pci_bus_id.c_str());
+    if (by_bus != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (by_bus != cudaErrorInvalidDevice && by_bus != cudaErrorInvalidValue) {
+        return cuda_check(by_bus, "cudaDeviceGetByPCIBusId(" + d.pci_bus_id + ") opening " + what);
+      }
+      RETURN_IF_ERROR(cuda_check(cudaGetDevice(&device), "cudaGetDevice opening " + what + " (its GPU " +
+                                                             d.pci_bus_id + " is not visible to this process)"));
+    }
+    ScopedDevice scope(device);
+    RETURN_IF_ERROR(scope.status().WithContext("opening " + what));
+    cudaIpcMemHandle_t handle{};
+    std::memcpy(&handle, d.handle.data(), kCudaIpcHandleBytes);
+    void* mapped = nullptr;
+    const cudaError_t err = cudaIpcOpenMemHandle(&mapped, handle, cudaIpcMemLazyEnablePeerAccess);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      Status s = cuda_check(err, "cudaIpcOpenMemHandle" + on_device(device) + " opening " + what);
+      return Status(s.code(), s.message() + "; the exporting process must be alive on this host and still hold "
+                                            "the memory, and must not be this process");
+    }
+    auto close = [&](Status s) {
+      report_teardown_error(cudaIpcCloseMemHandle(mapped), "cudaIpcCloseMemHandle of " + what + on_device(device));
+      return s;
+    };
+    // The descriptor's shape must fit in what was mapped.
+    auto range = allocation_of(mapped, "sizing the mapping of " + what);
+    if (!range.ok()) return close(range.status());
+    const std::uint64_t need = d.offset + static_cast<std::uint64_t>(d.slots) * d.slot_bytes;
+    if (need > range->size) {
+      return close(FailedPrecondition("the allocation behind " + what + " is " + std::to_string(range->size) +
+                                      " bytes, but the descriptor needs " + std::to_string(need)));
+    }
+    auto stream = CudaStream::Create(device);
+    if (!stream.ok()) return close(stream.status().WithContext("opening " + what));
+    return std::unique_ptr<RemoteTarget>(
+        new CudaIpcRemote(what, device, mapped, d.offset, d.slots, d.slot_bytes, std::move(*stream)));
+  }
+
+ private:
+  // `device` must be a visible local CUDA index.
+  static Status check_device(int device, const std::string& what) {
+    if (device < 0) {
+      return FailedPrecondition(what + " needs a CUDA device (device=" + std::to_string(device) +
+                                "; a local index inside CUDA_VISIBLE_DEVICES)");
+    }
+    auto count = cuda_device_count();
+    if (!count.ok()) return count.status().WithContext(what);
+    if (device >= *count) {
+      return FailedPrecondition(what + ": device " + std::to_string(device) + " is not visible; this process sees " +
+                                std::to_string(*count) + " CUDA device(s) (local indices 0.." +
+                                std::to_string(*count - 1) + ")");
+    }
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_cuda_ipc_transport() { return std::make_unique<CudaIpcTransport>(); }
+
+}  // namespace refit
+
+#endif  // REFIT_HAVE_CUDA
