@@ -75,7 +75,10 @@ class ProcessGroup {
     p.name = name;
     p.out_path = dir_ + "/" + sanitize(name) + ".out";
     p.err_path = dir_ + "/" + sanitize(name) + ".err";
-    std::vector<std::string> argv_s = {REFIT_BINARY};
+    // REFIT_BINARY (environment) overrides the build's path: the GPU machine
+    // runs a copy of the build from another folder.
+    const char* binary = std::getenv("REFIT_BINARY");
+    std::vector<std::string> argv_s = {binary != nullptr && *binary ? binary : REFIT_BINARY};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     p.pid = ::fork();
     if (p.pid == 0) {

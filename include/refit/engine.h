@@ -23,6 +23,9 @@
 #include <vector>
 
 #include "refit/aligner.h"
+#include "refit/batched_copy.h"
+#include "refit/device.h"
+#include "refit/plan.h"
 #include "refit/status.h"
 #include "refit/tensor.h"
 
@@ -59,11 +62,32 @@ struct ReferenceEngineStats {
 // tensor and rank: a post holds one dtype; payload[r]'s name equals the
 // name at that position; its shape equals rank r's own parameter shape; a
 // hosted rank's payload has bytes.
+//
+// Weights of a hosted rank live in one arena (host memory, or device memory
+// with memory == kCuda) at weight_arena_offsets() of its stream, so that the
+// arena can be exposed whole for direct mode. On a device, each post is one
+// BatchedCopier launch and apply() returns once its copies finished, so the
+// staging slots it read may be recycled at once.
+struct ReferenceEngineOptions {
+  MemoryKind memory = MemoryKind::kHost;
+  int device = -1;  // local CUDA index for kCuda
+};
+
+// Offsets of each tensor of `stream` inside a weight arena (stream order,
+// every tensor at a multiple of kPlanAlignment); *total = arena bytes. A pure
+// function of the specs: trainers writing in direct mode compute the same.
+std::vector<std::uint64_t> weight_arena_offsets(const std::vector<TensorSpec>& stream, std::uint64_t* total);
+
 class ReferenceEngine : public Engine {
  public:
   // streams[r] = rank r's specs (all ranks of the engine, in TP order);
-  // `hosted` = the ranks whose weights live in this process.
+  // `hosted` = the ranks whose weights live in this process. Allocation
+  // failures (device memory) are reported by Create.
+  static StatusOr<std::unique_ptr<ReferenceEngine>> Create(std::vector<std::vector<TensorSpec>> streams,
+                                                           std::vector<int> hosted,
+                                                           ReferenceEngineOptions options = {});
   ReferenceEngine(std::vector<std::vector<TensorSpec>> streams, std::vector<int> hosted);
+  ~ReferenceEngine() override;
 
   Status begin(std::uint64_t version) override;
   Status apply(const AlignedBatch& batch) override;
@@ -75,21 +99,34 @@ class ReferenceEngine : public Engine {
   // The bytes of `name` on hosted rank `rank`, or nullptr.
   const std::byte* weight(int rank, const std::string& name) const;
   std::byte* mutable_weight(int rank, const std::string& name);
+  // The arena of hosted rank `rank` (for direct mode), or nullptr.
+  std::byte* arena(int rank);
+  std::uint64_t arena_bytes(int rank) const;
+  const ReferenceEngineOptions& options() const { return options_; }
   const std::vector<TensorSpec>& stream(int rank) const { return streams_.at(rank); }
   const std::vector<int>& hosted() const { return hosted_; }
   const ReferenceEngineStats& stats() const { return stats_; }
 
  private:
+  struct Arena;  // host or device memory of one hosted rank
+  ReferenceEngine(std::vector<std::vector<TensorSpec>> streams, std::vector<int> hosted,
+                  ReferenceEngineOptions options, int tag);
+  Status allocate();
+
   std::vector<std::vector<TensorSpec>> streams_;
   std::vector<int> hosted_;
-  // weights_[r][name] for hosted ranks.
-  std::vector<std::map<std::string, std::vector<std::byte>>> weights_;
+  ReferenceEngineOptions options_;
+  std::vector<std::unique_ptr<Arena>> arenas_;  // by rank; null for ranks hosted elsewhere
+  // offsets_[r][name] into rank r's arena (hosted ranks).
+  std::vector<std::map<std::string, std::uint64_t>> offsets_;
   std::vector<std::map<std::string, const TensorSpec*>> shapes_;
   std::uint64_t version_ = 0;
   std::uint64_t pending_version_ = 0;
   bool in_refit_ = false;
   bool complete_ = true;
   ReferenceEngineStats stats_;
+  std::unique_ptr<BatchedCopier> copier_;  // device engines only
+  std::unique_ptr<CudaStream> stream_;
 };
 
 }  // namespace refit

@@ -55,6 +55,18 @@ TensorSpec shard_spec(const Weight& weight, int rank, int ranks);
 // Rank `rank`'s stream: the shard specs of every weight, in model order.
 std::vector<TensorSpec> engine_stream(const Model& model, int rank, int ranks);
 
+// A shard as runs inside the full tensor's C-order bytes: run i
+// (0 <= i < count) is full bytes [base + i * stride, + run) and shard bytes
+// [i * run, (i + 1) * run). Replicated and dim-0 shards are one run; a dim-1
+// shard is one run per index of dim 0. An empty shard has count == 0.
+struct ShardRunLayout {
+  std::uint64_t base = 0;
+  std::uint64_t stride = 0;
+  std::uint64_t run = 0;
+  std::uint64_t count = 0;
+};
+ShardRunLayout shard_run_layout(const Weight& weight, int rank, int ranks);
+
 // Calls fn(full_offset, shard_offset, bytes) for each contiguous run of the
 // shard inside the full tensor's C-order bytes, in shard order.
 void for_each_shard_run(const Weight& weight, int rank, int ranks,

@@ -171,7 +171,7 @@ class Coordinator {
   Status validate_topology() {
     const Member& first = *engines_[0];
     // Settings every rank must agree on.
-    for (const char* field : {"bucket_size", "transport", "trainer_ranks", "engine_ranks"}) {
+    for (const char* field : {"bucket_size", "transport", "mode", "trainer_ranks", "engine_ranks"}) {
       for (auto* group : {&trainers_, &engines_}) {
         for (const auto& m : *group) {
           if (!m->join.contains(field)) return FailedPrecondition(m->name() + " joined without '" + field + "'");
@@ -194,6 +194,8 @@ class Coordinator {
                                 " and " + std::to_string(options_.engine_ranks));
     }
     report_["transport"] = first.join["transport"];
+    report_["mode"] = first.join["mode"];
+    report_["device"] = first.join.value("device", std::string("cpu"));
     report_["bucket_size"] = first.join["bucket_size"];
 
     // Engine-local resources.

@@ -24,7 +24,9 @@ namespace {
 
 constexpr std::uint32_t kPieceBytes = 32 * 1024;  // one warp's unit of work
 constexpr int kThreads = 256;
-constexpr int kUnroll = 4;  // independent vector loads in flight per thread
+constexpr int kUnroll = 2;    // independent vector loads in flight per lane (one row)
+constexpr int kUnroll2d = 2;  // the same across rows
+constexpr int kMinBlocksPerSm = 4;  // caps registers at 64: 32 warps per SM keep enough bytes in flight
 // A run is split into head/body/tail only when the body gains this much.
 constexpr std::uint64_t kSplitMinBytes = 256;
 
@@ -66,50 +68,58 @@ struct VecType<1> {
   using type = unsigned char;
 };
 
-// Copies an nr x nc rectangle of V-byte elements (nr * nc * V <= kPieceBytes);
-// the warp's lanes stride over the elements in row-major order.
+// Copies nc V-byte elements (nc * V <= kPieceBytes); the warp's lanes stride
+// over them with kUnroll independent loads in flight per lane.
 template <int V>
-__device__ __forceinline__ void copy_rect(const std::byte* __restrict__ src, std::byte* __restrict__ dst,
+__device__ __forceinline__ void copy_row(const std::byte* __restrict__ src, std::byte* __restrict__ dst,
+                                         std::uint32_t nc, unsigned lane) {
+  using T = typename VecType<V>::type;
+  const T* s = reinterpret_cast<const T*>(src);
+  T* d = reinterpret_cast<T*>(dst);
+#pragma unroll 1
+  for (std::uint32_t base = lane; base < nc; base += 32 * kUnroll) {
+    T v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (base + u * 32 < nc) v[u] = s[base + u * 32];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (base + u * 32 < nc) d[base + u * 32] = v[u];
+    }
+  }
+}
+
+// Copies an nr x nc rectangle of V-byte elements (nr * nc * V <= kPieceBytes)
+// whose rows are short: the lanes stride over all elements in row-major order.
+// Row of element e is e / nc, computed as (e * m) >> 32 with m = ceil(2^32 / nc):
+// exact because e * nc < 2^32 (both are <= kPieceBytes = 2^15).
+template <int V>
+__device__ __forceinline__ void copy_rows(const std::byte* __restrict__ src, std::byte* __restrict__ dst,
                                           std::uint32_t nr, std::uint32_t nc, std::uint64_t src_pitch,
                                           std::uint64_t dst_pitch, unsigned lane) {
   using T = typename VecType<V>::type;
   const std::uint32_t total = nr * nc;
-  if (nr == 1) {
-    const T* s = reinterpret_cast<const T*>(src);
-    T* d = reinterpret_cast<T*>(dst);
-    for (std::uint32_t base = lane; base < total; base += 32 * kUnroll) {
-      T v[kUnroll];
+  const std::uint64_t m = static_cast<std::uint64_t>(0xFFFFFFFFu / nc) + 1;  // ceil(2^32 / nc), 32-bit division
+#pragma unroll 1
+  for (std::uint32_t base = lane; base < total; base += 32 * kUnroll2d) {
+    T v[kUnroll2d];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const std::uint32_t e = base + u * 32;
-        if (e < total) v[u] = s[e];
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const std::uint32_t e = base + u * 32;
-        if (e < total) d[e] = v[u];
-      }
-    }
-    return;
-  }
-  for (std::uint32_t base = lane; base < total; base += 32 * kUnroll) {
-    T v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kUnroll2d; ++u) {
       const std::uint32_t e = base + u * 32;
       if (e < total) {
-        const std::uint32_t r = e / nc;
+        const std::uint32_t r = static_cast<std::uint32_t>((e * m) >> 32);
         const std::uint32_t c = e - r * nc;
-        v[u] = *reinterpret_cast<const T*>(src + r * src_pitch + static_cast<std::uint64_t>(c) * V);
+        v[u] = *reinterpret_cast<const T*>(src + r * src_pitch + c * V);
       }
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kUnroll2d; ++u) {
       const std::uint32_t e = base + u * 32;
       if (e < total) {
-        const std::uint32_t r = e / nc;
+        const std::uint32_t r = static_cast<std::uint32_t>((e * m) >> 32);
         const std::uint32_t c = e - r * nc;
-        *reinterpret_cast<T*>(dst + r * dst_pitch + static_cast<std::uint64_t>(c) * V) = v[u];
+        *reinterpret_cast<T*>(dst + r * dst_pitch + c * V) = v[u];
       }
     }
   }
@@ -133,7 +143,7 @@ __device__ __forceinline__ std::uint32_t find_run(const std::uint64_t* __restric
   return lo;
 }
 
-__global__ void __launch_bounds__(kThreads) batched_copy_kernel(const DevRun* __restrict__ runs,
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) batched_copy_kernel(const DevRun* __restrict__ runs,
                                                                 const std::uint64_t* __restrict__ first_piece,
                                                                 std::uint32_t n, std::uint64_t total_pieces) {
   const unsigned lane = threadIdx.x & 31u;
@@ -143,29 +153,38 @@ __global__ void __launch_bounds__(kThreads) batched_copy_kernel(const DevRun* __
   for (std::uint64_t p = warp; p < total_pieces; p += warps) {
     r = find_run(first_piece, r, n, p, lane);
     const DevRun& d = runs[r];
-    const std::uint64_t local = p - __ldg(first_piece + r);
+    // The host guarantees fewer than 2^32 pieces per descriptor: 32-bit math.
+    const std::uint32_t local = static_cast<std::uint32_t>(p - __ldg(first_piece + r));
     const std::uint32_t ppr = d.pieces_per_row;
     std::uint64_t row0, col0;
     std::uint32_t nr, ncb;
     if (ppr > 1) {
-      row0 = local / ppr;
-      col0 = (local - row0 * ppr) * kPieceBytes;
+      const std::uint32_t row = local / ppr;
+      row0 = row;
+      col0 = static_cast<std::uint64_t>(local - row * ppr) * kPieceBytes;
       nr = 1;
       ncb = static_cast<std::uint32_t>(min(static_cast<std::uint64_t>(kPieceBytes), d.row_bytes - col0));
     } else {
-      row0 = local * d.rows_per_piece;
+      row0 = static_cast<std::uint64_t>(local) * d.rows_per_piece;
       col0 = 0;
       nr = static_cast<std::uint32_t>(min(static_cast<std::uint64_t>(d.rows_per_piece), d.rows - row0));
       ncb = static_cast<std::uint32_t>(d.row_bytes);
     }
     const std::byte* src = d.src + row0 * d.src_pitch + col0;
     std::byte* dst = d.dst + row0 * d.dst_pitch + col0;
-    switch (d.vec) {
-      case 16: copy_rect<16>(src, dst, nr, ncb / 16, d.src_pitch, d.dst_pitch, lane); break;
-      case 8: copy_rect<8>(src, dst, nr, ncb / 8, d.src_pitch, d.dst_pitch, lane); break;
-      case 4: copy_rect<4>(src, dst, nr, ncb / 4, d.src_pitch, d.dst_pitch, lane); break;
-      case 2: copy_rect<2>(src, dst, nr, ncb / 2, d.src_pitch, d.dst_pitch, lane); break;
-      default: copy_rect<1>(src, dst, nr, ncb, d.src_pitch, d.dst_pitch, lane); break;
+    const std::uint64_t sp = d.src_pitch, dp = d.dst_pitch;
+    // One case per (width, one row or several): each case is one simple loop.
+    switch (d.vec * 2 + (nr > 1 ? 1 : 0)) {
+      case 32: copy_row<16>(src, dst, ncb / 16, lane); break;
+      case 33: copy_rows<16>(src, dst, nr, ncb / 16, sp, dp, lane); break;
+      case 16: copy_row<8>(src, dst, ncb / 8, lane); break;
+      case 17: copy_rows<8>(src, dst, nr, ncb / 8, sp, dp, lane); break;
+      case 8: copy_row<4>(src, dst, ncb / 4, lane); break;
+      case 9: copy_rows<4>(src, dst, nr, ncb / 4, sp, dp, lane); break;
+      case 4: copy_row<2>(src, dst, ncb / 2, lane); break;
+      case 5: copy_rows<2>(src, dst, nr, ncb / 2, sp, dp, lane); break;
+      case 2: copy_row<1>(src, dst, ncb, lane); break;
+      default: copy_rows<1>(src, dst, nr, ncb, sp, dp, lane); break;
     }
   }
 }
@@ -262,7 +281,9 @@ Status validate(std::span<const CopyRun> runs) {
                              std::to_string(r.dst_pitch) + ") must be >= row_bytes " + std::to_string(r.row_bytes) +
                              " for " + std::to_string(r.rows) + " rows");
     }
-    if (r.rows > (1ull << 40) || r.row_bytes > (1ull << 48)) {
+    // Keeps every descriptor under 2^32 pieces (the kernel's piece math is 32-bit).
+    const std::uint64_t pieces_per_row = (r.row_bytes + kPieceBytes - 1) / kPieceBytes;
+    if (r.rows > (1ull << 31) || r.row_bytes > (1ull << 46) || r.rows * pieces_per_row >= (1ull << 32)) {
       return InvalidArgument(where + ": implausible size (" + std::to_string(r.rows) + " rows of " +
                              std::to_string(r.row_bytes) + " bytes)");
     }

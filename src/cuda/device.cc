@@ -101,9 +101,12 @@ Status sync_copy(void* dst, const void* src, std::uint64_t bytes, std::string_vi
   if (device < 0) device = 0;
   ScopedDevice scope(device);
   RETURN_IF_ERROR(scope.status());
-  return cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault),
-                    std::string(what) + ": cudaMemcpy of " + bytes_text(bytes) + " (device " +
-                        std::to_string(device) + ")");
+  const std::string context = std::string(what) + ": cudaMemcpy of " + bytes_text(bytes) + " (device " +
+                              std::to_string(device) + ")";
+  RETURN_IF_ERROR(cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), context));
+  // From pageable memory cudaMemcpy may return before the DMA lands: wait, so
+  // that work on any stream (and other processes) sees the bytes.
+  return cuda_check(cudaStreamSynchronize(cudaStreamLegacy), context + ": cudaStreamSynchronize");
 }
 
 }  // namespace
@@ -263,7 +266,8 @@ Status device_memset(std::byte* device_dst, int value, std::uint64_t bytes) {
   RETURN_IF_ERROR(cuda_check(cudaMemset(device_dst, value, bytes),
                              "cudaMemset of " + bytes_text(bytes) + " on device " + std::to_string(device)));
   // cudaMemset may return before the fill lands (device memory, legacy stream).
-  return cuda_check(cudaDeviceSynchronize(), "device_memset: cudaDeviceSynchronize on device " + std::to_string(device));
+  return cuda_check(cudaStreamSynchronize(cudaStreamLegacy),
+                    "device_memset: cudaStreamSynchronize on device " + std::to_string(device));
 }
 
 #else  // !REFIT_HAVE_CUDA

@@ -6,6 +6,9 @@
 #include <utility>
 
 #include "refit/engine.h"
+#include "refit/batched_copy.h"
+#include "refit/device.h"
+#include "refit/shard_copy.h"
 
 namespace refit {
 namespace {
@@ -25,23 +28,77 @@ const std::vector<TensorView>& rank_payload(const AlignedBatch& batch, int rank)
 
 }  // namespace
 
+std::vector<std::uint64_t> weight_arena_offsets(const std::vector<TensorSpec>& stream, std::uint64_t* total) {
+  std::vector<std::uint64_t> offsets;
+  offsets.reserve(stream.size());
+  std::uint64_t at = 0;
+  for (const TensorSpec& spec : stream) {
+    offsets.push_back(at);
+    at += (spec.nbytes() + kPlanAlignment - 1) / kPlanAlignment * kPlanAlignment;
+  }
+  if (total != nullptr) *total = at;
+  return offsets;
+}
+
+// One hosted rank's weights: a host vector or a device buffer, allocated once.
+struct ReferenceEngine::Arena {
+  std::vector<std::byte> host;
+  DeviceBuffer device;
+  std::uint64_t bytes = 0;
+  std::byte* data() { return device.data() != nullptr ? device.data() : host.data(); }
+};
+
+StatusOr<std::unique_ptr<ReferenceEngine>> ReferenceEngine::Create(std::vector<std::vector<TensorSpec>> streams,
+                                                                   std::vector<int> hosted,
+                                                                   ReferenceEngineOptions options) {
+  std::unique_ptr<ReferenceEngine> engine(new ReferenceEngine(std::move(streams), std::move(hosted), options, 0));
+  RETURN_IF_ERROR(engine->allocate());
+  return engine;
+}
+
 ReferenceEngine::ReferenceEngine(std::vector<std::vector<TensorSpec>> streams, std::vector<int> hosted)
-    : streams_(std::move(streams)), hosted_(std::move(hosted)) {
+    : ReferenceEngine(std::move(streams), std::move(hosted), ReferenceEngineOptions{}, 0) {
+  Status st = allocate();  // host memory: only std::bad_alloc can fail, and it throws
+  (void)st;
+}
+
+ReferenceEngine::ReferenceEngine(std::vector<std::vector<TensorSpec>> streams, std::vector<int> hosted,
+                                 ReferenceEngineOptions options, int /*tag*/)
+    : streams_(std::move(streams)), hosted_(std::move(hosted)), options_(options) {
   const int ranks = static_cast<int>(streams_.size());
-  weights_.resize(streams_.size());
   shapes_.resize(streams_.size());
   for (int r = 0; r < ranks; ++r) {
     for (const TensorSpec& spec : streams_[r]) shapes_[r][spec.name] = &spec;
   }
-  // Weights are allocated once, here; apply() only copies into them. Hosted
-  // ranks outside [0, ranks) are reported by begin().
+}
+
+ReferenceEngine::~ReferenceEngine() = default;
+
+// Weights are allocated once, here; apply() only copies into them. Hosted
+// ranks outside [0, ranks) are reported by begin().
+Status ReferenceEngine::allocate() {
+  const int ranks = static_cast<int>(streams_.size());
+  arenas_.resize(streams_.size());
+  offsets_.resize(streams_.size());
   for (int r : hosted_) {
     if (r < 0 || r >= ranks) continue;
-    for (const TensorSpec& spec : streams_[r]) {
-      const std::int64_t n = spec.numel();
-      weights_[r][spec.name] = std::vector<std::byte>(n > 0 ? spec.nbytes() : 0);
+    auto arena = std::make_unique<Arena>();
+    std::vector<std::uint64_t> offsets = weight_arena_offsets(streams_[r], &arena->bytes);
+    for (std::size_t i = 0; i < streams_[r].size(); ++i) offsets_[r][streams_[r][i].name] = offsets[i];
+    if (options_.memory == MemoryKind::kCuda) {
+      ASSIGN_OR_RETURN(arena->device, DeviceBuffer::Allocate(options_.device, std::max<std::uint64_t>(arena->bytes, 1)));
+    } else {
+      arena->host.resize(arena->bytes);
+    }
+    arenas_[r] = std::move(arena);
+    if (options_.memory == MemoryKind::kCuda && !copier_) {
+      ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(options_.device));
+      copier_ = std::make_unique<BatchedCopier>(std::move(copier));
+      ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create(options_.device));
+      stream_ = std::make_unique<CudaStream>(std::move(stream));
     }
   }
+  return Status::Ok();
 }
 
 Status ReferenceEngine::begin(std::uint64_t version) {
@@ -129,16 +186,17 @@ Status ReferenceEngine::apply(const AlignedBatch& batch) {
           return FailedPrecondition(where + ": tensor '" + view.spec->name + "' on hosted rank " +
                                     std::to_string(r) + " has no bytes (data == nullptr)");
         }
-        auto w = weights_[r].find(view.spec->name);
-        if (w == weights_[r].end() || w->second.size() != view.spec->nbytes()) {
+        auto own = shapes_[r].find(view.spec->name);
+        if (own == shapes_[r].end() || own->second->nbytes() != view.spec->nbytes()) {
           return FailedPrecondition(where + ": tensor '" + view.spec->name + "' on hosted rank " +
                                     std::to_string(r) + " has " + std::to_string(view.spec->nbytes()) +
                                     " bytes; rank " + std::to_string(r) + "'s parameter has " +
-                                    (w == weights_[r].end() ? std::string("none") : std::to_string(w->second.size())));
+                                    (own == shapes_[r].end() ? std::string("none")
+                                                             : std::to_string(own->second->nbytes())));
         }
-        if (view.memory != MemoryKind::kHost) {
+        if (view.memory == MemoryKind::kCuda && options_.memory != MemoryKind::kCuda) {
           return FailedPrecondition(where + ": tensor '" + view.spec->name + "' on hosted rank " +
-                                    std::to_string(r) + " is in device memory; the reference engine copies host memory");
+                                    std::to_string(r) + " is in device memory; this engine's weights are in host memory");
         }
       }
     }
@@ -146,20 +204,30 @@ Status ReferenceEngine::apply(const AlignedBatch& batch) {
 
   // One post per dtype group (DESIGN.md rule 5); payload[r] goes to rank r
   // (rule 8). Payloads of ranks hosted elsewhere are ignored.
+  // On a device each post is one batched copy launch; apply() returns once
+  // they finished (the staging slots may then be recycled).
+  std::vector<CopyRun> runs;
   for (const AlignedBatch::DTypeGroup& group : groups) {
     ++stats_.posts;
+    runs.clear();
     for (int r : hosted_) {
       const std::vector<TensorView>& mine = rank_payload(batch, r);
+      std::byte* arena = arenas_[r]->data();
       for (std::size_t i : group.indices) {
         const TensorView& view = mine[i];
-        std::vector<std::byte>& dst = weights_[r][view.spec->name];
         const std::uint64_t n = view.spec->nbytes();
-        if (n > 0) std::memcpy(dst.data(), view.data, n);
+        if (n > 0) runs.push_back(copy_run_1d(view.data, arena + offsets_[r][view.spec->name], n));
         ++stats_.tensors_applied;
         stats_.bytes_applied += n;
       }
     }
+    if (options_.memory == MemoryKind::kCuda) {
+      RETURN_IF_ERROR(copier_->copy(runs, stream_->handle()).WithContext(where));
+    } else {
+      copy_runs_on_host(runs);
+    }
   }
+  if (options_.memory == MemoryKind::kCuda) RETURN_IF_ERROR(stream_->synchronize().WithContext(where));
   return Status::Ok();
 }
 
@@ -187,15 +255,23 @@ void ReferenceEngine::abort(std::uint64_t /*version*/, const Status& /*why*/) {
 }
 
 const std::byte* ReferenceEngine::weight(int rank, const std::string& name) const {
-  if (rank < 0 || rank >= static_cast<int>(weights_.size())) return nullptr;
-  auto it = weights_[rank].find(name);
-  return it == weights_[rank].end() ? nullptr : it->second.data();
+  if (rank < 0 || rank >= static_cast<int>(arenas_.size()) || !arenas_[rank]) return nullptr;
+  auto it = offsets_[rank].find(name);
+  return it == offsets_[rank].end() ? nullptr : arenas_[rank]->data() + it->second;
 }
 
 std::byte* ReferenceEngine::mutable_weight(int rank, const std::string& name) {
-  if (rank < 0 || rank >= static_cast<int>(weights_.size())) return nullptr;
-  auto it = weights_[rank].find(name);
-  return it == weights_[rank].end() ? nullptr : it->second.data();
+  return const_cast<std::byte*>(static_cast<const ReferenceEngine*>(this)->weight(rank, name));
+}
+
+std::byte* ReferenceEngine::arena(int rank) {
+  if (rank < 0 || rank >= static_cast<int>(arenas_.size()) || !arenas_[rank]) return nullptr;
+  return arenas_[rank]->data();
+}
+
+std::uint64_t ReferenceEngine::arena_bytes(int rank) const {
+  if (rank < 0 || rank >= static_cast<int>(arenas_.size()) || !arenas_[rank]) return 0;
+  return arenas_[rank]->bytes;
 }
 
 }  // namespace refit

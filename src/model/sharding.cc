@@ -27,15 +27,7 @@ int split_dim(ShardRule rule) {
   return -1;
 }
 
-// Run i (0 <= i < count) of the shard is full bytes
-// [base + i * stride, base + i * stride + run) and shard bytes
-// [i * run, (i + 1) * run).
-struct RunLayout {
-  std::uint64_t base = 0;
-  std::uint64_t stride = 0;
-  std::uint64_t run = 0;
-  std::uint64_t count = 0;
-};
+using RunLayout = ShardRunLayout;
 
 // Product of shape[from, to).
 std::uint64_t product(const std::vector<std::int64_t>& shape, std::size_t from, std::size_t to) {
@@ -44,7 +36,9 @@ std::uint64_t product(const std::vector<std::int64_t>& shape, std::size_t from, 
   return p;
 }
 
-RunLayout run_layout(const Weight& weight, int rank, int ranks) {
+}  // namespace
+
+ShardRunLayout shard_run_layout(const Weight& weight, int rank, int ranks) {
   const ShardSlice s = shard_slice(weight, rank, ranks);
   const std::vector<std::int64_t>& shape = weight.spec.shape;
   RunLayout l;
@@ -65,6 +59,8 @@ RunLayout run_layout(const Weight& weight, int rank, int ranks) {
   return l;
 }
 
+namespace {
+RunLayout run_layout(const Weight& weight, int rank, int ranks) { return shard_run_layout(weight, rank, ranks); }
 }  // namespace
 
 ShardSlice shard_slice(const Weight& weight, int rank, int ranks) {

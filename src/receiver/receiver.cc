@@ -10,6 +10,8 @@
 // the consumer when a bucket lands, an error arrives or cancel() is called.
 #include "refit/receiver.h"
 
+#include "refit/device.h"
+
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -85,7 +88,19 @@ struct Receiver::Impl {
   std::uint64_t sequence = 0;     // next batch's sequence
   // Reassembly: two buffers of plan->largest_chunked_tensor bytes, used
   // alternately per chunked tensor.
+  // Host memory for host pools, device memory (on the pool's device) for
+  // device pools; buffer(b) gives the address either way.
   std::unique_ptr<std::byte[]> buffers[2];
+  DeviceBuffer device_buffers[2];
+  std::byte* buffer(int b) { return device_buffers[b].data() != nullptr ? device_buffers[b].data() : buffers[b].get(); }
+  bool on_device() const { return pool->memory() == MemoryKind::kCuda; }
+  // Copies within the pool's memory (host memcpy, or a synchronous device copy).
+  Status copy_bytes(std::byte* dst, const std::byte* src, std::uint64_t n) {
+    if (n == 0) return Status::Ok();
+    if (on_device()) return copy_device_to_device(dst, src, n);
+    std::memcpy(dst, src, n);
+    return Status::Ok();
+  }
   bool buffer_busy[2] = {false, false};
   std::uint64_t buffer_used[2] = {0, 0};
   int next_buffer = 0;
@@ -148,14 +163,22 @@ struct Receiver::Impl {
 
   // ------------------------------------------------ consumer
   void poison(std::byte* p, std::uint64_t n) const {
-    if (options.poison_recycled && n > 0) std::memset(p, kPoisonByte, n);
+    if (!options.poison_recycled || n == 0) return;
+    if (on_device()) {
+      // Poisoning is a debug aid: a failure to poison must not pass silently.
+      Status st = device_memset(p, kPoisonByte, n);
+      if (!st.ok()) std::fprintf(stderr, "%s: poisoning a recycled device buffer failed: %s\n", options.name.c_str(),
+                                 st.ToString().c_str());
+      return;
+    }
+    std::memset(p, kPoisonByte, n);
   }
   void release_slot(int slot) {
     poison(pool->slot(slot), pool->slot_bytes());
     free_slots.push_back(slot);
   }
   void release_buffer(int b) {
-    poison(buffers[b].get(), buffer_used[b]);
+    poison(buffer(b), buffer_used[b]);
     buffer_busy[b] = false;
     buffer_used[b] = 0;
   }
@@ -491,9 +514,11 @@ StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
         return Internal(options.name + ": bucket " + std::to_string(j) + " continues tensor '" + spec.name +
                         "' that was never started");
       }
-      std::memcpy(buffers[chunk_buffer].get() + e.tensor_offset, base + e.bucket_offset, e.bytes);
+      RETURN_IF_ERROR(copy_bytes(buffer(chunk_buffer) + e.tensor_offset, base + e.bucket_offset, e.bytes)
+                          .WithContext(options.name + ": reassembling '" + spec.name + "' from bucket " +
+                                       std::to_string(j)));
       if (e.tensor_offset + e.bytes == spec.nbytes()) {
-        done.emplace_back(e.tensor, buffers[chunk_buffer].get());
+        done.emplace_back(e.tensor, buffer(chunk_buffer));
         buffers_used.push_back(chunk_buffer);
         chunk_tensor = -1;
         chunk_buffer = -1;
@@ -517,7 +542,7 @@ StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
         return Internal(options.name + ": bucket " + std::to_string(j) + " lists tensor '" + plan->specs[t].name +
                         "' as completed but holds none of its last bytes");
       }
-      batch.tensors.push_back(TensorView{&plan->specs[t], it->second, MemoryKind::kHost, -1});
+      batch.tensors.push_back(TensorView{&plan->specs[t], it->second, pool->memory(), pool->device()});
     }
     held.push_back(Held{batch.sequence, slot_referenced ? slot : -1, std::move(buffers_used)});
     {
@@ -558,7 +583,14 @@ StatusOr<std::unique_ptr<Receiver>> Receiver::Create(const Plan* plan, int rank,
   Impl& impl = *r->impl_;
   if (plan->largest_chunked_tensor > 0) {
     try {
-      for (auto& b : impl.buffers) b = std::make_unique_for_overwrite<std::byte[]>(plan->largest_chunked_tensor);
+      for (int b = 0; b < 2; ++b) {
+        if (impl.on_device()) {
+          ASSIGN_OR_RETURN(impl.device_buffers[b],
+                           DeviceBuffer::Allocate(impl.pool->device(), plan->largest_chunked_tensor));
+        } else {
+          impl.buffers[b] = std::make_unique_for_overwrite<std::byte[]>(plan->largest_chunked_tensor);
+        }
+      }
     } catch (const std::bad_alloc&) {
       return ResourceExhausted(impl.options.name + ": cannot allocate two reassembly buffers of " +
                                std::to_string(plan->largest_chunked_tensor) + " bytes");

@@ -1,5 +1,8 @@
 // The engine role: see roles.h.
+#include <poll.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cstdio>
@@ -10,6 +13,8 @@
 #include "control/spec_json.h"
 #include "refit/aligner.h"
 #include "refit/content.h"
+#include "refit/device.h"
+#include "refit/device_content.h"
 #include "refit/engine.h"
 #include "refit/model.h"
 #include "refit/plan.h"
@@ -47,6 +52,14 @@ class EngineRank {
   Status setup() {
     Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
     RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
+    RETURN_IF_ERROR(validate_rank_settings(options_, /*engine=*/true));
+    on_device_ = options_.device == "cuda";
+    direct_ = options_.mode == "direct";
+    if (on_device_) {
+      // DESIGN.md rule 7: a local index inside CUDA_VISIBLE_DEVICES.
+      ASSIGN_OR_RETURN(int visible, cuda_device_count());
+      ASSIGN_OR_RETURN(device_, engine_local_device(options_.base_gpu_id, rank(), visible));
+    }
     if (rank() < 0 || rank() >= options_.engine_ranks) {
       return InvalidArgument("--rank " + std::to_string(rank()) + " is outside 0.." +
                              std::to_string(options_.engine_ranks - 1) + " (--engine-ranks " +
@@ -57,21 +70,39 @@ class EngineRank {
     ASSIGN_OR_RETURN(plan_, make_plan(own, options_.bucket_size));
     ASSIGN_OR_RETURN(transport_, make_transport(options_.transport));
 
-    PoolOptions pool_options;
-    pool_options.slots = options_.pool_slots;
-    pool_options.slot_bytes = options_.bucket_size;
-    pool_options.owner = name();
-    if (options_.memory_limit != 0 &&
-        static_cast<std::uint64_t>(std::max(options_.pool_slots, 0)) * options_.bucket_size > options_.memory_limit) {
-      // Do not allocate what the coordinator will refuse: join with a tiny
-      // placeholder and let the coordinator name the setting for every rank.
-      pool_options.slots = 0;
-    }
+    // The weights, allocated once: all ranks' streams are this rank's model
+    // sharded the same way (the coordinator checks them against every peer).
+    std::vector<std::vector<TensorSpec>> local_streams;
+    for (int r = 0; r < options_.engine_ranks; ++r) local_streams.push_back(engine_stream(model_, r, options_.engine_ranks));
+    ReferenceEngineOptions engine_options;
+    engine_options.memory = on_device_ ? MemoryKind::kCuda : MemoryKind::kHost;
+    engine_options.device = device_;
+    ASSIGN_OR_RETURN(engine_, ReferenceEngine::Create(local_streams, std::vector<int>{rank()}, engine_options));
+
     std::unique_ptr<TargetMemory> pool;
     std::string descriptor = "none";
-    if (pool_options.slots >= 2) {
-      ASSIGN_OR_RETURN(pool, transport_->create_target(pool_options));
-      descriptor = pool->descriptor();
+    if (direct_) {
+      // Direct mode: trainers write into the weights themselves; no pool.
+      ASSIGN_OR_RETURN(exposed_, transport_->expose_memory(engine_->arena(rank()), engine_->arena_bytes(rank()),
+                                                           engine_options.memory, device_));
+      descriptor = exposed_->descriptor();
+    } else {
+      PoolOptions pool_options;
+      pool_options.slots = options_.pool_slots;
+      pool_options.slot_bytes = options_.bucket_size;
+      pool_options.owner = name();
+      pool_options.memory = engine_options.memory;
+      pool_options.device = device_;
+      if (options_.memory_limit != 0 &&
+          static_cast<std::uint64_t>(std::max(options_.pool_slots, 0)) * options_.bucket_size > options_.memory_limit) {
+        // Do not allocate what the coordinator will refuse: join with a tiny
+        // placeholder and let the coordinator name the setting for every rank.
+        pool_options.slots = 0;
+      }
+      if (pool_options.slots >= 2) {
+        ASSIGN_OR_RETURN(pool, transport_->create_target(pool_options));
+        descriptor = pool->descriptor();
+      }
     }
     ASSIGN_OR_RETURN(listener_, Listener::Listen(options_.listen_host, 0));
 
@@ -86,7 +117,8 @@ class EngineRank {
               {"role", "engine"},
               {"rank", rank()},
               {"pid", static_cast<int>(::getpid())},
-              {"device", "cpu"},
+              {"device", options_.device},
+              {"mode", options_.mode},
               {"trainer_ranks", options_.trainer_ranks},
               {"engine_ranks", options_.engine_ranks},
               {"bucket_size", options_.bucket_size},
@@ -94,12 +126,12 @@ class EngineRank {
               {"plan_digest", plan_.digest_hex()},
               {"data_address", listener_->address()},
               {"descriptor", descriptor},
-              {"pool_slots", options_.pool_slots},
+              {"pool_slots", direct_ ? 2 : options_.pool_slots},
               {"memory_limit", options_.memory_limit},
               {"supported_dtypes", supported},
               {"specs", specs_to_json(own)}};
     ASSIGN_OR_RETURN(Json setup, client_->join(join, deadline));
-    if (!pool) return Internal("the coordinator accepted a receive pool that was never allocated");
+    if (!pool && !direct_) return Internal("the coordinator accepted a receive pool that was never allocated");
     ASSIGN_OR_RETURN(seed_, json_uint(setup, "seed"));
 
     // Every rank's stream, as the coordinator validated them: the peers'
@@ -115,6 +147,10 @@ class EngineRank {
                                                    "setup stream of engine rank " + std::to_string(r)));
       streams.push_back(std::move(specs));
     }
+    if (streams != local_streams) {
+      return FailedPrecondition(name() + ": the engine's ranks disagree on the model: the streams the coordinator "
+                                "collected differ from this rank's sharding of --model " + options_.model);
+    }
     if (streams[static_cast<std::size_t>(rank())] != own) {
       return Internal("setup: the coordinator's copy of this rank's stream differs from the one it sent");
     }
@@ -123,7 +159,6 @@ class EngineRank {
       if (static_cast<int>(r) == rank()) continue;
       ASSIGN_OR_RETURN(peer_plans_[r], make_plan(streams[r], options_.bucket_size));
     }
-    engine_ = std::make_unique<ReferenceEngine>(streams, std::vector<int>{rank()});
 
     // Data-plane links from the trainers that feed this rank, in trainer-index order.
     if (!setup.contains("feeders") || !setup["feeders"].is_array() || setup["feeders"].empty()) {
@@ -131,10 +166,12 @@ class EngineRank {
     }
     std::vector<std::uint64_t> feeders;
     for (const Json& f : setup["feeders"]) feeders.push_back(f.get<std::uint64_t>());
-    ReceiverOptions receiver_options;
-    receiver_options.poison_recycled = options_.poison_recycled;
-    receiver_options.name = name();
-    ASSIGN_OR_RETURN(receiver_, Receiver::Create(&plan_, rank(), std::move(pool), receiver_options));
+    if (!direct_) {
+      ReceiverOptions receiver_options;
+      receiver_options.poison_recycled = options_.poison_recycled;
+      receiver_options.name = name();
+      ASSIGN_OR_RETURN(receiver_, Receiver::Create(&plan_, rank(), std::move(pool), receiver_options));
+    }
     std::vector<std::unique_ptr<Link>> links(feeders.size());
     for (std::size_t n = 0; n < feeders.size(); ++n) {
       ASSIGN_OR_RETURN(auto link, listener_->accept(deadline));
@@ -152,10 +189,18 @@ class EngineRank {
       link->set_peer("trainer rank " + std::to_string(hello.a));
       links[index] = std::move(link);
     }
-    for (auto& link : links) receiver_->attach_link(std::move(link));
-    // Every trainer has opened the pool: remove its name so a crash leaves nothing behind.
-    RETURN_IF_ERROR(receiver_->pool().seal());
-    client_->start_reader([this](const Status& why) { receiver_->cancel(why); });
+    if (direct_) {
+      direct_links_ = std::move(links);
+      RETURN_IF_ERROR(exposed_->seal());
+      client_->start_reader([this](const Status&) {
+        for (auto& link : direct_links_) link->shutdown();
+      });
+    } else {
+      for (auto& link : links) receiver_->attach_link(std::move(link));
+      // Every trainer has opened the pool: remove its name so a crash leaves nothing behind.
+      RETURN_IF_ERROR(receiver_->pool().seal());
+      client_->start_reader([this](const Status& why) { receiver_->cancel(why); });
+    }
     return client_->send(Json{{"type", "linked"}});
   }
 
@@ -165,6 +210,7 @@ class EngineRank {
     Deadline deadline = Deadline::AfterSeconds(options_.refit_timeout_s);
     ASSIGN_OR_RETURN(Json go, client_->wait_for("go", deadline));
     (void)go;
+    if (direct_) return finish_direct(version, deadline);
     RETURN_IF_ERROR(receiver_->start(version, deadline));
 
     std::vector<PlanReplay> replays;
@@ -185,15 +231,60 @@ class EngineRank {
     RETURN_IF_ERROR(client_->send(Json{{"type", "sent"}, {"version", version}}));
     if (options_.verify) RETURN_IF_ERROR(verify(version));
     ReceiverStats stats = receiver_->stats();
-    RETURN_IF_ERROR(client_->send(Json{{"type", "done"},
-                                       {"version", version},
-                                       {"verified", options_.verify},
-                                       {"stats",
-                                        {{"buckets", stats.buckets},
-                                         {"batches", stats.batches},
-                                         {"tensors", stats.tensors},
-                                         {"bytes", stats.bytes},
-                                         {"aligned_batches", aligned}}}}));
+    return report_and_commit(version, deadline,
+                             Json{{"buckets", stats.buckets},
+                                  {"batches", stats.batches},
+                                  {"tensors", stats.tensors},
+                                  {"bytes", stats.bytes},
+                                  {"aligned_batches", aligned}});
+  }
+
+  // Direct mode: the trainers write every byte into the weights; this rank
+  // waits for every bucket's kLanded, in any order, from the link that feeds it.
+  Status finish_direct(std::uint64_t version, Deadline deadline) {
+    const std::uint64_t buckets = plan_.buckets.size(), n = direct_links_.size();
+    std::vector<bool> landed(buckets, false);
+    std::uint64_t count = 0, bytes = 0;
+    while (count < buckets) {
+      std::vector<pollfd> fds;
+      for (auto& link : direct_links_) fds.push_back({link->fd(), POLLIN, 0});
+      int ready = ::poll(fds.data(), fds.size(), std::min(deadline.remaining_ms(), 100));
+      if (ready < 0 && errno != EINTR) return ErrnoStatus(name() + ": poll on trainer links", errno);
+      if (ready <= 0) {
+        if (deadline.expired()) {
+          return DeadlineExceeded(name() + " timed out waiting for " + std::to_string(buckets - count) + " of " +
+                                  std::to_string(buckets) + " direct buckets (refit " + std::to_string(version) + ")");
+        }
+        continue;
+      }
+      for (std::size_t i = 0; i < fds.size(); ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        ASSIGN_OR_RETURN(FrameHeader h, direct_links_[i]->recv_header(deadline, 0));
+        if (h.type != FrameType::kLanded || h.a != version || h.b >= buckets || h.b % n != i || landed[h.b] ||
+            h.d != plan_.buckets[h.b].bytes) {
+          return InvalidArgument(name() + ": protocol error from " + direct_links_[i]->peer() + ": frame type " +
+                                 std::to_string(static_cast<int>(h.type)) + " version " + std::to_string(h.a) +
+                                 " bucket " + std::to_string(h.b) + " bytes " + std::to_string(h.d) +
+                                 " is not a direct bucket it owes in refit " + std::to_string(version));
+        }
+        landed[h.b] = true;
+        ++count;
+        bytes += h.d;
+      }
+    }
+    RETURN_IF_ERROR(client_->send(Json{{"type", "sent"}, {"version", version}}));
+    if (options_.verify) RETURN_IF_ERROR(verify(version));
+    return report_and_commit(version, deadline,
+                             Json{{"buckets", buckets},
+                                  {"batches", 0},
+                                  {"tensors", plan_.specs.size()},
+                                  {"bytes", bytes},
+                                  {"aligned_batches", 0}});
+  }
+
+  Status report_and_commit(std::uint64_t version, Deadline deadline, const Json& stats) {
+    RETURN_IF_ERROR(client_->send(
+        Json{{"type", "done"}, {"version", version}, {"verified", options_.verify}, {"stats", stats}}));
     ASSIGN_OR_RETURN(Json commit, client_->wait_for("commit", deadline));
     (void)commit;
     RETURN_IF_ERROR(engine_->commit(version));
@@ -207,20 +298,26 @@ class EngineRank {
       const std::byte* got = engine_->weight(rank(), w.spec.name);
       if (got == nullptr) return Internal(name() + " holds no weight '" + w.spec.name + "'");
       const std::uint64_t key = content_key(seed_, version, w.spec.name);
-      Status bad;
-      for_each_shard_run(w, rank(), options_.engine_ranks,
-                         [&](std::uint64_t full_offset, std::uint64_t shard_offset, std::uint64_t bytes) {
-                           if (!bad.ok()) return;
-                           std::int64_t at = first_content_mismatch(
-                               key, full_offset, std::span<const std::byte>(got + shard_offset, bytes));
-                           if (at >= 0) {
-                             bad = DataLoss(name() + ": tensor '" + w.spec.name + "' is wrong at byte " +
-                                            std::to_string(shard_offset + static_cast<std::uint64_t>(at)) +
-                                            " of its shard after refit " + std::to_string(version) +
-                                            " (stale, misplaced or corrupted bytes)");
-                           }
-                         });
-      RETURN_IF_ERROR(bad);
+      ShardRunLayout l = shard_run_layout(w, rank(), options_.engine_ranks);
+      if (l.count > 1 && l.run == l.stride) {  // contiguous in the full tensor: one check
+        l.run *= l.count;
+        l.stride = l.run;
+        l.count = 1;
+      }
+      for (std::uint64_t i = 0; i < l.count; ++i) {
+        const std::uint64_t full_offset = l.base + i * l.stride, shard_offset = i * l.run;
+        std::int64_t at = -1;
+        if (on_device_) {
+          ASSIGN_OR_RETURN(at, first_content_mismatch_device(key, full_offset, got + shard_offset, l.run, nullptr));
+        } else {
+          at = first_content_mismatch(key, full_offset, std::span<const std::byte>(got + shard_offset, l.run));
+        }
+        if (at >= 0) {
+          return DataLoss(name() + ": tensor '" + w.spec.name + "' is wrong at byte " +
+                          std::to_string(shard_offset + static_cast<std::uint64_t>(at)) + " of its shard after refit " +
+                          std::to_string(version) + " (stale, misplaced or corrupted bytes)");
+        }
+      }
     }
     return Status::Ok();
   }
@@ -232,7 +329,11 @@ class EngineRank {
   std::uint64_t seed_ = 0;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Listener> listener_;
+  bool on_device_ = false, direct_ = false;
+  int device_ = -1;  // local CUDA index
   std::unique_ptr<ReferenceEngine> engine_;
+  std::unique_ptr<TargetMemory> exposed_;  // direct mode: the weights, exposed once
+  std::vector<std::unique_ptr<Link>> direct_links_;
   std::unique_ptr<Receiver> receiver_;
   // Declared last, destroyed first: its reader thread calls into receiver_.
   std::unique_ptr<ControlClient> client_;

@@ -26,12 +26,15 @@ struct RankOptions {
   int layers = -1;                // keep the first N layers; -1: all
   std::uint64_t bucket_size = 64ull << 20;
   std::string transport = "shm";
+  std::string device = "cpu";     // where weights and staging live: "cpu" or "cuda"
+  std::string mode = "staged";    // "staged" (receive pool) or "direct" (into the engine's weights)
   double setup_timeout_s = 60;
   double refit_timeout_s = 300;
   // Fault injection for tests (trainer only): pack the shards of this engine
   // rank instead of the fed rank's, as a transposed payload list would.
   // -1: off.
   int debug_pack_rank = -1;
+  int gpu = 0;  // trainer: local CUDA device index (inside CUDA_VISIBLE_DEVICES)
 };
 
 struct EngineOptions : RankOptions {
@@ -41,7 +44,14 @@ struct EngineOptions : RankOptions {
   bool poison_recycled = false;
   bool verify = true;
   std::vector<std::string> supported_dtypes;  // empty: every dtype
+  // DESIGN.md rule 7: engine rank r uses local device base_gpu_id + r, an
+  // index inside CUDA_VISIBLE_DEVICES, never a physical id.
+  int base_gpu_id = 0;
 };
+
+// Checks the settings of one rank that need no peer: device, mode and
+// transport fit together. Errors name the setting.
+Status validate_rank_settings(const RankOptions& options, bool engine);
 
 Status run_trainer(const RankOptions& options);
 Status run_engine(const EngineOptions& options);

@@ -8,8 +8,13 @@
 
 #include "control/control_client.h"
 #include "control/coordinator.h"
+#include "refit/batched_copy.h"
 #include "refit/content.h"
+#include "refit/device.h"
+#include "refit/device_content.h"
+#include "refit/engine.h"
 #include "refit/model.h"
+#include "refit/shard_copy.h"
 #include "refit/plan.h"
 #include "refit/transport.h"
 #include "runtime/roles.h"
@@ -45,6 +50,9 @@ class TrainerRank {
   Status setup() {
     Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
     RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
+    RETURN_IF_ERROR(validate_rank_settings(options_, /*engine=*/false));
+    on_device_ = options_.device == "cuda";
+    direct_ = options_.mode == "direct";
     ASSIGN_OR_RETURN(model_, make_model(options_.model, options_.layers));
     engine_rank_ = options_.rank % options_.engine_ranks;
     pack_rank_ = options_.debug_pack_rank >= 0 ? options_.debug_pack_rank % options_.engine_ranks : engine_rank_;
@@ -61,7 +69,8 @@ class TrainerRank {
               {"role", "trainer"},
               {"rank", options_.rank},
               {"pid", static_cast<int>(::getpid())},
-              {"device", "cpu"},
+              {"device", options_.device},
+              {"mode", options_.mode},
               {"trainer_ranks", options_.trainer_ranks},
               {"engine_ranks", options_.engine_ranks},
               {"bucket_size", options_.bucket_size},
@@ -89,9 +98,23 @@ class TrainerRank {
     hello.c = plan_.digest;
     RETURN_IF_ERROR(link_->send(hello, {}, deadline));
 
-    // The weights this rank holds, allocated once (stream index == model index).
-    weights_.resize(model_.weights.size());
-    for (std::size_t i = 0; i < model_.weights.size(); ++i) weights_[i].resize(model_.weights[i].spec.nbytes());
+    // The weights this rank holds: one arena (host or device), allocated once
+    // (stream index == model index).
+    std::vector<TensorSpec> full;
+    for (const Weight& w : model_.weights) full.push_back(w.spec);
+    std::uint64_t arena_bytes = 0;
+    weight_offsets_ = weight_arena_offsets(full, &arena_bytes);
+    if (on_device_) {
+      ASSIGN_OR_RETURN(device_weights_, DeviceBuffer::Allocate(options_.gpu, arena_bytes));
+      ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(options_.gpu));
+      copier_ = std::make_unique<BatchedCopier>(std::move(copier));
+      ASSIGN_OR_RETURN(stream_, CudaStream::Create(options_.gpu));
+    } else {
+      host_weights_.resize(arena_bytes);
+    }
+    // Direct mode writes into the engine's weight arena, laid out the same
+    // way from the engine rank's stream.
+    if (direct_) engine_offsets_ = weight_arena_offsets(plan_.specs, nullptr);
     if (!transport_->capabilities().one_sided) staging_.resize(plan_.bucket_size);
 
     client_->start_reader([this](const Status&) { link_->shutdown(); });
@@ -100,9 +123,16 @@ class TrainerRank {
 
   Status refit(std::uint64_t version) {
     // The "optimizer step": new content for every weight.
-    for (std::size_t i = 0; i < weights_.size(); ++i) {
-      fill_content(content_key(seed_, version, model_.weights[i].spec.name), 0, weights_[i]);
+    for (std::size_t i = 0; i < model_.weights.size(); ++i) {
+      const TensorSpec& spec = model_.weights[i].spec;
+      const std::uint64_t key = content_key(seed_, version, spec.name);
+      if (on_device_) {
+        RETURN_IF_ERROR(fill_content_device(key, 0, weights() + weight_offsets_[i], spec.nbytes(), stream_.handle()));
+      } else {
+        fill_content(key, 0, std::span<std::byte>(weights() + weight_offsets_[i], spec.nbytes()));
+      }
     }
+    if (on_device_) RETURN_IF_ERROR(stream_.synchronize());
     RETURN_IF_ERROR(client_->send(Json{{"type", "ready"}, {"version", version}}));
     ASSIGN_OR_RETURN(Json go, client_->wait_for("go", Deadline::AfterSeconds(options_.refit_timeout_s)));
     (void)go;
@@ -127,27 +157,47 @@ class TrainerRank {
     return client_->send(Json{{"type", "committed"}, {"version", version}});
   }
 
-  // Waits for the credit of bucket j, packs the bucket into the granted slot
-  // (in place when the transport is one-sided), and announces it.
+  std::byte* weights() { return on_device_ ? device_weights_.data() : host_weights_.data(); }
+
+  // Staged: waits for the credit of bucket j, packs the bucket into the
+  // granted slot (in place when the transport is one-sided), announces it.
+  // Direct: writes each entry straight into the engine's weight, announces it.
   Status send_bucket(std::uint64_t version, std::uint64_t j, Deadline deadline) {
-    ASSIGN_OR_RETURN(FrameHeader credit, link_->recv_header(deadline, 0));
-    if (credit.type != FrameType::kCredit || credit.a != version || credit.b != j) {
-      return InvalidArgument("protocol error from " + link_->peer() + ": expected the credit for bucket " +
-                             std::to_string(j) + " of version " + std::to_string(version) + ", got frame type " +
-                             std::to_string(static_cast<int>(credit.type)) + " (version " + std::to_string(credit.a) +
-                             ", bucket " + std::to_string(credit.b) + ")");
-    }
     const Bucket& bucket = plan_.buckets[j];
-    const int slot = static_cast<int>(credit.c);
-    std::byte* dst = target_->mapped_slot(slot);
+    std::uint64_t slot = 0;
+    std::byte* dst = nullptr;
+    if (direct_) {
+      dst = target_->mapped_slot(0);
+    } else {
+      ASSIGN_OR_RETURN(FrameHeader credit, link_->recv_header(deadline, 0));
+      if (credit.type != FrameType::kCredit || credit.a != version || credit.b != j) {
+        return InvalidArgument("protocol error from " + link_->peer() + ": expected the credit for bucket " +
+                               std::to_string(j) + " of version " + std::to_string(version) + ", got frame type " +
+                               std::to_string(static_cast<int>(credit.type)) + " (version " +
+                               std::to_string(credit.a) + ", bucket " + std::to_string(credit.b) + ")");
+      }
+      slot = credit.c;
+      dst = target_->mapped_slot(static_cast<int>(slot));
+    }
     const bool in_place = dst != nullptr;
     if (!in_place) dst = staging_.data();
+    runs_.clear();
     for (const PlanEntry& e : bucket.entries) {
-      copy_shard_range(model_.weights[e.tensor], pack_rank_, options_.engine_ranks, weights_[e.tensor].data(),
-                       e.tensor_offset, std::span<std::byte>(dst + e.bucket_offset, e.bytes));
+      std::byte* to = direct_ ? dst + engine_offsets_[e.tensor] + e.tensor_offset : dst + e.bucket_offset;
+      append_shard_copy_runs(model_.weights[e.tensor], pack_rank_, options_.engine_ranks,
+                             weights() + weight_offsets_[e.tensor], e.tensor_offset, e.bytes, to, &runs_);
+    }
+    if (on_device_) {
+      // One launch for the whole bucket; the bytes are in the engine's memory
+      // once the stream reaches this point (one host wait per bucket).
+      RETURN_IF_ERROR(copier_->copy(runs_, stream_.handle()).WithContext(name() + ", bucket " + std::to_string(j)));
+      RETURN_IF_ERROR(stream_.synchronize().WithContext(name() + ", bucket " + std::to_string(j)));
+    } else {
+      copy_runs_on_host(runs_);
     }
     if (!in_place) {
-      ASSIGN_OR_RETURN(Ticket ticket, target_->submit(slot, 0, std::span<const std::byte>(dst, bucket.bytes), version,
+      ASSIGN_OR_RETURN(Ticket ticket, target_->submit(static_cast<int>(slot), 0,
+                                                      std::span<const std::byte>(dst, bucket.bytes), version,
                                                       deadline));
       for (;;) {
         ASSIGN_OR_RETURN(bool done, target_->poll(ticket));
@@ -162,7 +212,7 @@ class TrainerRank {
     landed.type = FrameType::kLanded;
     landed.a = version;
     landed.b = j;
-    landed.c = credit.c;
+    landed.c = slot;
     landed.d = bucket.bytes;
     return link_->send(landed, {}, deadline);
   }
@@ -179,7 +229,14 @@ class TrainerRank {
   std::unique_ptr<RemoteTarget> target_;
   std::unique_ptr<ControlClient> client_;
   std::uint64_t seed_ = 0, trainer_index_ = 0, feeders_ = 1;
-  std::vector<std::vector<std::byte>> weights_;
+  bool on_device_ = false, direct_ = false;
+  std::vector<std::uint64_t> weight_offsets_;  // of each weight in this rank's arena
+  std::vector<std::uint64_t> engine_offsets_;  // direct mode: of each tensor in the engine's arena
+  std::vector<std::byte> host_weights_;
+  DeviceBuffer device_weights_;
+  std::unique_ptr<BatchedCopier> copier_;
+  CudaStream stream_;
+  std::vector<CopyRun> runs_;
   std::vector<std::byte> staging_;
 };
 

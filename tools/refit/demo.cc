@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -19,6 +20,8 @@
 #include "refit/model.h"
 #include "refit/plan.h"
 #include "refit/report_table.h"
+#include "control/coordinator.h"
+#include "runtime/roles.h"
 
 namespace refit {
 namespace {
@@ -83,6 +86,17 @@ Json run_demo_report(const DemoOptions& o) {
   // Fail fast on a bad preset or layer count, before any process starts.
   auto model = make_model(o.model, o.layers);
   if (!model.ok()) return Json{{"verified", false}, {"error", model.status().ToString()}};
+  // Settings that no process could run with: refuse before starting any.
+  RankOptions settings;
+  settings.transport = o.transport;
+  settings.device = o.device;
+  settings.mode = o.mode;
+  if (Status st = validate_rank_settings(settings, /*engine=*/true); !st.ok()) {
+    return Json{{"verified", false}, {"error", st.ToString()}};
+  }
+  if (Status st = validate_rank_counts(trainers, o.engine_ranks); !st.ok()) {
+    return Json{{"verified", false}, {"error", st.ToString()}};
+  }
 
   char dir_template[] = "/tmp/refit-demo-XXXXXX";
   if (::mkdtemp(dir_template) == nullptr) return Json{{"verified", false}, {"error", "mkdtemp failed in /tmp"}};
@@ -125,6 +139,7 @@ Json run_demo_report(const DemoOptions& o) {
 
   std::vector<std::string> rank_common = {"--coordinator", "127.0.0.1:" + port, "--model", o.model,
                                           "--layers", std::to_string(o.layers), "--transport", o.transport,
+                                          "--device", o.device, "--mode", o.mode,
                                           "--bucket-size", std::to_string(o.bucket_size)};
   rank_common.insert(rank_common.end(), common.begin(), common.end());
   for (int e = 0; e < o.engine_ranks; ++e) {
@@ -145,6 +160,10 @@ Json run_demo_report(const DemoOptions& o) {
   const auto hard_limit = Clock::now() + std::chrono::duration<double>(o.setup_timeout_s + 60 +
                                                                       o.refit_timeout_s * (o.refits + 1));
   std::size_t running = children.size() - (children[0].exit_code >= 0 ? 1 : 0);
+  // Once a process failed, the others fail on their own within their
+  // deadlines; a rank that failed during setup leaves the rest waiting for
+  // it, so the demo ends them after a short grace period instead.
+  std::optional<Clock::time_point> grace_until;
   while (running > 0) {
     int st = 0;
     pid_t pid = ::waitpid(-1, &st, WNOHANG);
@@ -153,14 +172,16 @@ Json run_demo_report(const DemoOptions& o) {
         if (c.pid == pid && c.exit_code < 0) {
           c.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
           --running;
+          if (c.exit_code != 0 && !grace_until) grace_until = Clock::now() + std::chrono::seconds(5);
         }
       }
       continue;
     }
-    if (Clock::now() > hard_limit) {
+    if (Clock::now() > hard_limit || (grace_until && Clock::now() > *grace_until)) {
       for (Child& c : children) {
         if (c.exit_code < 0) {
-          std::fprintf(stderr, "refit demo: %s (pid %d) outlived every deadline; killing it\n", c.name.c_str(), c.pid);
+          std::fprintf(stderr, "refit demo: %s (pid %d) still runs after %s; killing it\n", c.name.c_str(), c.pid,
+                       grace_until ? "another process failed" : "every deadline");
           c.killed_by_demo = true;
           ::kill(c.pid, SIGKILL);
         }

@@ -17,6 +17,8 @@ struct DemoOptions {
   int engine_ranks = 3;
   int trainer_ranks = 0;  // 0: as many as engine ranks
   std::string transport = "shm";
+  std::string device = "cpu";    // cpu or cuda (trainer weights, pools, engine weights)
+  std::string mode = "staged";   // staged or direct
   std::uint64_t bucket_size = 4ull << 20;
   int refits = 5;
   std::uint64_t seed = 1;

@@ -55,6 +55,18 @@ void add_rank_flags(CLI::App* cmd, refit::RankOptions& o, std::string& bucket) {
       ->check(CLI::IsMember(refit::transport_names()));
   cmd->add_option("--setup-timeout", o.setup_timeout_s, "Seconds allowed for setup")->check(CLI::PositiveNumber);
   cmd->add_option("--timeout", o.refit_timeout_s, "Seconds allowed for one refit")->check(CLI::PositiveNumber);
+  cmd->add_option("--device", o.device, "Where weights and buffers live: cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--mode", o.mode, "staged (receive pool) or direct (into the engine's weights)")
+      ->check(CLI::IsMember({"staged", "direct"}));
+}
+
+// --device and --mode for demo and bench.
+void add_demo_device_flags(CLI::App* cmd, refit::DemoOptions& o) {
+  cmd->add_option("--device", o.device, "Where weights and buffers live: cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--mode", o.mode, "staged (receive pool) or direct (trainers write into the engine's weights)")
+      ->check(CLI::IsMember({"staged", "direct"}));
 }
 
 int report_status(const char* who, const Status& status) {
@@ -85,6 +97,7 @@ int main(int argc, char** argv) {
   demo_cmd->add_option("--refits", demo.refits, "Number of refits")->check(CLI::Range(1, 1000000));
   demo_cmd->add_option("--seed", demo.seed, "Seed of the synthetic weights");
   demo_cmd->add_flag("--json", demo.json, "Print a JSON report on stdout instead of the table");
+  add_demo_device_flags(demo_cmd, demo);
   demo_cmd->add_option("--pool-slots", demo.pool_slots, "Receive pool slots per engine rank")->check(CLI::Range(1, 64));
   demo_cmd->add_option("--memory-limit", demo_memory_limit, "Receive pool memory limit per engine rank (0: none)")
       ->check(ByteSize());
@@ -103,6 +116,9 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--refits", demo.refits, "Number of refits")->check(CLI::Range(2, 1000000));
   bench_cmd->add_option("--pool-slots", demo.pool_slots, "Receive pool slots")->check(CLI::Range(1, 64));
   bench_cmd->add_flag("--json", demo.json, "Print a JSON report");
+  bench_cmd->add_flag("--poison-recycled", demo.poison_recycled, "Debug: poison every recycled staging buffer");
+  bench_cmd->add_option("--timeout", demo.refit_timeout_s, "Seconds allowed for one refit")->check(CLI::PositiveNumber);
+  add_demo_device_flags(bench_cmd, demo);
 
   // coordinator
   refit::CoordinatorOptions coord;
@@ -128,6 +144,8 @@ int main(int argc, char** argv) {
   trainer_cmd->add_option("--debug-pack-rank", trainer.debug_pack_rank,
                           "Fault injection for tests: pack another engine rank's shards")
       ->group("");  // hidden
+  trainer_cmd->add_option("--gpu", trainer.gpu, "Local CUDA device of this trainer rank (inside CUDA_VISIBLE_DEVICES)")
+      ->check(CLI::NonNegativeNumber);
 
   // engine
   refit::EngineOptions engine;
@@ -140,6 +158,9 @@ int main(int argc, char** argv) {
   engine_cmd->add_flag("--poison-recycled", engine.poison_recycled, "Debug: poison every recycled staging buffer");
   engine_cmd->add_flag("!--no-verify", engine.verify, "Skip verifying every byte after each refit");
   engine_cmd->add_option("--dtypes", engine.supported_dtypes, "Dtypes this engine supports (default: all)");
+  engine_cmd->add_option("--base-gpu-id", engine.base_gpu_id,
+                         "Engine rank r uses local CUDA device base-gpu-id + r (an index inside CUDA_VISIBLE_DEVICES)")
+      ->check(CLI::NonNegativeNumber);
 
   try {
     app.parse(argc, argv);

@@ -8,10 +8,15 @@ namespace refit {
 
 void print_report_table(const nlohmann::json& r, std::FILE* out) {
   auto u = [&](const char* k) { return r.value(k, 0ull); };
-  std::fprintf(out, "refit: model %s (%zu tensors, %s), %d trainer ranks -> %d engine ranks, transport %s, bucket %s, pool %d slots\n",
+  if (!r.contains("transport") && r.contains("error")) {  // failed before setup: nothing was measured
+    std::fprintf(out, "FAILED: %s\n", r["error"].get<std::string>().c_str());
+    return;
+  }
+  std::fprintf(out, "refit: model %s (%zu tensors, %s), %d trainer ranks -> %d engine ranks, transport %s (%s, %s), bucket %s, pool %d slots\n",
                r.value("model", std::string("?")).c_str(), static_cast<std::size_t>(u("tensors")),
                format_bytes(u("model_bytes")).c_str(), r.value("trainer_ranks_count", 0),
                r.value("engine_ranks_count", 0), r.value("transport", std::string("?")).c_str(),
+               r.value("device", std::string("cpu")).c_str(), r.value("mode", std::string("staged")).c_str(),
                format_bytes(u("bucket_size")).c_str(), r.value("pool_slots", 0));
   std::fprintf(out, "\n%8s %14s %10s %8s %9s\n", "version", "bytes", "seconds", "GB/s", "verified");
   for (const auto& f : r.value("refits", nlohmann::json::array())) {

@@ -85,7 +85,8 @@ TEST(CudaIpcDescriptor, ParserIsStrict) {
   for (const char* v : {"", "-1", "+0", "0x0", "99999999999999999999999"}) replace(":offset=", v);
   for (const char* v : {"", "0", "3B:00.0", "0000:3B:00.0:", "GPU-1234", "0000:3B:00.0x"}) replace(":dev=", v);
   std::string upper = handle;
-  std::transform(upper.begin(), upper.end(), upper.begin(), [](char c) { return static_cast<char>(c >= 'a' && c <= 'f' ? c - 32 : c); });
+  std::transform(upper.begin(), upper.end(), upper.begin(),
+                 [](char c) { return static_cast<char>(c >= 'a' && c <= 'f' ? c - 32 : c); });
   for (const std::string& v : {std::string(), handle.substr(2), handle + "00", upper, std::string(128, 'g'),
                                handle.substr(0, 126) + "-1"}) {
     replace(":handle=", v);

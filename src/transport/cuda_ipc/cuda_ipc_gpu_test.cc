@@ -502,7 +502,9 @@ TEST_F(CudaIpcGpu, NameShapeCapabilitiesAndDescriptor) {
   EXPECT_EQ((*target)->device(), 0);
   for (int i = 0; i < kSlots; ++i) {
     ASSERT_NE((*target)->slot(i), nullptr);
-    if (i > 0) EXPECT_EQ((*target)->slot(i) - (*target)->slot(i - 1), static_cast<std::ptrdiff_t>(kSlotBytes));
+    if (i > 0) {
+      EXPECT_EQ((*target)->slot(i) - (*target)->slot(i - 1), static_cast<std::ptrdiff_t>(kSlotBytes));
+    }
   }
   EXPECT_EQ((*target)->slot(kSlots), nullptr);
   EXPECT_EQ((*target)->slot(-1), nullptr);

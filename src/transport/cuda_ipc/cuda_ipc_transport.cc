@@ -62,8 +62,9 @@ StatusOr<AddressRange> allocation_of(const void* p, const std::string& what) {
     Entry e;
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    e.status = cuda_check(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 3020, cudaEnableDefault, &found),
-                          "cudaGetDriverEntryPointByVersion(cuMemGetAddressRange)");
+    e.status =
+        cuda_check(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 3020, cudaEnableDefault, &found),
+                   "cudaGetDriverEntryPointByVersion(cuMemGetAddressRange)");
     if (e.status.ok() && (found != cudaDriverEntryPointSuccess || fn == nullptr)) {
       e.status = FailedPrecondition("the CUDA driver has no cuMemGetAddressRange (entry point query result " +
                                     std::to_string(static_cast<int>(found)) + ")");

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: GPU tests, the batched-copy benchmark, and the
+# refit benchmarks (figures for docs/PERF.md), results under $OUT.
+# Expects the binaries built here in .devcarry/ (refit, refit_gpu_tests,
+# batched_copy_bench, libxxhash.so.0): see docs/PERF.md.
+set -uo pipefail
+carry=${CARRY:-.devcarry}
+out=${OUT:-/tmp/refit-gpu-out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$PWD/$carry:${LD_LIBRARY_PATH:-}"
+export REFIT_BINARY="$PWD/$carry/refit"
+export NCCL_NVLS_ENABLE=0
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+what=${1:-all}
+if [[ $what == all || $what == tests ]]; then
+  timeout 300 "$carry/refit_gpu_tests" 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[  (PASSED|FAILED|SKIPPED) |OK \]|FAILED|Failure|rror" | head -60
+fi
+if [[ $what == all || $what == copy ]]; then
+  timeout 120 "$carry/batched_copy_bench" 2>&1 | tee "$out/batched_copy_bench.txt" | tail -12
+fi
+if [[ $what == all || $what == bench ]]; then
+  for spec in "llama3-8b -1" "qwen3-30b-a3b 24"; do
+    set -- $spec
+    for mode in direct staged; do
+      for bucket in ${BUCKETS:-256MiB 1GiB 4GiB}; do
+        name="$1-$mode-$bucket"
+        timeout 240 "$carry/refit" bench --json --device cuda --transport cuda_ipc --mode "$mode" --model "$1" \
+          --layers "$2" --engine-ranks 1 --bucket-size "$bucket" --refits ${REFITS:-4} --timeout 120 \
+          > "$out/$name.json" 2> "$out/$name.err"
+        python3 - "$out/$name.json" "$name" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"{sys.argv[2]:<32} no report ({e})"); sys.exit(0)
+b = r.get("bench", {})
+print(f"{sys.argv[2]:<32} verified={r.get('verified')} refit={b.get('median_gbps',0):8.1f} GB/s "
+      f"copy={b.get('ceiling_gbps',0):8.1f} GB/s  x{b.get('floor_ratio',0):.2f} of floor  {r.get('error','')[:200]}")
+PY
+      done
+    done
+  done
+fi
