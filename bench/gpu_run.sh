@@ -19,24 +19,34 @@ if [[ $what == all || $what == copy ]]; then
   timeout 120 "$carry/batched_copy_bench" 2>&1 | tee "$out/batched_copy_bench.txt" | tail -12
 fi
 if [[ $what == all || $what == bench ]]; then
-  for spec in "llama3-8b -1" "qwen3-30b-a3b 24"; do
-    set -- $spec
-    for mode in direct staged; do
+  # MODELS="preset:layers ...", MODES, BUCKETS, POOLS, REFITS select the runs.
+  for spec in ${MODELS:-llama3-8b:-1 qwen3-30b-a3b:24}; do
+    model=${spec%%:*}
+    layers=${spec#*:}
+    for mode in ${MODES:-direct staged}; do
       for bucket in ${BUCKETS:-256MiB 1GiB 4GiB}; do
-        name="$1-$mode-$bucket"
-        timeout 240 "$carry/refit" bench --json --device cuda --transport cuda_ipc --mode "$mode" --model "$1" \
-          --layers "$2" --engine-ranks 1 --bucket-size "$bucket" --refits ${REFITS:-4} --timeout 120 \
-          > "$out/$name.json" 2> "$out/$name.err"
-        python3 - "$out/$name.json" "$name" <<'PY'
+        for pool in ${POOLS:-2}; do
+          [[ $mode == direct && $pool != "${POOLS%% *}" ]] && continue  # no pool in direct mode
+          name="$model-$mode-$bucket-p$pool"
+          tmp=$(mktemp -d)
+          timeout 240 "$carry/refit" bench --json --device cuda --transport cuda_ipc --mode "$mode" --model "$model" \
+            --layers "$layers" --engine-ranks 1 --bucket-size "$bucket" --refits "${REFITS:-4}" --pool-slots "$pool" \
+            --timeout 120 > "$tmp/report.json" 2> "$tmp/err"
+          python3 - "$tmp/report.json" "$name" "$out/bench.jsonl" "$tmp/err" <<'PY'
 import json, sys
 try:
     r = json.load(open(sys.argv[1]))
 except Exception as e:
-    print(f"{sys.argv[2]:<32} no report ({e})"); sys.exit(0)
+    print(f"{sys.argv[2]:<36} no report ({e}): {open(sys.argv[4]).read()[-500:]}"); sys.exit(0)
+r["name"] = sys.argv[2]
+with open(sys.argv[3], "a") as f:
+    f.write(json.dumps(r) + "\n")
 b = r.get("bench", {})
-print(f"{sys.argv[2]:<32} verified={r.get('verified')} refit={b.get('median_gbps',0):8.1f} GB/s "
+print(f"{sys.argv[2]:<36} verified={r.get('verified')} refit={b.get('median_gbps',0):8.1f} GB/s "
       f"copy={b.get('ceiling_gbps',0):8.1f} GB/s  x{b.get('floor_ratio',0):.2f} of floor  {r.get('error','')[:200]}")
 PY
+          rm -rf "$tmp"
+        done
       done
     done
   done

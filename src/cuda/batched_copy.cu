@@ -22,11 +22,22 @@
 namespace refit {
 namespace {
 
-constexpr std::uint32_t kPieceBytes = 32 * 1024;  // one warp's unit of work
+// Tuning knobs (the -D overrides exist for benchmarking variants only).
+#ifndef REFIT_COPY_PIECE_KIB
+#define REFIT_COPY_PIECE_KIB 32
+#endif
+#ifndef REFIT_COPY_UNROLL
+#define REFIT_COPY_UNROLL 2
+#endif
+#ifndef REFIT_COPY_MIN_BLOCKS
+#define REFIT_COPY_MIN_BLOCKS 4
+#endif
+constexpr std::uint32_t kPieceBytes = REFIT_COPY_PIECE_KIB * 1024;  // one warp's unit of work
+static_assert(kPieceBytes <= (1u << 16), "copy_rows' row math needs element * columns < 2^32");
 constexpr int kThreads = 256;
-constexpr int kUnroll = 2;    // independent vector loads in flight per lane (one row)
-constexpr int kUnroll2d = 2;  // the same across rows
-constexpr int kMinBlocksPerSm = 4;  // caps registers at 64: 32 warps per SM keep enough bytes in flight
+constexpr int kUnroll = REFIT_COPY_UNROLL;    // independent vector loads in flight per lane (one row)
+constexpr int kUnroll2d = 2;                  // the same across rows
+constexpr int kMinBlocksPerSm = REFIT_COPY_MIN_BLOCKS;  // 4 caps registers at 64: 32 warps per SM
 // A run is split into head/body/tail only when the body gains this much.
 constexpr std::uint64_t kSplitMinBytes = 256;
 
@@ -93,7 +104,7 @@ __device__ __forceinline__ void copy_row(const std::byte* __restrict__ src, std:
 // Copies an nr x nc rectangle of V-byte elements (nr * nc * V <= kPieceBytes)
 // whose rows are short: the lanes stride over all elements in row-major order.
 // Row of element e is e / nc, computed as (e * m) >> 32 with m = ceil(2^32 / nc):
-// exact because e * nc < 2^32 (both are <= kPieceBytes = 2^15).
+// exact because e * nc < 2^32 (both are at most kPieceBytes <= 2^16).
 template <int V>
 __device__ __forceinline__ void copy_rows(const std::byte* __restrict__ src, std::byte* __restrict__ dst,
                                           std::uint32_t nr, std::uint32_t nc, std::uint64_t src_pitch,
@@ -270,25 +281,29 @@ class DescriptorWriter {
   std::uint64_t bytes_ = 0;
 };
 
+// Checks every run; builds a message only for the first bad one (this runs
+// once per run on the host path of every copy: keep it cheap).
 Status validate(std::span<const CopyRun> runs) {
+  if (runs.size() > (1u << 29)) return InvalidArgument("BatchedCopier::copy: too many runs");
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const CopyRun& r = runs[i];
     if (r.rows == 0 || r.row_bytes == 0) continue;
+    const bool null_ptr = r.src == nullptr || r.dst == nullptr;
+    const bool bad_pitch = r.rows > 1 && (r.src_pitch < r.row_bytes || r.dst_pitch < r.row_bytes);
+    // Keeps every descriptor under 2^32 pieces (the kernel's piece math is 32-bit).
+    const bool too_big = r.rows > (1ull << 31) || r.row_bytes > (1ull << 46) ||
+                         r.rows * ((r.row_bytes + kPieceBytes - 1) / kPieceBytes) >= (1ull << 32);
+    if (!(null_ptr || bad_pitch || too_big)) continue;
     const std::string where = "BatchedCopier::copy: run " + std::to_string(i) + " of " + std::to_string(runs.size());
-    if (r.src == nullptr || r.dst == nullptr) return InvalidArgument(where + ": null src or dst");
-    if (r.rows > 1 && (r.src_pitch < r.row_bytes || r.dst_pitch < r.row_bytes)) {
+    if (null_ptr) return InvalidArgument(where + ": null src or dst");
+    if (bad_pitch) {
       return InvalidArgument(where + ": pitches (src " + std::to_string(r.src_pitch) + ", dst " +
                              std::to_string(r.dst_pitch) + ") must be >= row_bytes " + std::to_string(r.row_bytes) +
                              " for " + std::to_string(r.rows) + " rows");
     }
-    // Keeps every descriptor under 2^32 pieces (the kernel's piece math is 32-bit).
-    const std::uint64_t pieces_per_row = (r.row_bytes + kPieceBytes - 1) / kPieceBytes;
-    if (r.rows > (1ull << 31) || r.row_bytes > (1ull << 46) || r.rows * pieces_per_row >= (1ull << 32)) {
-      return InvalidArgument(where + ": implausible size (" + std::to_string(r.rows) + " rows of " +
-                             std::to_string(r.row_bytes) + " bytes)");
-    }
+    return InvalidArgument(where + ": too large (" + std::to_string(r.rows) + " rows of " +
+                           std::to_string(r.row_bytes) + " bytes)");
   }
-  if (runs.size() > (1u << 29)) return InvalidArgument("BatchedCopier::copy: too many runs");
   return Status::Ok();
 }
 

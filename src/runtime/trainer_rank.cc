@@ -137,6 +137,7 @@ class TrainerRank {
     ASSIGN_OR_RETURN(Json go, client_->wait_for("go", Deadline::AfterSeconds(options_.refit_timeout_s)));
     (void)go;
     Deadline deadline = Deadline::AfterSeconds(options_.refit_timeout_s);
+    const Clock::time_point went = Clock::now();
     std::uint64_t buckets = 0, bytes = 0;
     Clock::time_point last_progress = Clock::now();
     for (std::uint64_t j = trainer_index_; j < plan_.buckets.size(); j += feeders_) {
@@ -148,10 +149,14 @@ class TrainerRank {
         RETURN_IF_ERROR(client_->send(Json{{"type", "progress"}, {"version", version}, {"bytes", bytes}}));
       }
     }
+    RETURN_IF_ERROR(flush_direct(version, deadline));
+    const double send_ms = std::chrono::duration<double, std::milli>(Clock::now() - went).count();
     RETURN_IF_ERROR(client_->send(Json{{"type", "progress"}, {"version", version}, {"bytes", bytes}}));
     RETURN_IF_ERROR(client_->send(Json{{"type", "sent"}, {"version", version}}));
     RETURN_IF_ERROR(client_->send(
-        Json{{"type", "done"}, {"version", version}, {"stats", {{"buckets", buckets}, {"bytes", bytes}}}}));
+        Json{{"type", "done"},
+             {"version", version},
+             {"stats", {{"buckets", buckets}, {"bytes", bytes}, {"send_ms", send_ms}}}}));
     ASSIGN_OR_RETURN(Json commit, client_->wait_for("commit", deadline));
     (void)commit;
     return client_->send(Json{{"type", "committed"}, {"version", version}});
@@ -188,8 +193,16 @@ class TrainerRank {
                              weights() + weight_offsets_[e.tensor], e.tensor_offset, e.bytes, to, &runs_);
     }
     if (on_device_) {
-      // One launch for the whole bucket; the bytes are in the engine's memory
-      // once the stream reaches this point (one host wait per bucket).
+      // Direct: nobody reads the weights before the refit ends, so every
+      // bucket's runs go into ONE launch at the end (flush_direct): a launch
+      // per small bucket would leave most of the GPU idle.
+      if (direct_) {
+        direct_runs_.insert(direct_runs_.end(), runs_.begin(), runs_.end());
+        pending_landed_.push_back(j);
+        return Status::Ok();
+      }
+      // Staged: one launch for the whole bucket; the engine reads the slot as
+      // soon as it sees kLanded, so wait for the copy (one host wait per bucket).
       RETURN_IF_ERROR(copier_->copy(runs_, stream_.handle()).WithContext(name() + ", bucket " + std::to_string(j)));
       RETURN_IF_ERROR(stream_.synchronize().WithContext(name() + ", bucket " + std::to_string(j)));
     } else {
@@ -208,13 +221,30 @@ class TrainerRank {
         }
       }
     }
+    return send_landed(version, j, slot, deadline);
+  }
+
+  Status send_landed(std::uint64_t version, std::uint64_t j, std::uint64_t slot, Deadline deadline) {
     FrameHeader landed;
     landed.type = FrameType::kLanded;
     landed.a = version;
     landed.b = j;
     landed.c = slot;
-    landed.d = bucket.bytes;
+    landed.d = plan_.buckets[j].bytes;
     return link_->send(landed, {}, deadline);
+  }
+
+  // Direct mode on a device: copies every packed bucket in one launch, waits
+  // once, then announces them all.
+  Status flush_direct(std::uint64_t version, Deadline deadline) {
+    if (pending_landed_.empty()) return Status::Ok();
+    const std::string where = name() + ", direct writes of refit " + std::to_string(version);
+    RETURN_IF_ERROR(copier_->copy(direct_runs_, stream_.handle()).WithContext(where));
+    direct_runs_.clear();
+    RETURN_IF_ERROR(stream_.synchronize().WithContext(where));
+    for (std::uint64_t j : pending_landed_) RETURN_IF_ERROR(send_landed(version, j, 0, deadline));
+    pending_landed_.clear();
+    return Status::Ok();
   }
 
   RankOptions options_;
@@ -237,6 +267,8 @@ class TrainerRank {
   std::unique_ptr<BatchedCopier> copier_;
   CudaStream stream_;
   std::vector<CopyRun> runs_;
+  std::vector<std::uint64_t> pending_landed_;  // direct mode on a device: buckets packed, not yet announced
+  std::vector<CopyRun> direct_runs_;           // their runs, copied in one launch by flush_direct
   std::vector<std::byte> staging_;
 };
 

@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--refits", demo.refits, "Number of refits")->check(CLI::Range(2, 1000000));
   bench_cmd->add_option("--pool-slots", demo.pool_slots, "Receive pool slots")->check(CLI::Range(1, 64));
   bench_cmd->add_flag("--json", demo.json, "Print a JSON report");
+  bench_cmd->add_option("--seed", demo.seed, "Seed of the synthetic weights");
   bench_cmd->add_flag("--poison-recycled", demo.poison_recycled, "Debug: poison every recycled staging buffer");
   bench_cmd->add_option("--timeout", demo.refit_timeout_s, "Seconds allowed for one refit")->check(CLI::PositiveNumber);
   add_demo_device_flags(bench_cmd, demo);
