@@ -26,7 +26,8 @@ if [[ $what == all || $what == bench ]]; then
     for mode in ${MODES:-direct staged}; do
       for bucket in ${BUCKETS:-256MiB 1GiB 4GiB}; do
         for pool in ${POOLS:-2}; do
-          [[ $mode == direct && $pool != "${POOLS%% *}" ]] && continue  # no pool in direct mode
+          pools=${POOLS:-2}
+          [[ $mode == direct && $pool != "${pools%% *}" ]] && continue  # no pool in direct mode
           name="$model-$mode-$bucket-p$pool"
           tmp=$(mktemp -d)
           timeout 240 "$carry/refit" bench --json --device cuda --transport cuda_ipc --mode "$mode" --model "$model" \

@@ -425,6 +425,10 @@ Status BatchedCopier::copy(std::span<const CopyRun> runs, void* stream) {
   const std::uint64_t warps_wanted = writer.pieces();
   const std::uint64_t blocks_wanted = (warps_wanted * 32 + kThreads - 1) / kThreads;
   const unsigned blocks = static_cast<unsigned>(std::min<std::uint64_t>(blocks_wanted, max_blocks_));
+  // cuda_check_launch reads cudaGetLastError: drop an error left by an
+  // unrelated earlier call (a failed cudaSetDevice, say) so that only this
+  // launch's error is reported.
+  (void)cudaGetLastError();
   batched_copy_kernel<<<blocks, kThreads, 0, s>>>(
       reinterpret_cast<const DevRun*>(slot.device.data()),
       reinterpret_cast<const std::uint64_t*>(slot.device.data() + n * sizeof(DevRun)), n, writer.pieces());

@@ -193,12 +193,15 @@ class TrainerRank {
                              weights() + weight_offsets_[e.tensor], e.tensor_offset, e.bytes, to, &runs_);
     }
     if (on_device_) {
-      // Direct: nobody reads the weights before the refit ends, so every
-      // bucket's runs go into ONE launch at the end (flush_direct): a launch
-      // per small bucket would leave most of the GPU idle.
+      // Direct: nobody reads the weights before the refit ends, so launches
+      // queue back to back with no host wait, each covering at least
+      // kDirectLaunchBytes (a launch per small bucket leaves most of the GPU
+      // idle; one launch for everything measured slower than ~1 GiB launches).
       if (direct_) {
         direct_runs_.insert(direct_runs_.end(), runs_.begin(), runs_.end());
+        direct_bytes_ += bucket.bytes;
         pending_landed_.push_back(j);
+        if (direct_bytes_ >= kDirectLaunchBytes) RETURN_IF_ERROR(launch_direct(name() + ", bucket " + std::to_string(j)));
         return Status::Ok();
       }
       // Staged: one launch for the whole bucket; the engine reads the slot as
@@ -234,13 +237,19 @@ class TrainerRank {
     return link_->send(landed, {}, deadline);
   }
 
-  // Direct mode on a device: copies every packed bucket in one launch, waits
-  // once, then announces them all.
+  Status launch_direct(const std::string& where) {
+    RETURN_IF_ERROR(copier_->copy(direct_runs_, stream_.handle()).WithContext(where));
+    direct_runs_.clear();
+    direct_bytes_ = 0;
+    return Status::Ok();
+  }
+
+  // Direct mode on a device: launches what is left, waits once for every
+  // launch, then announces every packed bucket.
   Status flush_direct(std::uint64_t version, Deadline deadline) {
     if (pending_landed_.empty()) return Status::Ok();
     const std::string where = name() + ", direct writes of refit " + std::to_string(version);
-    RETURN_IF_ERROR(copier_->copy(direct_runs_, stream_.handle()).WithContext(where));
-    direct_runs_.clear();
+    RETURN_IF_ERROR(launch_direct(where));
     RETURN_IF_ERROR(stream_.synchronize().WithContext(where));
     for (std::uint64_t j : pending_landed_) RETURN_IF_ERROR(send_landed(version, j, 0, deadline));
     pending_landed_.clear();
@@ -268,7 +277,9 @@ class TrainerRank {
   CudaStream stream_;
   std::vector<CopyRun> runs_;
   std::vector<std::uint64_t> pending_landed_;  // direct mode on a device: buckets packed, not yet announced
-  std::vector<CopyRun> direct_runs_;           // their runs, copied in one launch by flush_direct
+  std::vector<CopyRun> direct_runs_;           // runs packed but not launched yet
+  std::uint64_t direct_bytes_ = 0;             // their bytes
+  static constexpr std::uint64_t kDirectLaunchBytes = 1ull << 30;
   std::vector<std::byte> staging_;
 };
 
