@@ -48,6 +48,29 @@ inline CopyRun copy_run_1d(const std::byte* src, std::byte* dst, std::uint64_t b
   return CopyRun{src, dst, bytes, 1, bytes, bytes};
 }
 
+// A descriptor table built and uploaded once by BatchedCopier::prepare() and
+// launched any number of times (a refit's copies are the same every refit:
+// plan once, replay with no host work and no upload). Move-only; owns device
+// memory on the copier's device. REQUIRES: outlives every launch that uses it
+// (synchronize the stream before destroying it). The runs' pointers are baked
+// in: the memory they name must stay allocated while the plan is used.
+class PreparedCopy {
+ public:
+  PreparedCopy() = default;
+  std::uint64_t descriptors() const { return descriptors_; }
+  std::uint64_t pieces() const { return pieces_; }
+  std::uint64_t bytes() const { return bytes_; }  // bytes one launch copies
+  int device() const { return device_; }
+
+ private:
+  friend class BatchedCopier;
+  DeviceBuffer table_;
+  std::uint32_t descriptors_ = 0;
+  std::uint64_t pieces_ = 0;
+  std::uint64_t bytes_ = 0;
+  int device_ = -1;
+};
+
 class BatchedCopier {
  public:
   // Descriptor scratch slots (launches that may be in flight before copy()
@@ -74,7 +97,16 @@ class BatchedCopier {
   // enqueues nothing.
   Status copy(std::span<const CopyRun> runs, void* stream);
 
-  // Blocks until every launch enqueued by this copier has finished, and
+  // Builds and uploads (synchronously) the descriptor table of `runs` once.
+  // Same validation and errors as copy().
+  StatusOr<PreparedCopy> prepare(std::span<const CopyRun> runs) const;
+
+  // Enqueues one launch of a prepared table on `stream` (no host work, no
+  // upload, no scratch slot: any number may be in flight). Asynchronous; order
+  // it with events like any kernel. synchronize() does not wait for it.
+  Status launch(const PreparedCopy& plan, void* stream) const;
+
+  // Blocks until every copy() enqueued by this copier has finished, and
   // returns the first asynchronous error (e.g. an illegal address) with context.
   Status synchronize();
 

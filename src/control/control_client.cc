@@ -89,6 +89,12 @@ StatusOr<Json> ControlClient::wait_for(const std::string& type, Deadline deadlin
   return message;
 }
 
+std::optional<Status> ControlClient::await_abort_reason(std::chrono::milliseconds grace) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, grace, [&] { return abort_.has_value(); });
+  return abort_;
+}
+
 std::optional<Status> ControlClient::abort_reason() const {
   std::lock_guard<std::mutex> lock(mu_);
   return abort_;

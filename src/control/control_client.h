@@ -10,6 +10,7 @@
 // thread at a time.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -46,6 +47,10 @@ class ControlClient {
 
   // The reason the refit was aborted, once known (thread-safe).
   std::optional<Status> abort_reason() const;
+  // Like abort_reason(), but waits up to `grace` for it: a rank whose data
+  // plane failed gives the coordinator's verdict (which names the rank that
+  // failed first) a moment to arrive.
+  std::optional<Status> await_abort_reason(std::chrono::milliseconds grace);
 
  private:
   explicit ControlClient(std::unique_ptr<Link> link) : link_(std::move(link)) {}

@@ -52,7 +52,7 @@ struct DevRun {
   std::uint32_t rows_per_piece;  // whole rows per piece (1 when pieces_per_row > 1)
   std::uint32_t pieces_per_row;  // > 1 when a row is longer than kPieceBytes
   std::uint32_t vec;             // access width in bytes: 16, 8, 4, 2 or 1
-  std::uint32_t pad;
+  std::uint32_t tail;            // 1-D only: bytes (< 16) right after row_bytes, copied bytewise by the last piece
 };
 static_assert(sizeof(DevRun) == 64);
 
@@ -197,6 +197,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm) batched_copy_kernel
       case 2: copy_row<1>(src, dst, ncb, lane); break;
       default: copy_rows<1>(src, dst, nr, ncb, sp, dp, lane); break;
     }
+    // A 1-D run's unaligned tail rides on its last piece (no descriptor of its own).
+    if (d.tail != 0 && col0 + ncb == d.row_bytes && lane < d.tail) dst[ncb + lane] = src[ncb + lane];
   }
 }
 
@@ -207,9 +209,11 @@ std::uint32_t best_vec(std::uintptr_t s, std::uintptr_t d, std::uint64_t row_byt
                        std::uint64_t sp, std::uint64_t dp) {
   std::uint64_t x = s | d | row_bytes;
   if (rows > 1) x |= sp | dp;
-  for (std::uint32_t v : {16u, 8u, 4u, 2u}) {
-    if (x % v == 0) return v;
-  }
+  // Masks, not %: a loop over run-time widths would divide (tens of ns a run).
+  if ((x & 15) == 0) return 16;
+  if ((x & 7) == 0) return 8;
+  if ((x & 3) == 0) return 4;
+  if ((x & 1) == 0) return 2;
   return 1;
 }
 
@@ -224,17 +228,21 @@ class DescriptorWriter {
     const std::uint64_t rb = run.row_bytes;
     const std::uint32_t v = best_vec(s, d, rb, run.rows, run.src_pitch, run.dst_pitch);
     if (v < 16 && rb >= kSplitMinBytes) {
-      for (std::uint32_t w : {16u, 8u, 4u, 2u}) {
-        if (w <= v) break;
-        if (s % w != d % w) continue;
-        if (run.rows > 1 && ((run.src_pitch | run.dst_pitch) % w) != 0) continue;
-        const std::uint64_t head = (w - s % w) % w;
-        const std::uint64_t body = (rb - head) / w * w;
+      for (std::uint64_t w = 16; w > v; w >>= 1) {  // widths are powers of two: masks, no division
+        const std::uint64_t mask = w - 1;
+        if ((s & mask) != (d & mask)) continue;
+        if (run.rows > 1 && ((run.src_pitch | run.dst_pitch) & mask) != 0) continue;
+        const std::uint64_t head = (w - (s & mask)) & mask;
+        const std::uint64_t body = (rb - head) & ~mask;
         const std::uint64_t tail = rb - head - body;
         if (body < kSplitMinBytes) continue;
         push(run.src, run.dst, head, run);
-        push(run.src + head, run.dst + head, body, run);
-        push(run.src + head + body, run.dst + head + body, tail, run);
+        if (run.rows == 1) {
+          push(run.src + head, run.dst + head, body, run, static_cast<std::uint32_t>(tail));
+        } else {
+          push(run.src + head, run.dst + head, body, run);
+          push(run.src + head + body, run.dst + head + body, tail, run);
+        }
         return;
       }
     }
@@ -246,7 +254,9 @@ class DescriptorWriter {
   std::uint64_t bytes() const { return bytes_; }
 
  private:
-  void push(const std::byte* src, std::byte* dst, std::uint64_t row_bytes, const CopyRun& run) {
+  // `tail` (1-D only): bytes after row_bytes that the last piece copies bytewise.
+  void push(const std::byte* src, std::byte* dst, std::uint64_t row_bytes, const CopyRun& run,
+            std::uint32_t tail = 0) {
     if (row_bytes == 0) return;
     DevRun& r = runs_[n_];
     r.src = src;
@@ -257,9 +267,13 @@ class DescriptorWriter {
     r.dst_pitch = run.rows > 1 ? run.dst_pitch : row_bytes;
     r.vec = best_vec(reinterpret_cast<std::uintptr_t>(src), reinterpret_cast<std::uintptr_t>(dst), row_bytes,
                      run.rows, r.src_pitch, r.dst_pitch);
-    r.pad = 0;
+    r.tail = tail;
     std::uint64_t pieces;
-    if (row_bytes > kPieceBytes) {
+    if (run.rows == 1) {  // the common case, without 64-bit divisions (host time is per run)
+      r.pieces_per_row = static_cast<std::uint32_t>((row_bytes + kPieceBytes - 1) / kPieceBytes);
+      r.rows_per_piece = 1;
+      pieces = r.pieces_per_row;
+    } else if (row_bytes > kPieceBytes) {
       r.pieces_per_row = static_cast<std::uint32_t>((row_bytes + kPieceBytes - 1) / kPieceBytes);
       r.rows_per_piece = 1;
       pieces = run.rows * r.pieces_per_row;
@@ -270,7 +284,7 @@ class DescriptorWriter {
     }
     first_piece_[n_] = pieces_;
     pieces_ += pieces;
-    bytes_ += row_bytes * run.rows;
+    bytes_ += row_bytes * run.rows + tail;
     ++n_;
   }
 
@@ -308,6 +322,62 @@ Status validate(std::span<const CopyRun> runs) {
 }
 
 std::uint64_t round_up(std::uint64_t x, std::uint64_t to) { return (x + to - 1) / to * to; }
+
+std::uint64_t count_nonempty(std::span<const CopyRun> runs) {
+  std::uint64_t n = 0;
+  for (const CopyRun& r : runs) n += (r.rows != 0 && r.row_bytes != 0);
+  return n;
+}
+
+// Host buffer bytes that build() may need for `nonempty` runs (at most 3 descriptors a run).
+std::uint64_t worst_case_bytes(std::uint64_t nonempty) {
+  const std::uint64_t max_desc = 3 * nonempty;
+  return max_desc * sizeof(DevRun) + (max_desc + 1) * sizeof(std::uint64_t);
+}
+
+// What build() wrote: DevRun[n], then first_piece[n + 1], `upload` bytes in all.
+struct Built {
+  std::uint32_t n = 0;
+  std::uint64_t pieces = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t upload = 0;
+};
+
+// Writes the descriptor table for `runs` into `host` (worst_case_bytes(nonempty) bytes).
+Built build(std::span<const CopyRun> runs, std::uint64_t nonempty, std::byte* host) {
+  auto* host_runs = reinterpret_cast<DevRun*>(host);
+  auto* host_first = reinterpret_cast<std::uint64_t*>(host + 3 * nonempty * sizeof(DevRun));
+  DescriptorWriter writer(host_runs, host_first);
+  for (const CopyRun& r : runs) {
+    if (r.rows != 0 && r.row_bytes != 0) writer.add(r);
+  }
+  Built b;
+  b.n = writer.count();
+  b.pieces = writer.pieces();
+  b.bytes = writer.bytes();
+  // Pack first_piece right after the descriptors actually written (dst <= src: a forward copy is safe).
+  auto* packed_first = reinterpret_cast<std::uint64_t*>(host + b.n * sizeof(DevRun));
+  std::copy(host_first, host_first + b.n, packed_first);
+  packed_first[b.n] = b.pieces;
+  b.upload = b.n * sizeof(DevRun) + (b.n + 1) * sizeof(std::uint64_t);
+  return b;
+}
+
+// One launch over a descriptor table already in device memory (or queued to land there on `s`).
+Status launch_kernel(const std::byte* table, const Built& b, int max_blocks, cudaStream_t s,
+                     const std::string& where) {
+  const std::uint64_t blocks_wanted = (b.pieces * 32 + kThreads - 1) / kThreads;  // a warp per piece
+  const unsigned blocks = static_cast<unsigned>(std::min<std::uint64_t>(blocks_wanted, max_blocks));
+  // cuda_check_launch reads cudaGetLastError: drop an error left by an
+  // unrelated earlier call (a failed cudaSetDevice, say) so that only this
+  // launch's error is reported.
+  (void)cudaGetLastError();
+  batched_copy_kernel<<<blocks, kThreads, 0, s>>>(reinterpret_cast<const DevRun*>(table),
+                                                  reinterpret_cast<const std::uint64_t*>(table + b.n * sizeof(DevRun)),
+                                                  b.n, b.pieces);
+  return cuda_check_launch(where + ": batched_copy_kernel (" + std::to_string(b.n) + " descriptors, " +
+                           std::to_string(b.pieces) + " pieces, " + std::to_string(blocks) + " blocks)");
+}
 
 }  // namespace
 
@@ -377,8 +447,7 @@ Status BatchedCopier::synchronize() {
 Status BatchedCopier::copy(std::span<const CopyRun> runs, void* stream) {
   if (slots_.empty()) return FailedPrecondition("BatchedCopier::copy on an empty (moved-from) copier");
   RETURN_IF_ERROR(validate(runs));
-  std::uint64_t nonempty = 0;
-  for (const CopyRun& r : runs) nonempty += (r.rows != 0 && r.row_bytes != 0);
+  const std::uint64_t nonempty = count_nonempty(runs);
   last_descriptors_ = last_pieces_ = last_bytes_ = 0;
   if (nonempty == 0) return Status::Ok();
 
@@ -393,11 +462,7 @@ Status BatchedCopier::copy(std::span<const CopyRun> runs, void* stream) {
     RETURN_IF_ERROR(slot.done.synchronize().WithContext(where + ": waiting for an earlier batched copy"));
     slot.in_flight = false;
   }
-
-  // Layout: DevRun[max_desc] then first_piece[max_desc + 1].
-  const std::uint64_t max_desc = 3 * nonempty;
-  const std::uint64_t runs_bytes = max_desc * sizeof(DevRun);
-  const std::uint64_t need = runs_bytes + (max_desc + 1) * sizeof(std::uint64_t);
+  const std::uint64_t need = worst_case_bytes(nonempty);
   if (slot.host.size() < need) {
     const std::uint64_t cap = round_up(std::max<std::uint64_t>(need + need / 2, 64 * 1024), 4096);
     slot.host = PinnedBuffer();
@@ -406,41 +471,52 @@ Status BatchedCopier::copy(std::span<const CopyRun> runs, void* stream) {
     ASSIGN_OR_RETURN(slot.device, DeviceBuffer::Allocate(device_, cap));
   }
 
-  auto* host_runs = reinterpret_cast<DevRun*>(slot.host.data());
-  auto* host_first = reinterpret_cast<std::uint64_t*>(slot.host.data() + runs_bytes);
-  DescriptorWriter writer(host_runs, host_first);
-  for (const CopyRun& r : runs) {
-    if (r.rows != 0 && r.row_bytes != 0) writer.add(r);
-  }
-  const std::uint32_t n = writer.count();
-  // Pack first_piece right after the descriptors actually written.
-  auto* packed_first = reinterpret_cast<std::uint64_t*>(slot.host.data() + n * sizeof(DevRun));
-  std::copy(host_first, host_first + n, packed_first);  // ranges may overlap only forward-safe (dst <= src)
-  packed_first[n] = writer.pieces();
-  const std::uint64_t upload = n * sizeof(DevRun) + (n + 1) * sizeof(std::uint64_t);
-
+  const Built b = build(runs, nonempty, slot.host.data());
   auto* s = static_cast<cudaStream_t>(stream);
-  RETURN_IF_ERROR(cuda_check(cudaMemcpyAsync(slot.device.data(), slot.host.data(), upload, cudaMemcpyHostToDevice, s),
-                             where + ": uploading " + std::to_string(n) + " descriptors"));
-  const std::uint64_t warps_wanted = writer.pieces();
-  const std::uint64_t blocks_wanted = (warps_wanted * 32 + kThreads - 1) / kThreads;
-  const unsigned blocks = static_cast<unsigned>(std::min<std::uint64_t>(blocks_wanted, max_blocks_));
-  // cuda_check_launch reads cudaGetLastError: drop an error left by an
-  // unrelated earlier call (a failed cudaSetDevice, say) so that only this
-  // launch's error is reported.
-  (void)cudaGetLastError();
-  batched_copy_kernel<<<blocks, kThreads, 0, s>>>(
-      reinterpret_cast<const DevRun*>(slot.device.data()),
-      reinterpret_cast<const std::uint64_t*>(slot.device.data() + n * sizeof(DevRun)), n, writer.pieces());
-  RETURN_IF_ERROR(cuda_check_launch(where + ": batched_copy_kernel (" + std::to_string(n) + " descriptors, " +
-                                    std::to_string(writer.pieces()) + " pieces, " + std::to_string(blocks) +
-                                    " blocks)"));
+  RETURN_IF_ERROR(
+      cuda_check(cudaMemcpyAsync(slot.device.data(), slot.host.data(), b.upload, cudaMemcpyHostToDevice, s),
+                 where + ": uploading " + std::to_string(b.n) + " descriptors"));
+  RETURN_IF_ERROR(launch_kernel(slot.device.data(), b, max_blocks_, s, where));
   RETURN_IF_ERROR(slot.done.record(stream).WithContext(where));
   slot.in_flight = true;
-  last_descriptors_ = n;
-  last_pieces_ = writer.pieces();
-  last_bytes_ = writer.bytes();
+  last_descriptors_ = b.n;
+  last_pieces_ = b.pieces;
+  last_bytes_ = b.bytes;
   return Status::Ok();
+}
+
+StatusOr<PreparedCopy> BatchedCopier::prepare(std::span<const CopyRun> runs) const {
+  if (device_ < 0) return FailedPrecondition("BatchedCopier::prepare on an empty (moved-from) copier");
+  RETURN_IF_ERROR(validate(runs));
+  const std::uint64_t nonempty = count_nonempty(runs);
+  PreparedCopy plan;
+  plan.device_ = device_;
+  if (nonempty == 0) return StatusOr<PreparedCopy>(std::move(plan));
+  std::vector<std::byte> host(worst_case_bytes(nonempty));
+  const Built b = build(runs, nonempty, host.data());
+  ASSIGN_OR_RETURN(plan.table_, DeviceBuffer::Allocate(device_, b.upload));
+  RETURN_IF_ERROR(copy_host_to_device(plan.table_.data(), {host.data(), static_cast<std::size_t>(b.upload)})
+                      .WithContext("BatchedCopier::prepare on device " + std::to_string(device_)));
+  plan.descriptors_ = b.n;
+  plan.pieces_ = b.pieces;
+  plan.bytes_ = b.bytes;
+  return StatusOr<PreparedCopy>(std::move(plan));  // nvcc's front end lacks C++20's implicit move here
+}
+
+Status BatchedCopier::launch(const PreparedCopy& plan, void* stream) const {
+  if (plan.descriptors_ == 0) return Status::Ok();
+  if (plan.device_ != device_) {
+    return InvalidArgument("BatchedCopier::launch: the plan was prepared for device " + std::to_string(plan.device_) +
+                           ", this copier is on device " + std::to_string(device_));
+  }
+  const std::string where = "BatchedCopier::launch on device " + std::to_string(device_);
+  ScopedDevice scope(device_);
+  RETURN_IF_ERROR(scope.status().WithContext(where));
+  Built b;
+  b.n = plan.descriptors_;
+  b.pieces = plan.pieces_;
+  b.bytes = plan.bytes_;
+  return launch_kernel(plan.table_.data(), b, max_blocks_, static_cast<cudaStream_t>(stream), where);
 }
 
 }  // namespace refit

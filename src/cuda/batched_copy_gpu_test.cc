@@ -308,6 +308,40 @@ TEST_F(BatchedCopyGpuTest, WorksOnSeveralStreamsAndTheDefaultStream) {
   f.expect_dst_matches(all);
 }
 
+// prepare() once, launch() several times (the plan replayed every refit),
+// poisoning the destination between launches. Catches: a prepared table that
+// differs from what copy() would build, a launch that depends on copy()'s
+// scratch, and a plan that only works once.
+TEST_F(BatchedCopyGpuTest, PreparedPlanReplaysBitExact) {
+  std::mt19937_64 rng(13);
+  const std::uint64_t src_bytes = 64ull << 20;
+  std::vector<TestRun> runs;
+  for (int i = 0; i < 3000; ++i) runs.push_back(random_1d(rng, src_bytes, 1, 6000));
+  for (int i = 0; i < 200; ++i) runs.push_back(random_2d(rng, src_bytes, 2000, 30, i % 2 == 0));
+  runs.push_back(random_1d(rng, src_bytes, 20 << 20, 30 << 20));
+  std::shuffle(runs.begin(), runs.end(), rng);
+  const std::uint64_t dst_bytes = layout_dst(runs, rng, 24);
+  Fixture f;
+  REFIT_ASSERT_OK(f.init(src_bytes, dst_bytes, 13));
+  REFIT_ASSERT_OK_AND_ASSIGN(BatchedCopier copier, BatchedCopier::Create(0));
+  REFIT_ASSERT_OK_AND_ASSIGN(CudaStream stream, CudaStream::Create(0));
+  REFIT_ASSERT_OK_AND_ASSIGN(PreparedCopy plan, copier.prepare(f.to_copy_runs(runs)));
+  EXPECT_GE(plan.descriptors(), runs.size());
+  f.apply_on_host(runs);
+  for (int replay = 0; replay < 3; ++replay) {
+    REFIT_ASSERT_OK(f.poison());
+    f.apply_on_host(runs);
+    REFIT_ASSERT_OK(copier.launch(plan, stream.handle()));
+    REFIT_ASSERT_OK(stream.synchronize());
+    SCOPED_TRACE("replay " + std::to_string(replay));
+    f.expect_dst_matches(runs);
+  }
+  REFIT_ASSERT_OK_AND_ASSIGN(PreparedCopy empty, copier.prepare({}));
+  REFIT_ASSERT_OK(copier.launch(empty, stream.handle()));
+  const CopyRun bad[] = {{nullptr, nullptr, 8, 1, 8, 8}};
+  EXPECT_FALSE(copier.prepare(bad).ok());
+}
+
 // Catches: empty input launching a kernel with zero pieces (an error or a
 // hang), empty runs with null pointers rejected, and bad runs accepted or
 // reported without their index.

@@ -20,6 +20,10 @@ BatchedCopier::BatchedCopier(BatchedCopier&&) noexcept = default;
 BatchedCopier& BatchedCopier::operator=(BatchedCopier&&) noexcept = default;
 Status BatchedCopier::copy(std::span<const CopyRun>, void*) { return no_cuda("BatchedCopier::copy"); }
 Status BatchedCopier::synchronize() { return no_cuda("BatchedCopier::synchronize"); }
+StatusOr<PreparedCopy> BatchedCopier::prepare(std::span<const CopyRun>) const {
+  return no_cuda("BatchedCopier::prepare");
+}
+Status BatchedCopier::launch(const PreparedCopy&, void*) const { return no_cuda("BatchedCopier::launch"); }
 
 Status fill_content_device(std::uint64_t, std::uint64_t, std::byte*, std::uint64_t, void*) {
   return no_cuda("fill_content_device");

@@ -37,7 +37,9 @@ class TrainerRank {
       Status status = refit(version);
       if (!status.ok()) {
         // Prefer the coordinator's reason: it names the rank that failed first.
-        if (auto reason = client_->abort_reason()) status = *reason;
+        if (auto reason = client_->await_abort_reason(std::chrono::milliseconds(500))) {
+          status = Status(reason->code(), reason->message() + " (here: " + status.message() + ")");
+        }
         (void)client_->send(Json{{"type", "failed"}, {"version", version}, {"error", status_to_json(status)}});
         return status;
       }
