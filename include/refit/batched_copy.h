@@ -15,8 +15,19 @@
 // pieces in grid-stride order, finds a piece's run by a warp-wide 32-way
 // search over that prefix sum, and moves it with 16-byte loads/stores when
 // pointers, row_bytes and pitches allow. A run whose src and dst share their
-// misalignment is split into an unaligned head, a 16-byte body and a tail;
-// other runs fall back to 8/4/2/1-byte accesses.
+// misalignment is split into an unaligned head, a 16-byte body and a tail (a
+// 1-D run's tail is copied bytewise by the body's last piece); other runs fall
+// back to 8/4/2/1-byte accesses (a run whose src and dst differ in their
+// misalignment mod 2 copies bytewise, several times slower: not measured).
+//
+// Two ways to use it: copy() builds and uploads the descriptors on every call
+// (20-35 ns of host time per run on the H200 machine), prepare() + launch()
+// build them once and replay them with no host work (a refit repeats its runs).
+//
+// Measured on one H200 (bench/batched_copy_bench.cu, 2026-11-29), kernel only
+// (prepared) against one cudaMemcpyAsync of the same bytes: one 4 GiB run 93%,
+// 10,000 runs of ~300 KB 91%, 2,000 2-D runs of 512 rows 87%, 100,000 runs of
+// 64 B-8 KB 79%.
 //
 // Thread safety: a BatchedCopier is used by one thread at a time ("one per
 // stream user"). It owns a small ring of descriptor scratch slots, each reused

@@ -217,7 +217,7 @@ std::uint32_t best_vec(std::uintptr_t s, std::uintptr_t d, std::uint64_t row_byt
   return 1;
 }
 
-// Appends descriptors to `out` (capacity checked by the caller: at most 3 per run).
+// Appends descriptors (at most 3 per run; the caller sizes the buffers).
 class DescriptorWriter {
  public:
   DescriptorWriter(DevRun* runs, std::uint64_t* first_piece) : runs_(runs), first_piece_(first_piece) {}
