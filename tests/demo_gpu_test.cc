@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cuda/gpu_test_util.h"
 #include "process_harness.h"
 #include "refit/device.h"
 
@@ -13,16 +14,6 @@ namespace refit {
 namespace {
 
 using nlohmann::json;
-
-// Why GPU tests cannot run here, or "" when a device is visible. (GTEST_SKIP
-// must be called in the test body itself to end the test.)
-std::string no_gpu_reason() {
-  auto count = cuda_device_count();
-  if (!count.ok()) return "no CUDA device: " + count.status().ToString();
-  return *count < 1 ? "no CUDA device visible" : "";
-}
-#define SKIP_WITHOUT_GPU()                                   \
-  if (std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why
 
 struct GpuCase {
   std::string mode;
@@ -34,7 +25,7 @@ struct GpuCase {
 class GpuDemoTest : public ::testing::TestWithParam<GpuCase> {};
 
 TEST_P(GpuDemoTest, EveryByteVerifiedOnTheDevice) {
-  SKIP_WITHOUT_GPU();
+  REFIT_SKIP_WITHOUT_CUDA_DEVICE();
   const GpuCase& c = GetParam();
   auto r = testing::run_refit({"demo", "--json", "--device", "cuda", "--transport", "cuda_ipc", "--mode", c.mode,
                                "--model", c.model, "--engine-ranks", std::to_string(c.engine_ranks), "--refits", "3",
@@ -61,7 +52,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, GpuDemoTest,
 // DESIGN.md rule 7 on the device: an engine rank whose base_gpu_id + rank is
 // not a local index inside CUDA_VISIBLE_DEVICES fails at setup naming it.
 TEST(GpuDemo, EngineRankBeyondTheVisibleDevicesFailsAtSetup) {
-  SKIP_WITHOUT_GPU();
+  REFIT_SKIP_WITHOUT_CUDA_DEVICE();
   int visible = *cuda_device_count();
   auto r = testing::run_refit({"demo", "--device", "cuda", "--transport", "cuda_ipc", "--engine-ranks",
                                std::to_string(visible + 1), "--refits", "1", "--setup-timeout", "20"},
