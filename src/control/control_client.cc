@@ -95,6 +95,16 @@ std::optional<Status> ControlClient::await_abort_reason(std::chrono::millisecond
   return abort_;
 }
 
+Status ControlClient::report_failure(std::uint64_t version, const Status& local) {
+  Status status = local;
+  // Prefer the coordinator's reason: it names the rank that failed first.
+  if (auto reason = await_abort_reason(std::chrono::milliseconds(500))) {
+    status = Status(reason->code(), reason->message() + " (here: " + local.message() + ")");
+  }
+  (void)send(Json{{"type", "failed"}, {"version", version}, {"error", status_to_json(status)}});
+  return status;
+}
+
 std::optional<Status> ControlClient::abort_reason() const {
   std::lock_guard<std::mutex> lock(mu_);
   return abort_;

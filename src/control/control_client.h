@@ -52,6 +52,11 @@ class ControlClient {
   // failed first) a moment to arrive.
   std::optional<Status> await_abort_reason(std::chrono::milliseconds grace);
 
+  // A rank's refit `version` failed with `local`: waits briefly for the
+  // coordinator's verdict, reports the failure ("failed") and returns the
+  // status to exit with: the verdict with `local` appended, or `local`.
+  Status report_failure(std::uint64_t version, const Status& local);
+
  private:
   explicit ControlClient(std::unique_ptr<Link> link) : link_(std::move(link)) {}
   void read_loop();

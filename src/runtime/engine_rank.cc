@@ -37,12 +37,8 @@ class EngineRank {
       ASSIGN_OR_RETURN(std::uint64_t version, json_uint(message, "version"));
       Status status = refit(version);
       if (!status.ok()) {
-        if (auto reason = client_->await_abort_reason(std::chrono::milliseconds(500))) {
-          status = Status(reason->code(), reason->message() + " (here: " + status.message() + ")");
-        }
-        engine_->abort(version, status);
-        (void)client_->send(Json{{"type", "failed"}, {"version", version}, {"error", status_to_json(status)}});
-        return status;
+        engine_->abort(version, status);  // the version stays at the last committed one
+        return client_->report_failure(version, status);
       }
     }
   }

@@ -35,14 +35,7 @@ class TrainerRank {
       if (message["type"] == "shutdown") return Status::Ok();
       ASSIGN_OR_RETURN(std::uint64_t version, json_uint(message, "version"));
       Status status = refit(version);
-      if (!status.ok()) {
-        // Prefer the coordinator's reason: it names the rank that failed first.
-        if (auto reason = client_->await_abort_reason(std::chrono::milliseconds(500))) {
-          status = Status(reason->code(), reason->message() + " (here: " + status.message() + ")");
-        }
-        (void)client_->send(Json{{"type", "failed"}, {"version", version}, {"error", status_to_json(status)}});
-        return status;
-      }
+      if (!status.ok()) return client_->report_failure(version, status);
     }
   }
 
