@@ -19,6 +19,7 @@
 #include "cuda/cuda_check.h"
 #include "refit/device.h"
 #include "transport/cuda_ipc/cuda_ipc_descriptor.h"
+#include "transport/pool_layout.h"
 
 namespace refit {
 namespace {
@@ -324,18 +325,13 @@ class CudaIpcTransport final : public Transport {
   }
 
   StatusOr<std::unique_ptr<TargetMemory>> create_target(const PoolOptions& options) override {
-    const std::string owner = options.owner.empty() ? std::string("receiver") : options.owner;
+    const std::string owner = pool_owner(options);
     if (options.memory != MemoryKind::kCuda) {
       return FailedPrecondition("cuda_ipc moves device memory; " + owner + "'s pool is host memory");
     }
-    if (options.slots <= 0 || options.slot_bytes == 0 ||
-        options.slot_bytes > std::numeric_limits<std::uint64_t>::max() / static_cast<std::uint64_t>(options.slots)) {
-      return InvalidArgument("bad receive pool for " + owner + ": slots=" + std::to_string(options.slots) +
-                             ", slot_bytes=" + std::to_string(options.slot_bytes) +
-                             " (both must be positive and their product must fit)");
-    }
+    ASSIGN_OR_RETURN(const std::uint64_t size,
+                     validated_pool_bytes(options, std::numeric_limits<std::uint64_t>::max()));
     RETURN_IF_ERROR(check_device(options.device, owner + "'s cuda_ipc pool"));
-    const std::uint64_t size = static_cast<std::uint64_t>(options.slots) * options.slot_bytes;
     auto pool = DeviceBuffer::Allocate(options.device, size);
     if (!pool.ok()) return pool.status().WithContext("allocating " + owner + "'s cuda_ipc pool");
     std::byte* base = pool->data();

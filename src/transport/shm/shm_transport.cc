@@ -1,5 +1,7 @@
 #include "transport/shm/shm_transport.h"
 
+#include "transport/pool_layout.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -19,26 +21,8 @@ constexpr std::string_view kUsage = "expected shm:/refit-<pid>-<n>:slots=<S>:slo
 
 std::atomic<std::uint64_t> g_segment_counter{0};
 
-// Parses a whole decimal string (digits only) into an unsigned value.
-bool parse_u64(std::string_view s, std::uint64_t* out) {
-  if (s.empty() || s.front() < '0' || s.front() > '9') return false;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && ptr == s.data() + s.size();
-}
-
-bool consume(std::string_view* s, std::string_view prefix) {
-  if (s->substr(0, prefix.size()) != prefix) return false;
-  s->remove_prefix(prefix.size());
-  return true;
-}
-
-// Size of the pool, or false on a zero or overflowing product.
-bool pool_size(std::uint64_t slots, std::uint64_t slot_bytes, std::uint64_t* size) {
-  if (slots == 0 || slot_bytes == 0) return false;
-  if (slot_bytes > std::numeric_limits<std::uint64_t>::max() / slots) return false;
-  *size = slots * slot_bytes;
-  return *size <= static_cast<std::uint64_t>(std::numeric_limits<off_t>::max());
-}
+// A segment's size must fit off_t (ftruncate, mmap offsets).
+constexpr std::uint64_t kMaxPoolBytes = static_cast<std::uint64_t>(std::numeric_limits<off_t>::max());
 
 struct ShmDescriptor {
   std::string name;
@@ -52,7 +36,7 @@ Status parse_descriptor(const std::string& text, ShmDescriptor* out) {
                            std::string(kUsage));
   };
   std::string_view s = text;
-  if (!consume(&s, "shm:/refit-")) return bad("does not start with shm:/refit-");
+  if (!consume_prefix(&s, "shm:/refit-")) return bad("does not start with shm:/refit-");
   auto colon = s.find(':');
   if (colon == std::string_view::npos) return bad("missing :slots=");
   std::string_view id = s.substr(0, colon);  // "<pid>-<n>"
@@ -64,14 +48,12 @@ Status parse_descriptor(const std::string& text, ShmDescriptor* out) {
   }
   s.remove_prefix(colon);
   std::uint64_t slots = 0, slot_bytes = 0;
-  if (!consume(&s, ":slots=")) return bad("missing :slots=");
+  if (!consume_prefix(&s, ":slots=")) return bad("missing :slots=");
   auto colon2 = s.find(':');
   if (colon2 == std::string_view::npos || !parse_u64(s.substr(0, colon2), &slots)) return bad("bad slots");
   s.remove_prefix(colon2);
-  if (!consume(&s, ":slot_bytes=") || !parse_u64(s, &slot_bytes)) return bad("bad slot_bytes");
-  std::uint64_t size = 0;
-  if (slots > static_cast<std::uint64_t>(std::numeric_limits<int>::max()) ||
-      !pool_size(slots, slot_bytes, &size)) {
+  if (!consume_prefix(&s, ":slot_bytes=") || !parse_u64(s, &slot_bytes)) return bad("bad slot_bytes");
+  if (!checked_pool_size(slots, slot_bytes, kMaxPoolBytes)) {
     return bad("slots and slot_bytes must be positive and their product must fit");
   }
   out->name = "/refit-" + std::string(id);
@@ -190,19 +172,13 @@ class ShmTransport final : public Transport {
   }
 
   StatusOr<std::unique_ptr<TargetMemory>> create_target(const PoolOptions& options) override {
-    const std::string owner = options.owner.empty() ? std::string("receiver") : options.owner;
+    const std::string owner = pool_owner(options);
     if (options.memory != MemoryKind::kHost) {
       return FailedPrecondition("shm transport cannot hold " + owner +
                                 "'s receive pool in CUDA memory (memory=cuda); use host memory or a "
                                 "transport with device_memory");
     }
-    std::uint64_t size = 0;
-    if (options.slots <= 0 ||
-        !pool_size(static_cast<std::uint64_t>(options.slots), options.slot_bytes, &size)) {
-      return InvalidArgument("bad receive pool for " + owner + ": slots=" + std::to_string(options.slots) +
-                             ", slot_bytes=" + std::to_string(options.slot_bytes) +
-                             " (both must be positive and their product must fit)");
-    }
+    ASSIGN_OR_RETURN(const std::uint64_t size, validated_pool_bytes(options, kMaxPoolBytes));
     // Find an unused name; an existing one belongs to someone else.
     std::string name;
     int fd = -1;

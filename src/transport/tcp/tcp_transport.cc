@@ -1,5 +1,7 @@
 #include "transport/tcp/tcp_transport.h"
 
+#include "transport/pool_layout.h"
+
 #include <sys/mman.h>
 
 #include <cerrno>
@@ -11,26 +13,8 @@ namespace refit {
 namespace {
 
 constexpr std::string_view kUsage = "expected tcp:slots=<S>:slot_bytes=<B>";
-
-bool parse_u64(std::string_view s, std::uint64_t* out) {
-  if (s.empty() || s.front() < '0' || s.front() > '9') return false;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && ptr == s.data() + s.size();
-}
-
-bool consume(std::string_view* s, std::string_view prefix) {
-  if (s->substr(0, prefix.size()) != prefix) return false;
-  s->remove_prefix(prefix.size());
-  return true;
-}
-
-bool pool_size(std::uint64_t slots, std::uint64_t slot_bytes, std::uint64_t* size) {
-  if (slots == 0 || slot_bytes == 0) return false;
-  if (slots > static_cast<std::uint64_t>(std::numeric_limits<int>::max())) return false;
-  if (slot_bytes > std::numeric_limits<std::uint64_t>::max() / slots) return false;
-  *size = slots * slot_bytes;
-  return *size <= static_cast<std::uint64_t>(std::numeric_limits<std::size_t>::max() / 2);
-}
+// A pool the address space can hold (mmap of size_t bytes, with room to spare).
+constexpr std::uint64_t kMaxPoolBytes = std::numeric_limits<std::size_t>::max() / 2;
 
 bool in_range(std::uint64_t slot, std::uint64_t offset, std::uint64_t bytes, int slots, std::uint64_t slot_bytes) {
   return slot < static_cast<std::uint64_t>(slots) && offset <= slot_bytes && bytes <= slot_bytes - offset;
@@ -145,18 +129,13 @@ class TcpTransport final : public Transport {
   }
 
   StatusOr<std::unique_ptr<TargetMemory>> create_target(const PoolOptions& options) override {
-    const std::string owner = options.owner.empty() ? std::string("receiver") : options.owner;
+    const std::string owner = pool_owner(options);
     if (options.memory != MemoryKind::kHost) {
       return FailedPrecondition("tcp transport cannot hold " + owner +
                                 "'s receive pool in CUDA memory (memory=cuda); use host memory or a "
                                 "transport with device_memory");
     }
-    std::uint64_t size = 0;
-    if (options.slots <= 0 || !pool_size(static_cast<std::uint64_t>(options.slots), options.slot_bytes, &size)) {
-      return InvalidArgument("bad receive pool for " + owner + ": slots=" + std::to_string(options.slots) +
-                             ", slot_bytes=" + std::to_string(options.slot_bytes) +
-                             " (both must be positive and their product must fit)");
-    }
+    ASSIGN_OR_RETURN(const std::uint64_t size, validated_pool_bytes(options, kMaxPoolBytes));
     // Page-aligned; MAP_POPULATE touches every page now (setup), not mid-refit.
     void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (base == MAP_FAILED) {
@@ -180,13 +159,13 @@ class TcpTransport final : public Transport {
                              std::string(kUsage));
     };
     std::string_view s = descriptor;
-    std::uint64_t slots = 0, slot_bytes = 0, size = 0;
-    if (!consume(&s, "tcp:slots=")) return bad("does not start with tcp:slots=");
+    std::uint64_t slots = 0, slot_bytes = 0;
+    if (!consume_prefix(&s, "tcp:slots=")) return bad("does not start with tcp:slots=");
     auto colon = s.find(':');
     if (colon == std::string_view::npos || !parse_u64(s.substr(0, colon), &slots)) return bad("bad slots");
     s.remove_prefix(colon);
-    if (!consume(&s, ":slot_bytes=") || !parse_u64(s, &slot_bytes)) return bad("bad slot_bytes");
-    if (!pool_size(slots, slot_bytes, &size)) {
+    if (!consume_prefix(&s, ":slot_bytes=") || !parse_u64(s, &slot_bytes)) return bad("bad slot_bytes");
+    if (!checked_pool_size(slots, slot_bytes, kMaxPoolBytes)) {
       return bad("slots and slot_bytes must be positive and their product must fit");
     }
     if (link == nullptr) {
