@@ -182,4 +182,10 @@ Status copy_device_to_device(std::byte* device_dst, const std::byte* device_src,
 // Sets `bytes` bytes at device_dst to `value` (0..255), on the pointer's device.
 Status device_memset(std::byte* device_dst, int value, std::uint64_t bytes);
 
+// Enqueues a copy of `bytes` bytes on `stream` (a cudaStream_t) and returns at
+// once; unified addressing decides the direction. For host-to-device copies
+// at link speed the host side must be pinned (PinnedBuffer); the bytes land
+// when the stream reaches the copy, and `src` must stay valid until then.
+Status copy_async(std::byte* dst, const std::byte* src, std::uint64_t bytes, void* stream);
+
 }  // namespace refit

@@ -44,6 +44,8 @@ namespace refit {
 
 struct TransportCapabilities {
   bool one_sided = false;      // the initiator can address the target's memory directly (mapped_slot)
+  bool remote_write = false;   // submit writes into the target's memory by remote memory access (ucx put):
+                               // the bytes never travel on the Link as kData frames, though mapped_slot is nullptr
   bool cross_host = false;     // works between hosts
   bool host_memory = true;     // can target host memory
   bool device_memory = false;  // can target CUDA device memory

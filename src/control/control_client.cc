@@ -2,8 +2,10 @@
 
 namespace refit {
 
-StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const std::string& address, Deadline deadline) {
+StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const std::string& address, const Secret& secret,
+                                                                Deadline deadline) {
   ASSIGN_OR_RETURN(auto link, Link::Connect(address, "the coordinator at " + address, deadline));
+  RETURN_IF_ERROR(authenticate_as_client(*link, secret, kControlAuthContext, deadline));
   return std::unique_ptr<ControlClient>(new ControlClient(std::move(link)));
 }
 

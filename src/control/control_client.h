@@ -1,5 +1,6 @@
 // ControlClient: a rank's connection to the coordinator.
 //
+// Connect() authenticates (control/auth.h) before anything else is sent.
 // Setup is request/response on the caller's thread (join -> setup). After
 // start_reader(), one background thread reads every coordinator message into
 // a queue; an "abort" message or a lost coordinator also calls the on_abort
@@ -20,6 +21,7 @@
 #include <string>
 #include <thread>
 
+#include "control/auth.h"
 #include "control/control_message.h"
 #include "refit/link.h"
 
@@ -27,7 +29,17 @@ namespace refit {
 
 class ControlClient {
  public:
-  static StatusOr<std::unique_ptr<ControlClient>> Connect(const std::string& address, Deadline deadline);
+  // Connects to the coordinator at `address` and authenticates both ways
+  // with `secret` (control/auth.h; an empty secret: no authentication, which
+  // only a coordinator without a secret accepts). Refused connections are
+  // retried until `deadline`; an authentication failure is final
+  // (kFailedPrecondition naming the coordinator and why).
+  static StatusOr<std::unique_ptr<ControlClient>> Connect(const std::string& address, const Secret& secret,
+                                                          Deadline deadline);
+  // Without a secret. Transitional: ranks pass RankOptions::secret instead.
+  static StatusOr<std::unique_ptr<ControlClient>> Connect(const std::string& address, Deadline deadline) {
+    return Connect(address, Secret(), deadline);
+  }
   ~ControlClient();
 
   // Sends `join` and returns the coordinator's "setup" reply; an "error"

@@ -1,5 +1,6 @@
 #include "control/coordinator.h"
 
+#include <arpa/inet.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <set>
 #include <vector>
 
+#include "control/join_gate.h"
 #include "control/spec_json.h"
 #include "refit/aligner.h"
 #include "refit/link.h"
@@ -22,6 +24,16 @@ namespace refit {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// 127.0.0.0/8, ::1 or "localhost": only this host's processes can connect.
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
 
 // One joined rank as the coordinator sees it.
 struct Member {
@@ -66,8 +78,23 @@ class Coordinator {
     std::string host;
     int port = 0;
     RETURN_IF_ERROR(split_host_port(options_.listen, &host, &port));
-    ASSIGN_OR_RETURN(listener_, Listener::Listen(host, port));
-    on_listening(listener_->port());
+    if (options_.secret.empty()) {
+      if (!is_loopback_host(host)) {
+        return FailedPrecondition("refusing to listen on " + options_.listen +
+                                  " without a secret: any host that reaches it could join and replace the weights; "
+                                  "give the coordinator and every rank --secret-file (or REFIT_SECRET), or listen on "
+                                  "a loopback address");
+      }
+      log("warning: no secret (--secret-file or REFIT_SECRET): ranks are not authenticated; any local process can "
+          "join");
+    }
+    ASSIGN_OR_RETURN(auto listener, Listener::Listen(host, port));
+    const int listening_port = listener->port();
+    JoinGate::Options gate;
+    gate.secret = options_.secret;
+    gate.log = [this](const std::string& line) { log(line); };
+    ASSIGN_OR_RETURN(gate_, JoinGate::Start(std::move(listener), std::move(gate)));
+    on_listening(listening_port);
     trainers_.resize(options_.trainer_ranks);
     engines_.resize(options_.engine_ranks);
 
@@ -83,30 +110,16 @@ class Coordinator {
     return Status::Ok();
   }
 
+  // Admits joins (authenticated and read by the gate) until every rank
+  // joined; refusals are logged and never disturb the ranks already in.
   Status accept_joins(Deadline deadline) {
-    std::vector<std::unique_ptr<Link>> pending;
     while (joined_ < options_.trainer_ranks + options_.engine_ranks) {
-      std::vector<pollfd> fds;
-      fds.push_back({listener_->fd(), POLLIN, 0});
-      for (auto& l : pending) fds.push_back({l->fd(), POLLIN, 0});
-      int ready = ::poll(fds.data(), fds.size(), std::min(deadline.remaining_ms(), 200));
+      pollfd gate{gate_->fd(), POLLIN, 0};
+      int ready = ::poll(&gate, 1, std::min(deadline.remaining_ms(), 200));
       if (ready < 0 && errno != EINTR) return ErrnoStatus("coordinator poll", errno);
       if (deadline.expired()) return DeadlineExceeded(missing_ranks_message());
-      if (ready <= 0) continue;
-      if (fds[0].revents & POLLIN) {
-        auto link = listener_->accept(Deadline::After(std::chrono::milliseconds(1000)));
-        if (link.ok()) pending.push_back(std::move(*link));
-      }
-      for (std::size_t i = pending.size(); i-- > 0;) {
-        if (!(fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        std::unique_ptr<Link> link = std::move(pending[i]);
-        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-        auto join = recv_control(*link, Deadline::After(std::chrono::milliseconds(5000)));
-        if (!join.ok()) {
-          log("refused a connection from " + link->peer() + ": " + join.status().message());
-          continue;
-        }
-        Status st = admit(std::move(link), std::move(*join));
+      while (auto candidate = gate_->take()) {
+        Status st = admit(std::move(candidate->link), std::move(candidate->join));
         if (!st.ok()) log(st.message());
       }
     }
@@ -298,7 +311,9 @@ class Coordinator {
                  {"engine_address", engine.join.value("data_address", std::string())},
                  {"descriptor", engine.join.value("descriptor", std::string())},
                  {"trainer_index", t->rank / options_.engine_ranks},
-                 {"feeders", feeders}};
+                 {"feeders", feeders},
+                 {"engine_device", engine.join.value("device", std::string("cpu"))},
+                 {"on_demand", options_.refits == 0}};
       RETURN_IF_ERROR(send_control(*t->link, setup, deadline).WithContext("setup of " + t->name()));
     }
     return Status::Ok();
@@ -328,9 +343,12 @@ class Coordinator {
 
   // Waits until every rank sent `type` (engines and trainers), handling
   // progress and failure messages. `on_message` sees each awaited message.
+  // `only`: wait for these members instead of every one; `alternative`: a
+  // second message type that also counts.
   Status wait_all(const std::string& phase, const std::string& type, Deadline deadline,
-                  const std::function<Status(Member&, const Json&)>& on_message) {
-    std::vector<Member*> all = members();
+                  const std::function<Status(Member&, const Json&)>& on_message,
+                  const std::vector<Member*>* only = nullptr, const std::string& alternative = "") {
+    std::vector<Member*> all = only ? *only : members();
     std::vector<bool> have(all.size(), false);
     std::size_t count = 0;
     auto accept = [&](std::size_t i, const Json& message) -> Status {
@@ -344,7 +362,8 @@ class Coordinator {
       return Status::Ok();
     };
     for (std::size_t i = 0; i < all.size(); ++i) {
-      if (!all[i]->early.empty() && all[i]->early.front()["type"] == type) {
+      if (!all[i]->early.empty() &&
+          (all[i]->early.front()["type"] == type || (!alternative.empty() && all[i]->early.front()["type"] == alternative))) {
         Json message = std::move(all[i]->early.front());
         all[i]->early.pop_front();
         RETURN_IF_ERROR(accept(i, message));
@@ -353,7 +372,7 @@ class Coordinator {
     while (count < all.size()) {
       std::vector<pollfd> fds;
       for (Member* m : all) fds.push_back({m->link->fd(), POLLIN, 0});
-      fds.push_back({listener_->fd(), POLLIN, 0});
+      fds.push_back({gate_->fd(), POLLIN, 0});
       int ready = ::poll(fds.data(), fds.size(), std::min(deadline.remaining_ms(), 100));
       if (ready > 0 && (fds.back().revents & POLLIN)) refuse_latecomer();
       if (ready < 0 && errno != EINTR) return ErrnoStatus("coordinator poll", errno);
@@ -389,7 +408,7 @@ class Coordinator {
           on_progress(*all[i], *message);
           continue;
         }
-        if (kind != type || have[i]) {
+        if ((kind != type && (alternative.empty() || kind != alternative)) || have[i]) {
           if (comes_later(kind, type)) {
             all[i]->early.push_back(std::move(*message));
             continue;
@@ -427,20 +446,15 @@ class Coordinator {
   // A connection after setup can only be a duplicate or a stray: refuse it
   // (with the reason) and log it; the running job is not disturbed.
   void refuse_latecomer() {
-    auto link = listener_->accept(Deadline::After(std::chrono::milliseconds(100)));
-    if (!link.ok()) return;
-    auto join = recv_control(**link, Deadline::After(std::chrono::milliseconds(2000)));
-    if (!join.ok()) {
-      log("refused a connection from " + (*link)->peer() + ": " + join.status().message());
-      return;
-    }
-    Status st = admit(std::move(*link), std::move(*join));
-    if (st.ok()) {
-      // admit() only accepts a rank whose slot is free, which cannot happen
-      // after setup; keep the invariant loud.
-      log("internal error: a rank was admitted after setup");
-    } else {
-      log(st.message());
+    while (auto candidate = gate_->take()) {
+      Status st = admit(std::move(candidate->link), std::move(candidate->join));
+      if (st.ok()) {
+        // admit() only accepts a rank whose slot is free, which cannot happen
+        // after setup; keep the invariant loud.
+        log("internal error: a rank was admitted after setup");
+      } else {
+        log(st.message());
+      }
     }
   }
 
@@ -474,8 +488,9 @@ class Coordinator {
     frac = std::min(frac, 1.0);
     double secs = std::chrono::duration<double>(now - go_time_).count();
     int width = 30, filled = static_cast<int>(frac * width);
-    std::fprintf(stderr, "\rrefit %llu/%d [%s%s] %3d%% %s %.2f GB/s%s",
-                 static_cast<unsigned long long>(current_version_), options_.refits,
+    std::fprintf(stderr, "\rrefit %llu%s [%s%s] %3d%% %s %.2f GB/s%s",
+                 static_cast<unsigned long long>(current_version_),
+                 options_.refits > 0 ? ("/" + std::to_string(options_.refits)).c_str() : "",
                  std::string(static_cast<std::size_t>(filled), '#').c_str(),
                  std::string(static_cast<std::size_t>(width - filled), ' ').c_str(), static_cast<int>(frac * 100),
                  format_bytes(sent).c_str(), secs > 0 ? static_cast<double>(sent) / secs / 1e9 : 0.0,
@@ -483,7 +498,49 @@ class Coordinator {
     std::fflush(stderr);
   }
 
+  // On demand (--refits 0): each refit starts when every trainer rank asked
+  // for it ("request", the same version, above the last committed one); the
+  // job ends when every trainer rank said "finish".
+  Status refits_on_demand() {
+    all_verified_ = true;
+    std::vector<Member*> trainers;
+    for (auto& t : trainers_) trainers.push_back(&*t);
+    for (;;) {
+      std::optional<std::uint64_t> version;
+      int finished = 0;
+      RETURN_IF_ERROR(wait_all(
+          "request", "request", Deadline::Never(),
+          [&](Member& m, const Json& message) -> Status {
+            if (message["type"] == "finish") {
+              ++finished;
+              return Status::Ok();
+            }
+            auto v = json_uint(message, "version");
+            if (!v.ok()) return v.status().WithContext("request from " + m.name());
+            if (*v <= current_version_) {
+              return InvalidArgument(m.name() + " asked for refit " + std::to_string(*v) +
+                                     ", not above the last committed version " + std::to_string(current_version_));
+            }
+            if (version && *version != *v) {
+              return InvalidArgument("the trainer ranks ask for different versions: " + std::to_string(*version) +
+                                     " and " + std::to_string(*v) + " (" + m.name() + ")");
+            }
+            version = *v;
+            return Status::Ok();
+          },
+          &trainers, "finish"));
+      if (finished == static_cast<int>(trainers.size())) return Status::Ok();
+      if (finished > 0) {
+        return InvalidArgument(std::to_string(finished) + " trainer ranks finished while the others asked for refit " +
+                               std::to_string(*version));
+      }
+      current_version_ = *version;
+      RETURN_IF_ERROR(refit_once());
+    }
+  }
+
   Status refits() {
+    if (options_.refits == 0) return refits_on_demand();
     all_verified_ = true;
     for (int i = 1; i <= options_.refits; ++i) {
       current_version_ = static_cast<std::uint64_t>(i);
@@ -547,7 +604,8 @@ class Coordinator {
   void log(const std::string& line) { std::fprintf(stderr, "refit coordinator: %s\n", line.c_str()); }
 
   CoordinatorOptions options_;
-  std::unique_ptr<Listener> listener_;
+  // Accepts, authenticates and reads joins off this thread (join_gate.h).
+  std::unique_ptr<JoinGate> gate_;
   std::vector<std::optional<Member>> trainers_, engines_;
   int joined_ = 0;
   std::vector<std::vector<TensorSpec>> streams_;
@@ -576,7 +634,14 @@ Status validate_rank_counts(int trainer_ranks, int engine_ranks) {
 
 Json run_coordinator(const CoordinatorOptions& options, const std::function<void(int port)>& on_listening) {
   Coordinator coordinator(options);
-  return coordinator.run(on_listening);
+  // Every message is validated before use (control_message.h), so no JSON
+  // exception is expected; should one escape anyway, the job fails with a
+  // report instead of the process terminating.
+  try {
+    return coordinator.run(on_listening);
+  } catch (const std::exception& e) {
+    return Json{{"verified", false}, {"refits", Json::array()}, {"error", "internal: coordinator: " + std::string(e.what())}};
+  }
 }
 
 }  // namespace refit

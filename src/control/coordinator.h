@@ -21,6 +21,7 @@
 #include <functional>
 #include <string>
 
+#include "control/auth.h"
 #include "control/control_message.h"
 #include "refit/status.h"
 
@@ -30,12 +31,17 @@ struct CoordinatorOptions {
   std::string listen = "127.0.0.1:0";  // loopback unless told otherwise
   int trainer_ranks = 1;
   int engine_ranks = 1;
-  int refits = 1;
+  int refits = 1;  // 0: on demand, each refit asked for by every trainer rank (TrainerRank::refit)
   std::uint64_t seed = 0;
   double setup_timeout_s = 60;   // every rank joined and linked
   double refit_timeout_s = 300;  // one whole refit, suits multi-GB refits on CPU
   bool progress = false;         // draw a progress bar on stderr
   bool log_joins = true;         // log each join and refusal on stderr
+  // Ranks must prove they know this secret, and the coordinator proves it
+  // to them (control/auth.h). Empty: no authentication, allowed only on a
+  // loopback address (a warning is logged once); listening on any other
+  // address without a secret is refused at setup.
+  Secret secret;
 };
 
 // The topology rule every process checks before anything else: at least one

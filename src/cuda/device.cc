@@ -256,6 +256,13 @@ Status copy_device_to_device(std::byte* device_dst, const std::byte* device_src,
   return sync_copy(device_dst, device_src, bytes, "copy_device_to_device");
 }
 
+Status copy_async(std::byte* dst, const std::byte* src, std::uint64_t bytes, void* stream) {
+  if (bytes == 0) return Status::Ok();
+  if (dst == nullptr || src == nullptr) return InvalidArgument("copy_async: null pointer");
+  return cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)),
+                    "cudaMemcpyAsync of " + bytes_text(bytes));
+}
+
 Status device_memset(std::byte* device_dst, int value, std::uint64_t bytes) {
   if (bytes == 0) return Status::Ok();
   if (device_dst == nullptr) return InvalidArgument("device_memset: null pointer");
@@ -299,6 +306,7 @@ Status copy_device_to_host(std::span<std::byte>, const std::byte*) { return no_c
 Status copy_host_to_device(std::byte*, std::span<const std::byte>) { return no_cuda("copy_host_to_device"); }
 Status copy_device_to_device(std::byte*, const std::byte*, std::uint64_t) { return no_cuda("copy_device_to_device"); }
 Status device_memset(std::byte*, int, std::uint64_t) { return no_cuda("device_memset"); }
+Status copy_async(std::byte*, const std::byte*, std::uint64_t, void*) { return no_cuda("copy_async"); }
 
 #endif  // REFIT_HAVE_CUDA
 

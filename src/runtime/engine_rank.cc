@@ -1,4 +1,6 @@
-// The engine role: see roles.h.
+// The engine role: see engine_rank.h and roles.h.
+#include "runtime/engine_rank.h"
+
 #include <poll.h>
 #include <unistd.h>
 
@@ -20,30 +22,41 @@
 #include "refit/plan.h"
 #include "refit/receiver.h"
 #include "refit/transport.h"
-#include "runtime/roles.h"
 
 namespace refit {
 namespace {
 
-class EngineRank {
- public:
-  explicit EngineRank(const EngineOptions& options) : options_(options) {}
+std::string seconds_text(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", s);
+  return text;
+}
 
-  Status run() {
-    RETURN_IF_ERROR(setup());
+}  // namespace
+
+class EngineRank::Impl {
+ public:
+  Impl(const EngineOptions& options, EngineBinding binding) : options_(options), binding_(std::move(binding)) {}
+
+  Status serve() {
     for (;;) {
-      ASSIGN_OR_RETURN(Json message, client_->wait_for("start", Deadline::Never(), "shutdown"));
-      if (message["type"] == "shutdown") return Status::Ok();
-      ASSIGN_OR_RETURN(std::uint64_t version, json_uint(message, "version"));
-      Status status = refit(version);
-      if (!status.ok()) {
-        engine_->abort(version, status);  // the version stays at the last committed one
-        return client_->report_failure(version, status);
-      }
+      ASSIGN_OR_RETURN(std::optional<std::uint64_t> version, next());
+      if (!version) return Status::Ok();
     }
   }
 
- private:
+  StatusOr<std::optional<std::uint64_t>> next() {
+    ASSIGN_OR_RETURN(Json message, client_->wait_for("start", Deadline::Never(), "shutdown"));
+    if (message["type"] == "shutdown") return std::optional<std::uint64_t>();
+    ASSIGN_OR_RETURN(std::uint64_t version, json_uint(message, "version"));
+    Status status = refit(version);
+    if (!status.ok()) {
+      engine_->abort(version, status);  // the version stays at the last committed one
+      return client_->report_failure(version, status);
+    }
+    return std::optional<std::uint64_t>(version);
+  }
+
   int rank() const { return options_.rank; }
   std::string name() const { return "engine rank " + std::to_string(rank()); }
 
@@ -51,45 +64,45 @@ class EngineRank {
     Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
     RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
     RETURN_IF_ERROR(validate_rank_settings(options_, /*engine=*/true));
-    on_device_ = options_.device == "cuda";
-    direct_ = options_.mode == "direct";
-    if (on_device_) {
-      // DESIGN.md rule 7: a local index inside CUDA_VISIBLE_DEVICES.
-      ASSIGN_OR_RETURN(int visible, cuda_device_count());
-      ASSIGN_OR_RETURN(device_, engine_local_device(options_.base_gpu_id, rank(), visible));
-    }
     if (rank() < 0 || rank() >= options_.engine_ranks) {
       return InvalidArgument("--rank " + std::to_string(rank()) + " is outside 0.." +
                              std::to_string(options_.engine_ranks - 1) + " (--engine-ranks " +
                              std::to_string(options_.engine_ranks) + ")");
     }
-    ASSIGN_OR_RETURN(model_, make_model(options_.model, options_.layers));
-    std::vector<TensorSpec> own = engine_stream(model_, rank(), options_.engine_ranks);
+    if (binding_.engine == nullptr) return InvalidArgument("no engine to apply the weights to");
+    engine_ = binding_.engine;
+    direct_ = options_.mode == "direct";
+    on_device_ = binding_.memory == MemoryKind::kCuda;
+    device_ = binding_.device;
+    if (on_device_ != (options_.device == "cuda")) {
+      return InvalidArgument("--device " + options_.device + " but the engine's weights are in " +
+                             (on_device_ ? "device" : "host") + " memory");
+    }
+    if (direct_) {
+      std::uint64_t need = 0;
+      (void)weight_arena_offsets(binding_.stream, &need);
+      if (binding_.arena == nullptr || binding_.arena_bytes < need) {
+        return InvalidArgument("direct mode needs the engine's weight arena (" + std::to_string(need) +
+                               " bytes laid out by weight_arena_offsets), got " + std::to_string(binding_.arena_bytes));
+      }
+    }
+    const std::vector<TensorSpec>& own = binding_.stream;
     ASSIGN_OR_RETURN(plan_, make_plan(own, options_.bucket_size));
     ASSIGN_OR_RETURN(transport_, make_transport(options_.transport));
-
-    // The weights, allocated once: all ranks' streams are this rank's model
-    // sharded the same way (the coordinator checks them against every peer).
-    std::vector<std::vector<TensorSpec>> local_streams;
-    for (int r = 0; r < options_.engine_ranks; ++r) local_streams.push_back(engine_stream(model_, r, options_.engine_ranks));
-    ReferenceEngineOptions engine_options;
-    engine_options.memory = on_device_ ? MemoryKind::kCuda : MemoryKind::kHost;
-    engine_options.device = device_;
-    ASSIGN_OR_RETURN(engine_, ReferenceEngine::Create(local_streams, std::vector<int>{rank()}, engine_options));
 
     std::unique_ptr<TargetMemory> pool;
     std::string descriptor = "none";
     if (direct_) {
       // Direct mode: trainers write into the weights themselves; no pool.
-      ASSIGN_OR_RETURN(exposed_, transport_->expose_memory(engine_->arena(rank()), engine_->arena_bytes(rank()),
-                                                           engine_options.memory, device_));
+      ASSIGN_OR_RETURN(exposed_, transport_->expose_memory(binding_.arena, binding_.arena_bytes, binding_.memory,
+                                                           device_));
       descriptor = exposed_->descriptor();
     } else {
       PoolOptions pool_options;
       pool_options.slots = options_.pool_slots;
       pool_options.slot_bytes = options_.bucket_size;
       pool_options.owner = name();
-      pool_options.memory = engine_options.memory;
+      pool_options.memory = binding_.memory;
       pool_options.device = device_;
       if (options_.memory_limit != 0 &&
           static_cast<std::uint64_t>(std::max(options_.pool_slots, 0)) * options_.bucket_size > options_.memory_limit) {
@@ -145,7 +158,7 @@ class EngineRank {
                                                    "setup stream of engine rank " + std::to_string(r)));
       streams.push_back(std::move(specs));
     }
-    if (streams != local_streams) {
+    if (!binding_.expected_streams.empty() && streams != binding_.expected_streams) {
       return FailedPrecondition(name() + ": the engine's ranks disagree on the model: the streams the coordinator "
                                 "collected differ from this rank's sharding of --model " + options_.model);
     }
@@ -221,13 +234,22 @@ class EngineRank {
     ASSIGN_OR_RETURN(Aligner aligner, Aligner::Create(sources));
     std::uint64_t aligned = 0;
     for (;;) {
-      ASSIGN_OR_RETURN(auto batch, aligner.next(deadline));
-      if (!batch) break;
-      RETURN_IF_ERROR(engine_->apply(*batch));
+      // A batch that does not come within the bucket deadline means a
+      // stalled or dead trainer rank.
+      auto batch = aligner.next(deadline.min(Deadline::AfterSeconds(options_.bucket_timeout_s)));
+      if (!batch.ok() && batch.status().code() == StatusCode::kDeadlineExceeded && !deadline.expired()) {
+        return DeadlineExceeded(name() + " received no bucket for " + seconds_text(options_.bucket_timeout_s) +
+                                " after " + std::to_string(aligned) + " aligned batches of refit " +
+                                std::to_string(version) + " (a stalled or dead trainer rank; --bucket-timeout): " +
+                                batch.status().message());
+      }
+      if (!batch.ok()) return batch.status();
+      if (!*batch) break;
+      RETURN_IF_ERROR(engine_->apply(**batch));
       ++aligned;
     }
     RETURN_IF_ERROR(client_->send(Json{{"type", "sent"}, {"version", version}}));
-    if (options_.verify) RETURN_IF_ERROR(verify(version));
+    if (binding_.verify) RETURN_IF_ERROR(binding_.verify(version, seed_));
     ReceiverStats stats = receiver_->stats();
     return report_and_commit(version, deadline,
                              Json{{"buckets", stats.buckets},
@@ -271,7 +293,7 @@ class EngineRank {
       }
     }
     RETURN_IF_ERROR(client_->send(Json{{"type", "sent"}, {"version", version}}));
-    if (options_.verify) RETURN_IF_ERROR(verify(version));
+    if (binding_.verify) RETURN_IF_ERROR(binding_.verify(version, seed_));
     return report_and_commit(version, deadline,
                              Json{{"buckets", buckets},
                                   {"batches", 0},
@@ -282,46 +304,15 @@ class EngineRank {
 
   Status report_and_commit(std::uint64_t version, Deadline deadline, const Json& stats) {
     RETURN_IF_ERROR(client_->send(
-        Json{{"type", "done"}, {"version", version}, {"verified", options_.verify}, {"stats", stats}}));
+        Json{{"type", "done"}, {"version", version}, {"verified", static_cast<bool>(binding_.verify)}, {"stats", stats}}));
     ASSIGN_OR_RETURN(Json commit, client_->wait_for("commit", deadline));
     (void)commit;
     RETURN_IF_ERROR(engine_->commit(version));
     return client_->send(Json{{"type", "committed"}, {"version", engine_->weight_version()}});
   }
 
-  // Checks every byte of this rank's weights against the content version
-  // `version` must have (DESIGN.md rule 2).
-  Status verify(std::uint64_t version) {
-    for (const Weight& w : model_.weights) {
-      const std::byte* got = engine_->weight(rank(), w.spec.name);
-      if (got == nullptr) return Internal(name() + " holds no weight '" + w.spec.name + "'");
-      const std::uint64_t key = content_key(seed_, version, w.spec.name);
-      ShardRunLayout l = shard_run_layout(w, rank(), options_.engine_ranks);
-      if (l.count > 1 && l.run == l.stride) {  // contiguous in the full tensor: one check
-        l.run *= l.count;
-        l.stride = l.run;
-        l.count = 1;
-      }
-      for (std::uint64_t i = 0; i < l.count; ++i) {
-        const std::uint64_t full_offset = l.base + i * l.stride, shard_offset = i * l.run;
-        std::int64_t at = -1;
-        if (on_device_) {
-          ASSIGN_OR_RETURN(at, first_content_mismatch_device(key, full_offset, got + shard_offset, l.run, nullptr));
-        } else {
-          at = first_content_mismatch(key, full_offset, std::span<const std::byte>(got + shard_offset, l.run));
-        }
-        if (at >= 0) {
-          return DataLoss(name() + ": tensor '" + w.spec.name + "' is wrong at byte " +
-                          std::to_string(shard_offset + static_cast<std::uint64_t>(at)) + " of its shard after refit " +
-                          std::to_string(version) + " (stale, misplaced or corrupted bytes)");
-        }
-      }
-    }
-    return Status::Ok();
-  }
-
   EngineOptions options_;
-  Model model_;
+  EngineBinding binding_;
   Plan plan_;
   std::vector<Plan> peer_plans_;
   std::uint64_t seed_ = 0;
@@ -329,7 +320,7 @@ class EngineRank {
   std::unique_ptr<Listener> listener_;
   bool on_device_ = false, direct_ = false;
   int device_ = -1;  // local CUDA index
-  std::unique_ptr<ReferenceEngine> engine_;
+  Engine* engine_ = nullptr;  // binding_.engine
   std::unique_ptr<TargetMemory> exposed_;  // direct mode: the weights, exposed once
   std::vector<std::unique_ptr<Link>> direct_links_;
   std::unique_ptr<Receiver> receiver_;
@@ -337,11 +328,105 @@ class EngineRank {
   std::unique_ptr<ControlClient> client_;
 };
 
+EngineRank::EngineRank(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+EngineRank::~EngineRank() = default;
+
+StatusOr<std::unique_ptr<EngineRank>> EngineRank::Join(const EngineOptions& options, EngineBinding binding) {
+  auto impl = std::make_unique<Impl>(options, std::move(binding));
+  RETURN_IF_ERROR(impl->setup().WithContext(impl->name()));
+  return std::unique_ptr<EngineRank>(new EngineRank(std::move(impl)));
+}
+
+Status EngineRank::serve() { return impl_->serve().WithContext(impl_->name()); }
+
+StatusOr<std::optional<std::uint64_t>> EngineRank::next() {
+  auto version = impl_->next();
+  if (!version.ok()) return version.status().WithContext(impl_->name());
+  return version;
+}
+
+namespace {
+
+// Checks every byte of `rank`'s weights in `engine` against the content
+// version `version` must have (DESIGN.md rule 2).
+Status verify_synthetic(const Model& model, const ReferenceEngine& engine, int rank, int ranks, bool on_device,
+                        std::uint64_t version, std::uint64_t seed) {
+  const std::string name = "engine rank " + std::to_string(rank);
+  for (const Weight& w : model.weights) {
+    const std::byte* got = engine.weight(rank, w.spec.name);
+    if (got == nullptr) return Internal(name + " holds no weight '" + w.spec.name + "'");
+    const std::uint64_t key = content_key(seed, version, w.spec.name);
+    ShardRunLayout l = shard_run_layout(w, rank, ranks);
+    if (l.count > 1 && l.run == l.stride) {  // contiguous in the full tensor: one check
+      l.run *= l.count;
+      l.stride = l.run;
+      l.count = 1;
+    }
+    for (std::uint64_t i = 0; i < l.count; ++i) {
+      const std::uint64_t full_offset = l.base + i * l.stride, shard_offset = i * l.run;
+      std::int64_t at = -1;
+      if (on_device) {
+        ASSIGN_OR_RETURN(at, first_content_mismatch_device(key, full_offset, got + shard_offset, l.run, nullptr));
+      } else {
+        at = first_content_mismatch(key, full_offset, std::span<const std::byte>(got + shard_offset, l.run));
+      }
+      if (at >= 0) {
+        return DataLoss(name + ": tensor '" + w.spec.name + "' is wrong at byte " +
+                        std::to_string(shard_offset + static_cast<std::uint64_t>(at)) + " of its shard after refit " +
+                        std::to_string(version) + " (stale, misplaced or corrupted bytes)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status run_engine(const EngineOptions& options) {
-  EngineRank rank(options);
-  return rank.run().WithContext("engine rank " + std::to_string(options.rank));
+  const std::string name = "engine rank " + std::to_string(options.rank);
+  RETURN_IF_ERROR(validate_rank_settings(options, /*engine=*/true).WithContext(name));
+  const bool on_device = options.device == "cuda";
+  int device = -1;
+  if (on_device) {
+    // DESIGN.md rule 7: a local index inside CUDA_VISIBLE_DEVICES.
+    auto visible = cuda_device_count();
+    if (!visible.ok()) return visible.status().WithContext(name);
+    auto local = engine_local_device(options.base_gpu_id, options.rank, *visible);
+    if (!local.ok()) return local.status().WithContext(name);
+    device = *local;
+  }
+  if (options.rank < 0 || options.rank >= options.engine_ranks) {
+    return InvalidArgument(name + ": --rank " + std::to_string(options.rank) + " is outside 0.." +
+                           std::to_string(options.engine_ranks - 1) + " (--engine-ranks " +
+                           std::to_string(options.engine_ranks) + ")");
+  }
+  auto model = make_model(options.model, options.layers);
+  if (!model.ok()) return model.status().WithContext(name);
+  // The weights, allocated once: every rank's stream is this rank's model
+  // sharded the same way (checked against the coordinator's at setup).
+  std::vector<std::vector<TensorSpec>> streams;
+  for (int r = 0; r < options.engine_ranks; ++r) streams.push_back(engine_stream(*model, r, options.engine_ranks));
+  ReferenceEngineOptions engine_options;
+  engine_options.memory = on_device ? MemoryKind::kCuda : MemoryKind::kHost;
+  engine_options.device = device;
+  auto engine = ReferenceEngine::Create(streams, std::vector<int>{options.rank}, engine_options);
+  if (!engine.ok()) return engine.status().WithContext(name);
+
+  EngineBinding binding;
+  binding.stream = streams[static_cast<std::size_t>(options.rank)];
+  binding.expected_streams = streams;
+  binding.engine = engine->get();
+  binding.arena = (*engine)->arena(options.rank);
+  binding.arena_bytes = (*engine)->arena_bytes(options.rank);
+  binding.memory = engine_options.memory;
+  binding.device = device;
+  if (options.verify) {
+    binding.verify = [&, e = engine->get()](std::uint64_t version, std::uint64_t seed) {
+      return verify_synthetic(*model, *e, options.rank, options.engine_ranks, on_device, version, seed);
+    };
+  }
+  ASSIGN_OR_RETURN(auto rank, EngineRank::Join(options, std::move(binding)));
+  return rank->serve();
 }
 
 }  // namespace refit

@@ -19,7 +19,8 @@ Status validate_rank_settings(const RankOptions& o, bool engine) {
     return FailedPrecondition(who + ": --device cuda needs a transport that moves device memory (cuda_ipc); --transport " +
                               o.transport + " moves host memory");
   }
-  if (o.device == "cpu" && !caps.host_memory) {
+  // A trainer with host weights may feed device engines (pinned copies).
+  if (engine && o.device == "cpu" && !caps.host_memory) {
     return FailedPrecondition(who + ": --transport " + o.transport + " moves device memory only; use --device cuda");
   }
   if (o.mode == "direct" && !caps.direct) {

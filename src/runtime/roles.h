@@ -1,10 +1,10 @@
 // The three roles of a refit job, each runnable as its own process
 // (`refit coordinator|trainer|engine`) or launched together by `refit demo`.
 //
-// A trainer rank holds the full weights of a synthetic model (regenerated for
-// every version, like an optimizer step) and sends, for the engine rank it
-// feeds (rank % engine_ranks), that rank's shard of every tensor, bucket by
-// bucket. An engine rank owns a receiver, aligns its stream against its
+// A trainer rank (trainer_rank.h) holds the full weights of a model (a
+// WeightSource: synthetic, external or a checkpoint) and sends, for the
+// engine rank it feeds (rank % engine_ranks), that rank's shard of every
+// tensor, bucket by bucket. An engine rank owns a receiver, aligns its stream against its
 // peers' plans and applies the aligned batches to an embedded
 // ReferenceEngine, then verifies every byte before it reports success.
 #pragma once
@@ -19,6 +19,7 @@ namespace refit {
 
 struct RankOptions {
   std::string coordinator;        // host:port of the coordinator
+  std::string secret;             // control-plane secret (CLI: --secret-file, REFIT_SECRET); "": none
   int rank = 0;
   int trainer_ranks = 1;
   int engine_ranks = 1;
@@ -28,13 +29,20 @@ struct RankOptions {
   std::string transport = "shm";
   std::string device = "cpu";     // where weights and staging live: "cpu" or "cuda"
   std::string mode = "staged";    // "staged" (receive pool) or "direct" (into the engine's weights)
-  double setup_timeout_s = 60;
-  double refit_timeout_s = 300;
+  double setup_timeout_s = 60;   // joining, validation and linking
+  double refit_timeout_s = 300;  // one whole refit, suits multi-GB refits
+  // The longest wait for the next bucket's credit (trainer) or the next
+  // aligned batch (engine): a stalled or dead peer fails the refit after this
+  // long, naming the peer and the bucket, however long the refit may take.
+  double bucket_timeout_s = 60;
   // Fault injection for tests (trainer only): pack the shards of this engine
   // rank instead of the fed rank's, as a transposed payload list would.
   // -1: off.
   int debug_pack_rank = -1;
-  int gpu = 0;  // trainer: local CUDA device index (inside CUDA_VISIBLE_DEVICES)
+  // Trainer: local CUDA device index (inside CUDA_VISIBLE_DEVICES) of its
+  // weights, or of the copies into a device engine when its weights are on
+  // the host.
+  int gpu = 0;
 };
 
 struct EngineOptions : RankOptions {

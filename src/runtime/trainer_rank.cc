@@ -1,58 +1,92 @@
-// The trainer role: see roles.h.
+// The trainer role: see trainer_rank.h and roles.h.
+#include "runtime/trainer_rank.h"
+
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <map>
 #include <vector>
 
 #include "control/control_client.h"
 #include "control/coordinator.h"
 #include "refit/batched_copy.h"
-#include "refit/content.h"
 #include "refit/device.h"
-#include "refit/device_content.h"
 #include "refit/engine.h"
 #include "refit/model.h"
-#include "refit/shard_copy.h"
 #include "refit/plan.h"
+#include "refit/shard_copy.h"
 #include "refit/transport.h"
-#include "runtime/roles.h"
 
 namespace refit {
-namespace {
 
 using Clock = std::chrono::steady_clock;
 
-class TrainerRank {
+class TrainerRank::Impl {
  public:
-  explicit TrainerRank(const RankOptions& options) : options_(options) {}
+  Impl(const RankOptions& options, std::unique_ptr<WeightSource> source)
+      : options_(options), source_(std::move(source)) {}
 
-  Status run() {
-    RETURN_IF_ERROR(setup());
+  Status serve() {
+    if (on_demand_) {
+      return FailedPrecondition(name() + ": the coordinator runs refits on demand (--refits 0): call refit(version)");
+    }
     for (;;) {
       ASSIGN_OR_RETURN(Json message, client_->wait_for("start", Deadline::Never(), "shutdown"));
       if (message["type"] == "shutdown") return Status::Ok();
       ASSIGN_OR_RETURN(std::uint64_t version, json_uint(message, "version"));
-      Status status = refit(version);
-      if (!status.ok()) return client_->report_failure(version, status);
+      RETURN_IF_ERROR(refit_or_report(version));
     }
   }
 
- private:
+  Status refit(std::uint64_t version) {
+    if (!on_demand_) {
+      return FailedPrecondition(name() + ": the coordinator schedules this job's refits (--refits N): call serve()");
+    }
+    if (finished_) return FailedPrecondition(name() + ": refit(" + std::to_string(version) + ") after finish()");
+    if (version <= committed_) {
+      return InvalidArgument(name() + ": refit version " + std::to_string(version) +
+                             " is not above the last committed version " + std::to_string(committed_));
+    }
+    RETURN_IF_ERROR(client_->send(Json{{"type", "request"}, {"version", version}}));
+    ASSIGN_OR_RETURN(Json message, client_->wait_for("start", Deadline::Never(), "shutdown"));
+    if (message["type"] == "shutdown") return Aborted(name() + ": the coordinator shut the job down");
+    ASSIGN_OR_RETURN(std::uint64_t started, json_uint(message, "version"));
+    if (started != version) {
+      return FailedPrecondition(name() + ": asked for refit " + std::to_string(version) +
+                                " but the coordinator started " + std::to_string(started) +
+                                " (every trainer rank must ask for the same version)");
+    }
+    return refit_or_report(version);
+  }
+
+  Status finish() {
+    if (!on_demand_ || finished_) return Status::Ok();
+    finished_ = true;
+    RETURN_IF_ERROR(client_->send(Json{{"type", "finish"}}));
+    ASSIGN_OR_RETURN(Json message, client_->wait_for("shutdown", Deadline::AfterSeconds(options_.refit_timeout_s)));
+    (void)message;
+    return Status::Ok();
+  }
+
+  std::uint64_t committed_version() const { return committed_; }
+
   std::string name() const { return "trainer rank " + std::to_string(options_.rank); }
 
   Status setup() {
     Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
     RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
     RETURN_IF_ERROR(validate_rank_settings(options_, /*engine=*/false));
-    on_device_ = options_.device == "cuda";
+    source_on_device_ = source_->memory() == MemoryKind::kCuda;
     direct_ = options_.mode == "direct";
-    ASSIGN_OR_RETURN(model_, make_model(options_.model, options_.layers));
+    const Model& model = source_->model();
     engine_rank_ = options_.rank % options_.engine_ranks;
     pack_rank_ = options_.debug_pack_rank >= 0 ? options_.debug_pack_rank % options_.engine_ranks : engine_rank_;
-    ASSIGN_OR_RETURN(plan_, make_plan(engine_stream(model_, engine_rank_, options_.engine_ranks), options_.bucket_size));
+    ASSIGN_OR_RETURN(plan_, make_plan(engine_stream(model, engine_rank_, options_.engine_ranks), options_.bucket_size));
     ASSIGN_OR_RETURN(transport_, make_transport(options_.transport));
+    if (source_on_device_ && !transport_->capabilities().device_memory) {
+      return FailedPrecondition(name() + ": its weights are in device memory but --transport " + options_.transport +
+                                " moves host memory");
+    }
 
     Json dtypes = Json::object();
     for (const TensorSpec& s : plan_.specs) {
@@ -64,7 +98,7 @@ class TrainerRank {
               {"role", "trainer"},
               {"rank", options_.rank},
               {"pid", static_cast<int>(::getpid())},
-              {"device", options_.device},
+              {"device", source_on_device_ ? "cuda" : "cpu"},
               {"mode", options_.mode},
               {"trainer_ranks", options_.trainer_ranks},
               {"engine_ranks", options_.engine_ranks},
@@ -82,6 +116,12 @@ class TrainerRank {
     if (feeders == 0 || index >= feeders) return InvalidArgument("setup: trainer_index out of range");
     trainer_index_ = index;
     feeders_ = feeders;
+    on_demand_ = setup.value("on_demand", false);
+    target_on_device_ = setup.value("engine_device", std::string("cpu")) == "cuda";
+    if (source_on_device_ && !target_on_device_) {
+      return FailedPrecondition(name() + ": its weights are in device memory but engine rank " +
+                                std::to_string(engine_rank_) + " keeps host memory (--device cpu)");
+    }
 
     std::string peer = "engine rank " + std::to_string(engine_rank_) + " at " + address;
     ASSIGN_OR_RETURN(link_, Link::Connect(address, peer, deadline));
@@ -93,41 +133,43 @@ class TrainerRank {
     hello.c = plan_.digest;
     RETURN_IF_ERROR(link_->send(hello, {}, deadline));
 
-    // The weights this rank holds: one arena (host or device), allocated once
-    // (stream index == model index).
-    std::vector<TensorSpec> full;
-    for (const Weight& w : model_.weights) full.push_back(w.spec);
-    std::uint64_t arena_bytes = 0;
-    weight_offsets_ = weight_arena_offsets(full, &arena_bytes);
-    if (on_device_) {
-      ASSIGN_OR_RETURN(device_weights_, DeviceBuffer::Allocate(options_.gpu, arena_bytes));
-      ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(options_.gpu));
-      copier_ = std::make_unique<BatchedCopier>(std::move(copier));
-      ASSIGN_OR_RETURN(stream_, CudaStream::Create(options_.gpu));
-    } else {
-      host_weights_.resize(arena_bytes);
-    }
     // Direct mode writes into the engine's weight arena, laid out the same
     // way from the engine rank's stream.
     if (direct_) engine_offsets_ = weight_arena_offsets(plan_.specs, nullptr);
-    if (!transport_->capabilities().one_sided) staging_.resize(plan_.bucket_size);
+    if (source_on_device_ || target_on_device_) {
+      const int gpu = source_on_device_ ? source_->device() : options_.gpu;
+      ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(gpu));
+      copier_ = std::make_unique<BatchedCopier>(std::move(copier));
+      ASSIGN_OR_RETURN(stream_, CudaStream::Create(gpu));
+      if (!source_on_device_) {
+        // Host weights into device memory: pack into pinned memory, copy it
+        // to the device (the slot itself; in direct mode a device bucket
+        // that one launch scatters into the weights).
+        ASSIGN_OR_RETURN(pinned_, PinnedBuffer::Allocate(plan_.bucket_size));
+        if (direct_) {
+          ASSIGN_OR_RETURN(device_bucket_, DeviceBuffer::Allocate(gpu, plan_.bucket_size));
+        }
+      }
+    } else if (!transport_->capabilities().one_sided) {
+      staging_.resize(plan_.bucket_size);
+    }
 
     client_->start_reader([this](const Status&) { link_->shutdown(); });
     return client_->send(Json{{"type", "linked"}});
   }
 
-  Status refit(std::uint64_t version) {
-    // The "optimizer step": new content for every weight.
-    for (std::size_t i = 0; i < model_.weights.size(); ++i) {
-      const TensorSpec& spec = model_.weights[i].spec;
-      const std::uint64_t key = content_key(seed_, version, spec.name);
-      if (on_device_) {
-        RETURN_IF_ERROR(fill_content_device(key, 0, weights() + weight_offsets_[i], spec.nbytes(), stream_.handle()));
-      } else {
-        fill_content(key, 0, std::span<std::byte>(weights() + weight_offsets_[i], spec.nbytes()));
-      }
-    }
-    if (on_device_) RETURN_IF_ERROR(stream_.synchronize());
+ private:
+  // Runs refit `version`; on failure reports it to the coordinator and
+  // returns the error to exit with.
+  Status refit_or_report(std::uint64_t version) {
+    Status status = run_refit(version);
+    if (!status.ok()) return client_->report_failure(version, status);
+    return Status::Ok();
+  }
+
+  Status run_refit(std::uint64_t version) {
+    RETURN_IF_ERROR(source_->prepare(version, seed_).WithContext(name() + ", preparing the weights of refit " +
+                                                                  std::to_string(version)));
     RETURN_IF_ERROR(client_->send(Json{{"type", "ready"}, {"version", version}}));
     ASSIGN_OR_RETURN(Json go, client_->wait_for("go", Deadline::AfterSeconds(options_.refit_timeout_s)));
     (void)go;
@@ -154,40 +196,76 @@ class TrainerRank {
              {"stats", {{"buckets", buckets}, {"bytes", bytes}, {"send_ms", send_ms}}}}));
     ASSIGN_OR_RETURN(Json commit, client_->wait_for("commit", deadline));
     (void)commit;
+    committed_ = version;
     return client_->send(Json{{"type", "committed"}, {"version", version}});
   }
-
-  std::byte* weights() { return on_device_ ? device_weights_.data() : host_weights_.data(); }
 
   // Staged: waits for the credit of bucket j, packs the bucket into the
   // granted slot (in place when the transport is one-sided), announces it.
   // Direct: writes each entry straight into the engine's weight, announces it.
   Status send_bucket(std::uint64_t version, std::uint64_t j, Deadline deadline) {
     const Bucket& bucket = plan_.buckets[j];
+    const std::string where = name() + ", bucket " + std::to_string(j);
     std::uint64_t slot = 0;
     std::byte* dst = nullptr;
     if (direct_) {
       dst = target_->mapped_slot(0);
     } else {
-      ASSIGN_OR_RETURN(FrameHeader credit, link_->recv_header(deadline, 0));
-      if (credit.type != FrameType::kCredit || credit.a != version || credit.b != j) {
+      // A credit that does not come within the bucket deadline means a
+      // stalled or dead engine rank: fail instead of waiting for the whole
+      // refit's deadline.
+      auto credit = link_->recv_header(deadline.min(Deadline::AfterSeconds(options_.bucket_timeout_s)), 0);
+      if (!credit.ok() && credit.status().code() == StatusCode::kDeadlineExceeded && !deadline.expired()) {
+        return DeadlineExceeded(name() + " waited " + format_seconds(options_.bucket_timeout_s) +
+                                " for the credit of bucket " + std::to_string(j) + " of refit " +
+                                std::to_string(version) + " from " + link_->peer() +
+                                " (a stalled or dead engine rank; --bucket-timeout)");
+      }
+      if (!credit.ok()) return credit.status();
+      if (credit->type != FrameType::kCredit || credit->a != version || credit->b != j) {
         return InvalidArgument("protocol error from " + link_->peer() + ": expected the credit for bucket " +
                                std::to_string(j) + " of version " + std::to_string(version) + ", got frame type " +
-                               std::to_string(static_cast<int>(credit.type)) + " (version " +
-                               std::to_string(credit.a) + ", bucket " + std::to_string(credit.b) + ")");
+                               std::to_string(static_cast<int>(credit->type)) + " (version " +
+                               std::to_string(credit->a) + ", bucket " + std::to_string(credit->b) + ")");
       }
-      slot = credit.c;
+      slot = credit->c;
       dst = target_->mapped_slot(static_cast<int>(slot));
     }
     const bool in_place = dst != nullptr;
+
+    if (target_on_device_ && !source_on_device_) {
+      // Host weights, device target: pack on the host into pinned memory, one
+      // copy to the device.
+      if (!in_place) return Internal(where + ": the device target has no mapped slot");
+      runs_.clear();
+      for (const PlanEntry& e : bucket.entries) {
+        append_shard_copy_runs(source_->model().weights[e.tensor], pack_rank_, options_.engine_ranks,
+                               source_->data(e.tensor), e.tensor_offset, e.bytes, pinned_.data() + e.bucket_offset,
+                               &runs_);
+      }
+      copy_runs_on_host(runs_);
+      std::byte* to = direct_ ? device_bucket_.data() : dst;
+      RETURN_IF_ERROR(copy_async(to, pinned_.data(), bucket.bytes, stream_.handle()).WithContext(where));
+      if (direct_) {
+        runs_.clear();
+        for (const PlanEntry& e : bucket.entries) {
+          runs_.push_back(copy_run_1d(device_bucket_.data() + e.bucket_offset,
+                                      dst + engine_offsets_[e.tensor] + e.tensor_offset, e.bytes));
+        }
+        RETURN_IF_ERROR(copier_->copy(runs_, stream_.handle()).WithContext(where));
+      }
+      RETURN_IF_ERROR(stream_.synchronize().WithContext(where));
+      return send_landed(version, j, slot, deadline);
+    }
+
     if (!in_place) dst = staging_.data();
     runs_.clear();
     for (const PlanEntry& e : bucket.entries) {
       std::byte* to = direct_ ? dst + engine_offsets_[e.tensor] + e.tensor_offset : dst + e.bucket_offset;
-      append_shard_copy_runs(model_.weights[e.tensor], pack_rank_, options_.engine_ranks,
-                             weights() + weight_offsets_[e.tensor], e.tensor_offset, e.bytes, to, &runs_);
+      append_shard_copy_runs(source_->model().weights[e.tensor], pack_rank_, options_.engine_ranks,
+                             source_->data(e.tensor), e.tensor_offset, e.bytes, to, &runs_);
     }
-    if (on_device_) {
+    if (source_on_device_) {
       // Direct: nobody reads the weights before the refit ends, so launches
       // queue back to back with no host wait, each covering at least
       // kDirectLaunchBytes (a launch per small bucket leaves most of the GPU
@@ -196,13 +274,13 @@ class TrainerRank {
         direct_runs_.insert(direct_runs_.end(), runs_.begin(), runs_.end());
         direct_bytes_ += bucket.bytes;
         pending_landed_.push_back(j);
-        if (direct_bytes_ >= kDirectLaunchBytes) RETURN_IF_ERROR(launch_direct(name() + ", bucket " + std::to_string(j)));
+        if (direct_bytes_ >= kDirectLaunchBytes) RETURN_IF_ERROR(launch_direct(where));
         return Status::Ok();
       }
       // Staged: one launch for the whole bucket; the engine reads the slot as
       // soon as it sees kLanded, so wait for the copy (one host wait per bucket).
-      RETURN_IF_ERROR(copier_->copy(runs_, stream_.handle()).WithContext(name() + ", bucket " + std::to_string(j)));
-      RETURN_IF_ERROR(stream_.synchronize().WithContext(name() + ", bucket " + std::to_string(j)));
+      RETURN_IF_ERROR(copier_->copy(runs_, stream_.handle()).WithContext(where));
+      RETURN_IF_ERROR(stream_.synchronize().WithContext(where));
     } else {
       copy_runs_on_host(runs_);
     }
@@ -220,6 +298,12 @@ class TrainerRank {
       }
     }
     return send_landed(version, j, slot, deadline);
+  }
+
+  static std::string format_seconds(double s) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g s", s);
+    return text;
   }
 
   Status send_landed(std::uint64_t version, std::uint64_t j, std::uint64_t slot, Deadline deadline) {
@@ -252,7 +336,7 @@ class TrainerRank {
   }
 
   RankOptions options_;
-  Model model_;
+  std::unique_ptr<WeightSource> source_;
   int engine_rank_ = 0;
   int pack_rank_ = 0;  // == engine_rank_ unless a test injects a fault
   Plan plan_;
@@ -263,13 +347,14 @@ class TrainerRank {
   std::unique_ptr<RemoteTarget> target_;
   std::unique_ptr<ControlClient> client_;
   std::uint64_t seed_ = 0, trainer_index_ = 0, feeders_ = 1;
-  bool on_device_ = false, direct_ = false;
-  std::vector<std::uint64_t> weight_offsets_;  // of each weight in this rank's arena
+  bool source_on_device_ = false, target_on_device_ = false, direct_ = false;
+  bool on_demand_ = false, finished_ = false;
+  std::uint64_t committed_ = 0;
   std::vector<std::uint64_t> engine_offsets_;  // direct mode: of each tensor in the engine's arena
-  std::vector<std::byte> host_weights_;
-  DeviceBuffer device_weights_;
   std::unique_ptr<BatchedCopier> copier_;
   CudaStream stream_;
+  PinnedBuffer pinned_;        // host source, device target: one packed bucket
+  DeviceBuffer device_bucket_; // ... and in direct mode its copy on the device
   std::vector<CopyRun> runs_;
   std::vector<std::uint64_t> pending_landed_;  // direct mode on a device: buckets packed, not yet announced
   std::vector<CopyRun> direct_runs_;           // runs packed but not launched yet
@@ -278,11 +363,29 @@ class TrainerRank {
   std::vector<std::byte> staging_;
 };
 
-}  // namespace
+TrainerRank::TrainerRank(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TrainerRank::~TrainerRank() = default;
+
+StatusOr<std::unique_ptr<TrainerRank>> TrainerRank::Join(const RankOptions& options,
+                                                         std::unique_ptr<WeightSource> source) {
+  if (!source) return InvalidArgument("trainer rank " + std::to_string(options.rank) + ": no weight source");
+  auto impl = std::make_unique<Impl>(options, std::move(source));
+  RETURN_IF_ERROR(impl->setup().WithContext(impl->name()));
+  return std::unique_ptr<TrainerRank>(new TrainerRank(std::move(impl)));
+}
+
+Status TrainerRank::serve() { return impl_->serve().WithContext(impl_->name()); }
+Status TrainerRank::refit(std::uint64_t version) { return impl_->refit(version).WithContext(impl_->name()); }
+Status TrainerRank::finish() { return impl_->finish().WithContext(impl_->name()); }
+std::uint64_t TrainerRank::committed_version() const { return impl_->committed_version(); }
 
 Status run_trainer(const RankOptions& options) {
-  TrainerRank rank(options);
-  return rank.run().WithContext("trainer rank " + std::to_string(options.rank));
+  const bool on_device = options.device == "cuda";
+  auto source = make_synthetic_source(options.model, options.layers,
+                                      on_device ? MemoryKind::kCuda : MemoryKind::kHost, options.gpu);
+  if (!source.ok()) return source.status().WithContext("trainer rank " + std::to_string(options.rank));
+  ASSIGN_OR_RETURN(auto rank, TrainerRank::Join(options, std::move(*source)));
+  return rank->serve();
 }
 
 }  // namespace refit

@@ -5,6 +5,7 @@
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
+#include "transport/ucx/ucx_transport.h"
 
 namespace refit {
 namespace {
@@ -19,6 +20,9 @@ constexpr Registered kTransports[] = {
     {"tcp", &make_tcp_transport},
 #if REFIT_HAVE_CUDA
     {"cuda_ipc", &make_cuda_ipc_transport},  // needs the CUDA runtime: built only with CUDA
+#endif
+#if REFIT_HAVE_UCX
+    {"ucx", &make_ucx_transport},  // needs libucp: built only when pkg-config finds UCX
 #endif
 };
 

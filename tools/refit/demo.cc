@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -73,6 +74,145 @@ void sweep_shared_memory(pid_t pid) {
   ::closedir(dir);
 }
 
+// ---- soak sampling (--soak-report) ----------------------------------------
+
+// One process's resources, read from /proc.
+struct ProcSample {
+  bool ok = false;             // the process existed and /proc was readable
+  std::uint64_t rss_kib = 0;   // VmRSS
+  int fds = 0;                 // entries of /proc/PID/fd
+  int shm_maps = 0;            // distinct /dev/shm files mapped (/proc/PID/maps)
+};
+
+ProcSample sample_process(pid_t pid) {
+  ProcSample s;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  {
+    std::ifstream status(proc + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("VmRSS:", 0) == 0) {
+        s.rss_kib = std::strtoull(line.c_str() + 6, nullptr, 10);
+        s.ok = true;
+      }
+    }
+  }
+  if (!s.ok) return s;  // gone, or a zombie (no VmRSS)
+  if (DIR* dir = ::opendir((proc + "/fd").c_str())) {
+    while (dirent* e = ::readdir(dir)) {
+      if (e->d_name[0] != '.') ++s.fds;
+    }
+    ::closedir(dir);
+  } else {
+    s.ok = false;
+  }
+  std::ifstream maps(proc + "/maps");
+  std::string line;
+  std::vector<std::string> seen;
+  while (std::getline(maps, line)) {
+    auto at = line.find("/dev/shm/");
+    if (at == std::string::npos) continue;
+    std::string path = line.substr(at);
+    if (std::find(seen.begin(), seen.end(), path) == seen.end()) seen.push_back(path);
+  }
+  s.shm_maps = static_cast<int>(seen.size());
+  return s;
+}
+
+// /dev/shm/refit-<pid>-* entries of these processes.
+int shm_entries_of(const std::vector<pid_t>& pids) {
+  int n = 0;
+  if (DIR* dir = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(dir)) {
+      for (pid_t pid : pids) {
+        if (std::string(e->d_name).rfind("refit-" + std::to_string(pid) + "-", 0) == 0) ++n;
+      }
+    }
+    ::closedir(dir);
+  }
+  return n;
+}
+
+// Samples every child now and then; keeps the first sample taken once the
+// job settled (kSoakStartAfter after launch: setup done, the first refits
+// committed) and the last one in which every child was still running.
+class SoakSampler {
+ public:
+  static constexpr std::chrono::milliseconds kEvery{100};
+  static constexpr std::chrono::milliseconds kSoakStartAfter{2000};
+  // Growth beyond noise (docs/RELIABILITY.md, "Soak"): descriptors and
+  // shared memory must not grow at all; resident memory may grow by
+  // allocator noise only: at most max(kRssSlackKib, kRssSlackPercent%).
+  static constexpr std::uint64_t kRssSlackKib = 4096;
+  static constexpr std::uint64_t kRssSlackPercent = 5;
+
+  explicit SoakSampler(const std::vector<Child>* children) : children_(children), launched_(Clock::now()) {}
+
+  void maybe_sample() {
+    auto now = Clock::now();
+    if (now < next_) return;
+    next_ = now + kEvery;
+    Json snap{{"t_s", std::chrono::duration<double>(now - launched_).count()}, {"processes", Json::object()}};
+    std::vector<pid_t> pids;
+    for (const Child& c : *children_) {
+      pids.push_back(c.pid);
+      if (c.exit_code >= 0) return;  // only samples where every process runs
+      ProcSample p = sample_process(c.pid);
+      if (!p.ok) return;
+      snap["processes"][c.name] = Json{{"pid", c.pid}, {"rss_kib", p.rss_kib}, {"fds", p.fds}, {"shm_maps", p.shm_maps}};
+    }
+    snap["dev_shm_entries"] = shm_entries_of(pids);
+    ++samples_;
+    if (start_.is_null() && now - launched_ >= kSoakStartAfter) start_ = snap;
+    end_ = std::move(snap);
+  }
+
+  // The report: start, end, growth per process and the verdict.
+  Json report() const {
+    Json r{{"samples", samples_}, {"start", start_}, {"end", end_},
+           {"thresholds", {{"rss_slack_kib", kRssSlackKib}, {"rss_slack_percent", kRssSlackPercent},
+                           {"fds", 0}, {"shm_maps", 0}, {"dev_shm_entries", 0}}}};
+    std::vector<std::string> problems;
+    if (start_.is_null() || end_.is_null() || start_["t_s"] == end_["t_s"]) {
+      problems.push_back("the job ended before a start and an end sample could be taken (" +
+                         std::to_string(samples_) + " samples); run more refits");
+    } else {
+      Json growth = Json::object();
+      for (auto it = start_["processes"].begin(); it != start_["processes"].end(); ++it) {
+        const Json& a = it.value();
+        const Json& b = end_["processes"][it.key()];
+        auto delta = [&](const char* k) { return b[k].get<std::int64_t>() - a[k].get<std::int64_t>(); };
+        growth[it.key()] = Json{{"rss_kib", delta("rss_kib")}, {"fds", delta("fds")}, {"shm_maps", delta("shm_maps")}};
+        const auto start_rss = a["rss_kib"].get<std::int64_t>();
+        const auto slack = std::max<std::int64_t>(kRssSlackKib, start_rss * static_cast<std::int64_t>(kRssSlackPercent) / 100);
+        if (delta("rss_kib") > slack) {
+          problems.push_back(it.key() + ": VmRSS grew by " + std::to_string(delta("rss_kib")) + " KiB (from " +
+                             std::to_string(start_rss) + " KiB; noise allowance " + std::to_string(slack) + " KiB)");
+        }
+        if (delta("fds") > 0) problems.push_back(it.key() + ": open descriptors grew by " + std::to_string(delta("fds")));
+        if (delta("shm_maps") > 0) {
+          problems.push_back(it.key() + ": mapped /dev/shm files grew by " + std::to_string(delta("shm_maps")));
+        }
+      }
+      r["growth"] = growth;
+      if (end_["dev_shm_entries"].get<int>() > start_["dev_shm_entries"].get<int>()) {
+        problems.push_back("/dev/shm entries of the job grew from " + start_["dev_shm_entries"].dump() + " to " +
+                           end_["dev_shm_entries"].dump());
+      }
+    }
+    r["problems"] = problems;
+    r["ok"] = problems.empty();
+    return r;
+  }
+
+ private:
+  const std::vector<Child>* children_;
+  Clock::time_point launched_;
+  Clock::time_point next_{};
+  int samples_ = 0;
+  Json start_, end_;
+};
+
 std::string fmt(double v) {
   std::ostringstream s;
   s << v;
@@ -110,6 +250,10 @@ Json run_demo_report(const DemoOptions& o) {
                                      "--engine-ranks", std::to_string(o.engine_ranks),
                                      "--setup-timeout", fmt(o.setup_timeout_s),
                                      "--timeout", fmt(o.refit_timeout_s)};
+  if (!o.secret_file.empty()) {
+    common.push_back("--secret-file");
+    common.push_back(o.secret_file);
+  }
   std::vector<std::string> coordinator = {self, "coordinator", "--listen", "127.0.0.1:0",
                                           "--refits", std::to_string(o.refits), "--seed", std::to_string(o.seed),
                                           "--port-file", port_file, "--report", report_file, "--quiet"};
@@ -164,7 +308,10 @@ Json run_demo_report(const DemoOptions& o) {
   // deadlines; a rank that failed during setup leaves the rest waiting for
   // it, so the demo ends them after a short grace period instead.
   std::optional<Clock::time_point> grace_until;
+  std::optional<SoakSampler> soak;
+  if (!o.soak_report.empty()) soak.emplace(&children);
   while (running > 0) {
+    if (soak) soak->maybe_sample();
     int st = 0;
     pid_t pid = ::waitpid(-1, &st, WNOHANG);
     if (pid > 0) {
@@ -219,6 +366,14 @@ Json run_demo_report(const DemoOptions& o) {
   report["engine_ranks_count"] = o.engine_ranks;
   report["trainer_ranks_count"] = trainers;
   report["pool_slots"] = o.pool_slots;
+  if (soak) {
+    Json soak_report = soak->report();
+    std::ofstream(o.soak_report) << soak_report.dump(2) << "\n";
+    if (!soak_report["ok"].get<bool>()) {
+      report["verified"] = false;
+      if (!report.contains("error")) report["error"] = "soak: resources grew: " + soak_report["problems"].dump();
+    }
+  }
   std::remove(port_file.c_str());
   std::remove(report_file.c_str());
   ::rmdir(dir.c_str());

@@ -28,6 +28,10 @@ struct DemoOptions {
   bool poison_recycled = false;
   double setup_timeout_s = 60;
   double refit_timeout_s = 300;
+  std::string secret_file;  // passed to every process as --secret-file; "": REFIT_SECRET or none
+  // Soak (bench/soak.sh): write every process's VmRSS, open descriptors and
+  // shared memory at the start and the end of the job to this JSON file.
+  std::string soak_report;
 };
 
 // Runs the demo and returns its JSON report (see README); "verified" is true

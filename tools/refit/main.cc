@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
+#include "control/auth.h"
 #include "control/coordinator.h"
 #include "refit/bench.h"
 #include "refit/demo.h"
@@ -55,6 +57,9 @@ void add_rank_flags(CLI::App* cmd, refit::RankOptions& o, std::string& bucket) {
       ->check(CLI::IsMember(refit::transport_names()));
   cmd->add_option("--setup-timeout", o.setup_timeout_s, "Seconds allowed for setup")->check(CLI::PositiveNumber);
   cmd->add_option("--timeout", o.refit_timeout_s, "Seconds allowed for one refit")->check(CLI::PositiveNumber);
+  cmd->add_option("--bucket-timeout", o.bucket_timeout_s,
+                  "Seconds a rank waits for the next bucket before it declares its peer stalled")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--device", o.device, "Where weights and buffers live: cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--mode", o.mode, "staged (receive pool) or direct (into the engine's weights)")
@@ -67,6 +72,15 @@ void add_demo_device_flags(CLI::App* cmd, refit::DemoOptions& o) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--mode", o.mode, "staged (receive pool) or direct (trainers write into the engine's weights)")
       ->check(CLI::IsMember({"staged", "direct"}));
+}
+
+constexpr const char* kSecretFileHelp =
+    "File holding the shared secret of the control plane (default: the environment variable REFIT_SECRET; "
+    "neither: no authentication, loopback only)";
+
+// --secret-file if given, else REFIT_SECRET: read here, at the edge.
+refit::StatusOr<refit::Secret> resolve_secret(const std::string& file) {
+  return refit::Secret::Resolve(file, std::getenv("REFIT_SECRET"));
 }
 
 int report_status(const char* who, const Status& status) {
@@ -104,6 +118,10 @@ int main(int argc, char** argv) {
   demo_cmd->add_flag("--poison-recycled", demo.poison_recycled, "Debug: poison every recycled staging buffer");
   demo_cmd->add_option("--setup-timeout", demo.setup_timeout_s, "Seconds allowed for setup")->check(CLI::PositiveNumber);
   demo_cmd->add_option("--timeout", demo.refit_timeout_s, "Seconds allowed for one refit")->check(CLI::PositiveNumber);
+  demo_cmd->add_option("--secret-file", demo.secret_file, kSecretFileHelp);
+  demo_cmd->add_option("--soak-report", demo.soak_report,
+                       "Soak: sample every process's memory, descriptors and shared memory into this JSON file")
+      ->group("");  // hidden: bench/soak.sh
 
   // bench: the demo's flags, plus the ceiling measured in the same run.
   auto* bench_cmd = app.add_subcommand("bench", "Run the demo and report GB/s against memcpy measured in the same run");
@@ -119,6 +137,7 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--seed", demo.seed, "Seed of the synthetic weights");
   bench_cmd->add_flag("--poison-recycled", demo.poison_recycled, "Debug: poison every recycled staging buffer");
   bench_cmd->add_option("--timeout", demo.refit_timeout_s, "Seconds allowed for one refit")->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--secret-file", demo.secret_file, kSecretFileHelp);
   add_demo_device_flags(bench_cmd, demo);
 
   // coordinator
@@ -128,7 +147,8 @@ int main(int argc, char** argv) {
   coord_cmd->add_option("--listen", coord.listen, "host:port to listen on (default loopback, any port)");
   coord_cmd->add_option("--trainer-ranks", coord.trainer_ranks, "Trainer ranks expected")->check(CLI::PositiveNumber);
   coord_cmd->add_option("--engine-ranks", coord.engine_ranks, "Engine ranks expected")->check(CLI::PositiveNumber);
-  coord_cmd->add_option("--refits", coord.refits, "Number of refits to run")->check(CLI::PositiveNumber);
+  coord_cmd->add_option("--refits", coord.refits, "Number of refits to run; 0: on demand, as the trainer ranks ask")
+      ->check(CLI::NonNegativeNumber);
   coord_cmd->add_option("--seed", coord.seed, "Seed of the synthetic weights");
   coord_cmd->add_option("--setup-timeout", coord.setup_timeout_s, "Seconds allowed for setup")->check(CLI::PositiveNumber);
   coord_cmd->add_option("--timeout", coord.refit_timeout_s, "Seconds allowed for one refit")->check(CLI::PositiveNumber);
@@ -136,12 +156,16 @@ int main(int argc, char** argv) {
   coord_cmd->add_option("--report", report_file, "Write the JSON report to this file (default: stdout)");
   coord_cmd->add_flag("--progress", coord.progress, "Draw a progress bar on stderr");
   coord_cmd->add_flag("!--quiet", coord.log_joins, "Do not log each rank that joins");
+  std::string coord_secret_file;
+  coord_cmd->add_option("--secret-file", coord_secret_file, kSecretFileHelp);
 
   // trainer
   refit::RankOptions trainer;
   std::string trainer_bucket = "4MiB";
   auto* trainer_cmd = app.add_subcommand("trainer", "Run one trainer rank");
   add_rank_flags(trainer_cmd, trainer, trainer_bucket);
+  std::string trainer_secret_file;
+  trainer_cmd->add_option("--secret-file", trainer_secret_file, kSecretFileHelp);
   trainer_cmd->add_option("--debug-pack-rank", trainer.debug_pack_rank,
                           "Fault injection for tests: pack another engine rank's shards")
       ->group("");  // hidden
@@ -153,6 +177,8 @@ int main(int argc, char** argv) {
   std::string engine_bucket = "4MiB", engine_memory_limit = "0";
   auto* engine_cmd = app.add_subcommand("engine", "Run one engine rank (receiver + reference engine)");
   add_rank_flags(engine_cmd, engine, engine_bucket);
+  std::string engine_secret_file;
+  engine_cmd->add_option("--secret-file", engine_secret_file, kSecretFileHelp);
   engine_cmd->add_option("--pool-slots", engine.pool_slots, "Receive pool slots")->check(CLI::Range(1, 64));
   engine_cmd->add_option("--memory-limit", engine_memory_limit, "Receive pool memory limit (0: none)")->check(ByteSize());
   engine_cmd->add_option("--listen-host", engine.listen_host, "Address trainers connect to for data");
@@ -174,6 +200,13 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (*demo_cmd || *bench_cmd) {
+    // Fail before starting any process; the children read the same file or
+    // inherit REFIT_SECRET.
+    if (auto secret = resolve_secret(demo.secret_file); !secret.ok()) {
+      return report_status(*demo_cmd ? "demo" : "bench", secret.status());
+    }
+  }
   if (*demo_cmd) {
     demo.bucket_size = bytes_of(demo_bucket);
     demo.memory_limit = bytes_of(demo_memory_limit);
@@ -185,6 +218,9 @@ int main(int argc, char** argv) {
     return refit::run_bench(demo);
   }
   if (*coord_cmd) {
+    auto secret = resolve_secret(coord_secret_file);
+    if (!secret.ok()) return report_status("coordinator", secret.status());
+    coord.secret = std::move(*secret);
     refit::Json report = refit::run_coordinator(coord, [&](int port) {
       if (!port_file.empty()) {
         std::string tmp = port_file + ".tmp";
@@ -206,10 +242,16 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*trainer_cmd) {
+    auto secret = resolve_secret(trainer_secret_file);
+    if (!secret.ok()) return report_status("trainer", secret.status());
+    trainer.secret = secret->bytes();
     trainer.bucket_size = bytes_of(trainer_bucket);
     return report_status("trainer", refit::run_trainer(trainer));
   }
   if (*engine_cmd) {
+    auto secret = resolve_secret(engine_secret_file);
+    if (!secret.ok()) return report_status("engine", secret.status());
+    engine.secret = secret->bytes();
     engine.bucket_size = bytes_of(engine_bucket);
     engine.memory_limit = bytes_of(engine_memory_limit);
     for (const auto& d : engine.supported_dtypes) {

@@ -1,0 +1,61 @@
+// WeightSource: what a trainer rank sends and where its bytes are.
+//
+// A source lists the full (unsharded) weights of a model, each with the TP
+// shard rule the engine splits it by (model.h), and for every refit makes the
+// bytes of that version available at data(i), in C order. The trainer rank
+// cuts each engine rank's shard out of those bytes itself.
+//
+// Three kinds exist:
+//   synthetic   a model preset whose content is regenerated for every version
+//               from (seed, version, name), like an optimizer step; engines
+//               verify every byte against the same function (content.h)
+//   external    tensors the caller owns and updates (a training loop, the
+//               Python binding); prepare() does nothing
+//   checkpoint  a safetensors file or directory, mapped read-only
+//               (checkpoint.h: make_checkpoint_source)
+//
+// Ownership and lifetime: data(i) stays valid until the next prepare() or the
+// source's destruction. External sources do not own their memory: the caller
+// keeps it alive (and unchanged during a refit) for the source's lifetime.
+// Thread safety: one thread (the trainer rank's) uses a source.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "refit/model.h"
+#include "refit/status.h"
+#include "refit/tensor.h"
+
+namespace refit {
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  // The full weights in stream order; fixed for the source's lifetime.
+  virtual const Model& model() const = 0;
+  // Where the bytes live: kHost, or kCuda on device() (a local CUDA index).
+  virtual MemoryKind memory() const = 0;
+  virtual int device() const = 0;
+  // Makes the bytes of `version` available at data(i). `seed` is the job's
+  // seed (the coordinator's), used by synthetic sources only.
+  virtual Status prepare(std::uint64_t version, std::uint64_t seed) = 0;
+  // Weight i's full bytes (model().weights[i].spec.nbytes() of them).
+  virtual const std::byte* data(std::size_t i) const = 0;
+};
+
+// A preset (model.h make_model) whose weights live in one arena of host
+// memory, or of device memory on local CUDA index `device` when
+// memory == kCuda, allocated once here.
+StatusOr<std::unique_ptr<WeightSource>> make_synthetic_source(const std::string& preset, int layers,
+                                                              MemoryKind memory, int device);
+
+// The caller's tensors: data[i] holds model.weights[i]'s full bytes, in
+// `memory` (on `device` for kCuda). Checks that the counts match and that no
+// pointer is null (unless the tensor is empty).
+StatusOr<std::unique_ptr<WeightSource>> make_external_source(Model model, std::vector<const std::byte*> data,
+                                                             MemoryKind memory, int device);
+
+}  // namespace refit

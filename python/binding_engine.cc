@@ -1,0 +1,143 @@
+// The Python binding's engine: see binding_engine.h.
+#include "binding_engine.h"
+
+#include <cstring>
+#include <new>
+
+#include "refit/plan.h"
+
+namespace refit::python {
+
+// ---- WeightArena ------------------------------------------------------------
+
+StatusOr<std::shared_ptr<WeightArena>> WeightArena::Allocate(const std::vector<TensorSpec>& stream, MemoryKind memory,
+                                                              int device) {
+  std::shared_ptr<WeightArena> arena(new WeightArena());
+  arena->offsets_ = weight_arena_offsets(stream, &arena->bytes_);
+  arena->memory_ = memory;
+  arena->device_ = memory == MemoryKind::kCuda ? device : -1;
+  if (memory == MemoryKind::kCuda) {
+    ASSIGN_OR_RETURN(arena->device_buffer_, DeviceBuffer::Allocate(device, arena->bytes_));
+    arena->data_ = arena->device_buffer_.data();
+  } else if (arena->bytes_ != 0) {
+    arena->data_ = static_cast<std::byte*>(
+        ::operator new(arena->bytes_, std::align_val_t(kPlanAlignment), std::nothrow));
+    if (arena->data_ == nullptr) {
+      return ResourceExhausted("cannot allocate a host weight arena of " + std::to_string(arena->bytes_) + " bytes");
+    }
+    std::memset(arena->data_, 0, arena->bytes_);
+  }
+  return arena;
+}
+
+WeightArena::~WeightArena() {
+  if (memory_ == MemoryKind::kHost && data_ != nullptr) ::operator delete(data_, std::align_val_t(kPlanAlignment));
+}
+
+// ---- BindingEngine ------------------------------------------------------------
+
+BindingEngine::BindingEngine(int rank, std::vector<TensorSpec> stream, MemoryKind memory, int device)
+    : rank_(rank), stream_(std::move(stream)), memory_(memory), device_(device) {
+  for (std::size_t i = 0; i < stream_.size(); ++i) index_[stream_[i].name] = i;
+}
+
+Status BindingEngine::set_targets(std::vector<std::byte*> targets) {
+  if (targets.size() != stream_.size()) {
+    return Internal("engine: " + std::to_string(targets.size()) + " copy targets for " +
+                    std::to_string(stream_.size()) + " tensors");
+  }
+  targets_ = std::move(targets);
+  if (memory_ == MemoryKind::kCuda && !copier_) {
+    ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(device_));
+    copier_ = std::make_unique<BatchedCopier>(std::move(copier));
+    ASSIGN_OR_RETURN(cuda_stream_, CudaStream::Create(device_));
+  }
+  return Status::Ok();
+}
+
+Status BindingEngine::begin(std::uint64_t version) {
+  if (in_refit_) return FailedPrecondition("engine: begin(" + std::to_string(version) + ") while a refit is open");
+  if (version <= version_) {
+    return FailedPrecondition("engine: refit " + std::to_string(version) +
+                              " does not advance the committed weight version " + std::to_string(version_));
+  }
+  in_refit_ = true;
+  return Status::Ok();
+}
+
+Status BindingEngine::apply(const AlignedBatch& batch) {
+  const std::string where = "engine rank " + std::to_string(rank_) + ", aligned batch " + std::to_string(batch.sequence);
+  if (!in_refit_) return FailedPrecondition(where + " applied outside begin()..commit()");
+  if (rank_ < 0 || static_cast<std::size_t>(rank_) >= batch.payload.size() ||
+      batch.payload[static_cast<std::size_t>(rank_)].size() != batch.specs.size()) {
+    return Internal(where + ": no payload for this rank");
+  }
+  if (!loader_ && targets_.empty()) {
+    return FailedPrecondition(where + ": nothing to apply it with (no load_fn and no registered tensors)");
+  }
+  const std::vector<refit::TensorView>& payload = batch.payload[static_cast<std::size_t>(rank_)];  // rule 8
+  for (const AlignedBatch::DTypeGroup& group : batch.groups()) {  // rule 5: one post per dtype group
+    std::vector<refit::TensorView> views;
+    views.reserve(group.indices.size());
+    for (std::size_t i : group.indices) {
+      const refit::TensorView& v = payload[i];
+      if (v.spec == nullptr || v.data == nullptr) {
+        return Internal(where + ": tensor " + std::to_string(i) + " of this rank's payload has no bytes");
+      }
+      if (v.spec->dtype != group.dtype) {
+        return Internal(where + ": tensor '" + v.spec->name + "' is " + std::string(dtype_name(v.spec->dtype)) +
+                        " in the " + std::string(dtype_name(group.dtype)) + " group");
+      }
+      views.push_back(v);
+    }
+    if (loader_) {
+      RETURN_IF_ERROR(loader_(group.dtype, views));
+    } else {
+      RETURN_IF_ERROR(copy_group(batch, group).WithContext(where));
+    }
+    ++posts_;
+    tensors_ += views.size();
+  }
+  return Status::Ok();
+}
+
+Status BindingEngine::copy_group(const AlignedBatch& batch, const AlignedBatch::DTypeGroup& group) {
+  const std::vector<refit::TensorView>& payload = batch.payload[static_cast<std::size_t>(rank_)];
+  runs_.clear();
+  for (std::size_t i : group.indices) {
+    const refit::TensorView& v = payload[i];
+    auto it = index_.find(v.spec->name);
+    if (it == index_.end()) return Internal("tensor '" + v.spec->name + "' is not in this rank's stream");
+    const TensorSpec& own = stream_[it->second];
+    if (own.nbytes() != v.spec->nbytes()) {
+      return FailedPrecondition("tensor '" + v.spec->name + "' arrived as " + v.spec->ToString() +
+                                " but the registered tensor is " + own.ToString());
+    }
+    if (memory_ == MemoryKind::kCuda) {
+      runs_.push_back(copy_run_1d(v.data, targets_[it->second], own.nbytes()));
+    } else if (own.nbytes() != 0) {
+      std::memcpy(targets_[it->second], v.data, own.nbytes());
+    }
+  }
+  if (memory_ == MemoryKind::kCuda && !runs_.empty()) {
+    // Finished before apply returns: the receiver may recycle the slots it read.
+    RETURN_IF_ERROR(copier_->copy(runs_, cuda_stream_.handle()));
+    RETURN_IF_ERROR(cuda_stream_.synchronize());
+  }
+  return Status::Ok();
+}
+
+Status BindingEngine::commit(std::uint64_t version) {
+  if (!in_refit_) return FailedPrecondition("engine: commit(" + std::to_string(version) + ") without begin()");
+  in_refit_ = false;
+  version_ = version;  // DESIGN.md rule 6: once per refit, only here
+  complete_ = true;
+  return Status::Ok();
+}
+
+void BindingEngine::abort(std::uint64_t, const Status&) {
+  in_refit_ = false;
+  complete_ = false;
+}
+
+}  // namespace refit::python

@@ -1,0 +1,108 @@
+// The Engine (engine.h) behind refit.Engine: one engine rank hosted by a
+// Python process, applying aligned batches in one of three ways.
+//
+//   loader  apply() hands each dtype group of this rank's payload to a Loader
+//           (the binding wraps the user's load_fn in one): one post per dtype
+//           group (DESIGN.md rule 5), payload[rank] only (rule 8).
+//   copy    apply() copies each tensor into a registered destination
+//           (the caller's tensors): memcpy on the host, one BatchedCopier
+//           launch per dtype group on a device, finished before apply returns.
+//   direct  trainers write into the WeightArena themselves; apply() is never
+//           called (the engine rank only waits for the buckets to land).
+//
+// begin/commit/abort keep the weight version (rule 6: bumped once per refit,
+// at commit); after an abort the weights are reported incomplete.
+//
+// Thread safety: one thread (the engine rank's) drives it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "refit/batched_copy.h"
+#include "refit/device.h"
+#include "refit/engine.h"
+#include "refit/status.h"
+#include "refit/tensor.h"
+
+namespace refit::python {
+
+// The weights of one engine rank in one block, laid out by
+// weight_arena_offsets(stream) (engine.h), so that it can be exposed whole
+// for direct mode. Host memory (kPlanAlignment-aligned) or device memory on
+// one local CUDA device. Shared by every view handed out, so it lives until
+// the last tensor made from a view is gone.
+class WeightArena {
+ public:
+  static StatusOr<std::shared_ptr<WeightArena>> Allocate(const std::vector<TensorSpec>& stream, MemoryKind memory,
+                                                         int device);
+  ~WeightArena();
+  WeightArena(const WeightArena&) = delete;
+  WeightArena& operator=(const WeightArena&) = delete;
+
+  std::byte* data() const { return data_; }
+  std::uint64_t bytes() const { return bytes_; }
+  MemoryKind memory() const { return memory_; }
+  int device() const { return device_; }
+  // Tensor i of the stream.
+  std::byte* tensor(std::size_t i) const { return data_ + offsets_[i]; }
+
+ private:
+  WeightArena() = default;
+  std::vector<std::uint64_t> offsets_;
+  std::byte* data_ = nullptr;
+  std::uint64_t bytes_ = 0;
+  MemoryKind memory_ = MemoryKind::kHost;
+  int device_ = -1;
+  DeviceBuffer device_buffer_;
+};
+
+class BindingEngine : public Engine {
+ public:
+  // Receives one dtype group of this rank's payload (views valid during the call).
+  using Loader = std::function<Status(DType dtype, const std::vector<refit::TensorView>& views)>;
+
+  // `rank`: the engine TP rank this process hosts; `stream`: its shard specs.
+  BindingEngine(int rank, std::vector<TensorSpec> stream, MemoryKind memory, int device);
+
+  // Copy mode: destination of each stream tensor, in stream order (the same
+  // memory kind and device as the engine). Allocates the device copier.
+  Status set_targets(std::vector<std::byte*> targets);
+  // Loader mode for the refits to come (empty: copy mode, or direct mode).
+  void set_loader(Loader loader) { loader_ = std::move(loader); }
+
+  Status begin(std::uint64_t version) override;
+  Status apply(const AlignedBatch& batch) override;
+  Status commit(std::uint64_t version) override;
+  void abort(std::uint64_t version, const Status& why) override;
+  std::uint64_t weight_version() const override { return version_; }
+  bool weights_complete() const override { return complete_; }
+
+  // Dtype groups handed to the loader or copied (one per group per batch), and tensors.
+  std::uint64_t posts() const { return posts_; }
+  std::uint64_t tensors_applied() const { return tensors_; }
+
+ private:
+  Status copy_group(const AlignedBatch& batch, const AlignedBatch::DTypeGroup& group);
+
+  int rank_;
+  std::vector<TensorSpec> stream_;
+  std::map<std::string, std::size_t> index_;  // name -> position in stream_
+  MemoryKind memory_;
+  int device_;
+  Loader loader_;
+  std::vector<std::byte*> targets_;
+  std::unique_ptr<BatchedCopier> copier_;
+  CudaStream cuda_stream_;
+  std::vector<CopyRun> runs_;
+  std::uint64_t version_ = 0;
+  bool in_refit_ = false;
+  bool complete_ = true;
+  std::uint64_t posts_ = 0, tensors_ = 0;
+};
+
+}  // namespace refit::python

@@ -1,0 +1,81 @@
+// The _refit extension module: refit's trainer and engine roles, the
+// coordinator, errors and DLPack views, for the pure-Python package `refit`
+// (python/refit/__init__.py), which is the documented API.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <span>
+#include <string>
+
+#include "bindings.h"
+#include "dlpack_interop.h"
+#include "errors.h"
+#include "refit/checkpoint.h"
+#include "refit/device.h"
+#include "refit/dtype.h"
+#include "refit/transport.h"
+#include "runtime/roles.h"
+
+namespace py = pybind11;
+
+namespace refit::python {
+
+void bind_options(py::module_& m) {
+  py::class_<RankOptions>(m, "RankOptions", "Settings of one trainer or engine rank (src/runtime/roles.h).")
+      .def(py::init<>())
+      .def_readwrite("coordinator", &RankOptions::coordinator)
+      .def_readwrite("secret", &RankOptions::secret)
+      .def_readwrite("rank", &RankOptions::rank)
+      .def_readwrite("trainer_ranks", &RankOptions::trainer_ranks)
+      .def_readwrite("engine_ranks", &RankOptions::engine_ranks)
+      .def_readwrite("bucket_size", &RankOptions::bucket_size)
+      .def_readwrite("transport", &RankOptions::transport)
+      .def_readwrite("device", &RankOptions::device)
+      .def_readwrite("mode", &RankOptions::mode)
+      .def_readwrite("setup_timeout_s", &RankOptions::setup_timeout_s)
+      .def_readwrite("refit_timeout_s", &RankOptions::refit_timeout_s)
+      .def_readwrite("bucket_timeout_s", &RankOptions::bucket_timeout_s)
+      .def_readwrite("gpu", &RankOptions::gpu);
+  py::class_<EngineOptions, RankOptions>(m, "EngineOptions", "Settings of one engine rank (src/runtime/roles.h).")
+      .def(py::init<>())
+      .def_readwrite("pool_slots", &EngineOptions::pool_slots)
+      .def_readwrite("memory_limit", &EngineOptions::memory_limit)
+      .def_readwrite("listen_host", &EngineOptions::listen_host)
+      .def_readwrite("poison_recycled", &EngineOptions::poison_recycled)
+      .def_readwrite("supported_dtypes", &EngineOptions::supported_dtypes)
+      .def_readwrite("base_gpu_id", &EngineOptions::base_gpu_id);
+}
+
+}  // namespace refit::python
+
+PYBIND11_MODULE(_refit, m) {
+  using namespace refit;
+  using namespace refit::python;
+  m.doc() = "refit's C++ core; use the `refit` package.";
+  register_errors(m);
+  register_tensor_view(m);
+  bind_options(m);
+  bind_trainer(m);
+  bind_engine(m);
+  bind_coordinator(m);
+
+  m.def("cuda_built", &cuda_built, "True when refit was compiled with CUDA.");
+  m.def(
+      "transports", [] { return transport_names(); }, "The transports this build has (shm, tcp, cuda_ipc, ...).");
+  m.def(
+      "dtypes",
+      [] {
+        std::vector<std::string> names;
+        for (int d = 0; d < kDTypeCount; ++d) names.emplace_back(dtype_name(static_cast<DType>(d)));
+        return names;
+      },
+      "The dtypes refit moves (torch names).");
+  m.def(
+      "shard_rule",
+      [](const std::string& name) {
+        const auto& rules = default_shard_rules();
+        return std::string(shard_rule_name(match_shard_rule(std::span(rules), name).rule));
+      },
+      py::arg("name"),
+      "The TP shard rule of a tensor name under refit's default table (column, row, vocab or replicated).");
+}

@@ -1,0 +1,168 @@
+// _refit.Trainer: a trainer rank whose weights are the caller's tensors.
+//
+// The tensors are registered once: their pointers are captured and the
+// producers' DLPack handles held, which keeps their memory alive. Each
+// refit() sends what the memory holds at that moment, so the caller updates
+// the tensors in place (an optimizer step) and never replaces their storage.
+// Tensors on a CUDA device: refit() first waits for every stream of that
+// device, so the caller's queued updates have landed before a byte is read.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "device_sync.h"
+#include "dlpack_interop.h"
+#include "errors.h"
+#include "refit/checkpoint.h"
+#include "refit/model.h"
+#include "refit/weight_source.h"
+#include "runtime/trainer_rank.h"
+
+namespace py = pybind11;
+
+namespace refit::python {
+namespace {
+
+// A rule that splits a dimension the tensor lacks is refused here, naming the
+// tensor (the same check as model_from_checkpoint).
+Status check_rule(const TensorSpec& spec, ShardRule rule) {
+  const std::size_t need = rule == ShardRule::kRow ? 2 : (rule == ShardRule::kReplicated ? 0 : 1);
+  if (spec.shape.size() < need) {
+    return InvalidArgument("tensor " + spec.ToString() + " cannot be split by rule '" +
+                           std::string(shard_rule_name(rule)) + "' (it needs at least " + std::to_string(need) +
+                           " dimensions)");
+  }
+  return Status::Ok();
+}
+
+class PyTrainer {
+ public:
+  // entries: (name, tensor, rule name) in stream order.
+  PyTrainer(RankOptions options, const py::list& entries) : name_("trainer rank " + std::to_string(options.rank)) {
+    if (entries.empty()) throw_status(InvalidArgument(name_ + ": no tensors to register"));
+    Model model;
+    model.preset = "python";
+    std::vector<const std::byte*> data;
+    std::set<std::string> names;
+    for (py::handle entry : entries) {
+      auto item = entry.cast<py::tuple>();
+      if (item.size() != 3) throw_status(InvalidArgument(name_ + ": each tensor entry is (name, tensor, rule)"));
+      const auto name = item[0].cast<std::string>();
+      if (!names.insert(name).second) throw_status(InvalidArgument(name_ + ": tensor '" + name + "' registered twice"));
+      ImportedTensor t = value_or_throw(ImportedTensor::Import(item[1], name, /*writable=*/false));
+      auto rule = parse_shard_rule(item[2].cast<std::string>());
+      if (!rule.ok()) throw_status(rule.status().WithContext(name_ + ": tensor '" + name + "'"));
+      check(check_rule(t.spec(), *rule).WithContext(name_));
+      if (!tensors_.empty() && (t.memory() != memory_ || t.device() != device_)) {
+        throw_status(InvalidArgument(name_ + ": tensor '" + name + "' is on " + t.device_name() + " but tensor '" +
+                                     tensors_.front().spec().name + "' is on " + tensors_.front().device_name() +
+                                     " (a trainer rank's tensors live on one device)"));
+      }
+      memory_ = t.memory();
+      device_ = t.device();
+      model.weights.push_back(Weight{t.spec(), *rule});
+      data.push_back(t.data());
+      tensors_.push_back(std::move(t));
+    }
+    if (memory_ == MemoryKind::kCuda) {
+      options.device = "cuda";
+      options.gpu = device_;
+    }
+    auto source = value_or_throw(make_external_source(std::move(model), std::move(data), memory_, device_));
+    StatusOr<std::unique_ptr<TrainerRank>> rank = Internal("not joined");
+    {
+      py::gil_scoped_release release;
+      rank = TrainerRank::Join(options, std::move(source));
+    }
+    rank_ = value_or_throw(std::move(rank));
+  }
+
+  ~PyTrainer() { close(); }
+
+  void refit(std::uint64_t version) {
+    TrainerRank& rank = joined();
+    Status status;
+    {
+      py::gil_scoped_release release;
+      if (memory_ == MemoryKind::kCuda) {
+        status = synchronize_device(device_).WithContext(name_ + ", before refit " + std::to_string(version));
+      }
+      if (status.ok()) status = rank.refit(version);
+    }
+    check(status);
+  }
+
+  void serve() {
+    TrainerRank& rank = joined();
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = rank.serve();
+    }
+    check(status);
+  }
+
+  void finish() {
+    TrainerRank& rank = joined();
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = rank.finish();
+    }
+    check(status);
+  }
+
+  std::uint64_t committed_version() { return joined().committed_version(); }
+
+  // Leaves the job (connections closed) and returns the tensors to their owners.
+  void close() {
+    if (rank_) {
+      py::gil_scoped_release release;
+      rank_.reset();
+    }
+    tensors_.clear();
+  }
+
+  py::list specs() const {
+    py::list out;
+    for (const ImportedTensor& t : tensors_) {
+      out.append(py::make_tuple(t.spec().name, std::string(dtype_name(t.spec().dtype)), py::tuple(py::cast(t.spec().shape))));
+    }
+    return out;
+  }
+
+  std::string device() const { return memory_ == MemoryKind::kCuda ? "cuda:" + std::to_string(device_) : "cpu"; }
+
+ private:
+  TrainerRank& joined() {
+    if (!rank_) throw_status(FailedPrecondition(name_ + " is closed"));
+    return *rank_;
+  }
+
+  std::string name_;
+  std::vector<ImportedTensor> tensors_;  // declared before rank_: outlives it
+  MemoryKind memory_ = MemoryKind::kHost;
+  int device_ = -1;
+  std::unique_ptr<TrainerRank> rank_;
+};
+
+}  // namespace
+
+void bind_trainer(py::module_& m) {
+  py::class_<PyTrainer>(m, "Trainer")
+      .def(py::init<RankOptions, const py::list&>(), py::arg("options"), py::arg("entries"))
+      .def("refit", &PyTrainer::refit, py::arg("version"))
+      .def("serve", &PyTrainer::serve)
+      .def("finish", &PyTrainer::finish)
+      .def("close", &PyTrainer::close)
+      .def_property_readonly("committed_version", &PyTrainer::committed_version)
+      .def_property_readonly("specs", &PyTrainer::specs)
+      .def_property_readonly("device", &PyTrainer::device);
+}
+
+}  // namespace refit::python

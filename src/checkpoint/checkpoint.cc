@@ -1,0 +1,310 @@
+// Checkpoints (a file, or a directory with an index) and the shard-rules
+// table: see refit/checkpoint.h.
+#include "refit/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "checkpoint/strict_json.h"
+
+namespace refit {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// A weight_map value must name a file inside the checkpoint's directory.
+bool is_safe_relative(const std::string& name) {
+  if (name.empty()) return false;
+  const fs::path p(name);
+  if (p.is_absolute()) return false;
+  for (const fs::path& part : p) {
+    if (part.string() == "..") return false;
+  }
+  return true;
+}
+
+StatusOr<std::string> read_small_file(const std::string& path, std::uint64_t limit) {
+  std::error_code ec;
+  const std::uintmax_t size = fs::file_size(path, ec);
+  if (ec) return Status(ec == std::errc::no_such_file_or_directory ? StatusCode::kNotFound : StatusCode::kInvalidArgument,
+                        "'" + path + "': " + ec.message());
+  if (size > limit) {
+    return InvalidArgument("'" + path + "' is " + std::to_string(size) + " bytes, over the limit of " +
+                           std::to_string(limit));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("'" + path + "': cannot open");
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+// ---- Checkpoint -------------------------------------------------------------
+
+Status Checkpoint::add_file(SafetensorsFile file) {
+  const std::size_t index = files_.size();
+  for (const SafetensorsTensor& t : file.tensors()) {
+    if (auto [it, fresh] = by_name_.emplace(t.spec.name, tensors_.size()); !fresh) {
+      return InvalidArgument("checkpoint '" + path_ + "': tensor '" + t.spec.name + "' is in both '" +
+                             files_[tensors_[it->second].file].path() + "' and '" + file.path() + "'");
+    }
+    tensors_.push_back(CheckpointTensor{t.spec, index, t.begin, t.end});
+  }
+  files_.push_back(std::move(file));
+  return Status::Ok();
+}
+
+StatusOr<Checkpoint> Checkpoint::Open(const std::string& path) {
+  Checkpoint ckpt;
+  ckpt.path_ = path;
+  std::error_code ec;
+  fs::path dir;
+  std::string index_path;
+  if (fs::is_directory(path, ec)) {
+    dir = path;
+    if (fs::exists(dir / kSafetensorsIndexName, ec)) {
+      index_path = (dir / kSafetensorsIndexName).string();
+    } else if (fs::exists(dir / kSafetensorsSingleName, ec)) {
+      ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open((dir / kSafetensorsSingleName).string()));
+      RETURN_IF_ERROR(ckpt.add_file(std::move(file)));
+      return ckpt;
+    } else {
+      return NotFound("checkpoint directory '" + path + "' holds neither " + std::string(kSafetensorsIndexName) +
+                      " nor " + std::string(kSafetensorsSingleName));
+    }
+  } else if (fs::path(path).filename().string() == kSafetensorsIndexName) {
+    index_path = path;
+    dir = fs::path(path).parent_path();
+    if (dir.empty()) dir = ".";
+  } else {
+    ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
+    RETURN_IF_ERROR(ckpt.add_file(std::move(file)));
+    return ckpt;
+  }
+
+  // Sharded: the index, then every file it names.
+  const std::string at = "checkpoint index '" + index_path + "'";
+  StatusOr<std::string> text = read_small_file(index_path, kSafetensorsMaxHeaderBytes);
+  if (!text.ok()) return text.status().WithContext("checkpoint index");
+  StatusOr<Json> index = parse_json_strict(*text);
+  if (!index.ok()) return index.status().WithContext(at);
+  if (!index->is_object()) return InvalidArgument(at + ": must be a JSON object");
+  if (!index->contains("weight_map") || !(*index)["weight_map"].is_object()) {
+    return InvalidArgument(at + ": needs a \"weight_map\" object (tensor name -> file name)");
+  }
+  std::map<std::string, std::string> weight_map;           // tensor -> file
+  std::map<std::string, std::vector<std::string>> by_file;  // file -> tensors (sorted by file name)
+  for (const auto& [name, file] : (*index)["weight_map"].items()) {
+    if (!file.is_string()) {
+      return InvalidArgument(at + ": weight_map maps tensor '" + name + "' to " + file.dump() +
+                             ", not to a file name");
+    }
+    const std::string f = file.get<std::string>();
+    if (!is_safe_relative(f)) {
+      return InvalidArgument(at + ": weight_map maps tensor '" + name + "' to '" + f +
+                             "', which is not a relative path inside the checkpoint directory");
+    }
+    weight_map.emplace(name, f);
+    by_file[f].push_back(name);
+  }
+
+  for (const auto& [f, names] : by_file) {
+    const std::string file_path = (dir / f).string();
+    if (!fs::exists(file_path, ec)) {
+      return NotFound(at + ": maps " + std::to_string(names.size()) + " tensors (e.g. '" + names.front() +
+                      "') to '" + f + "', which does not exist (" + file_path + ")");
+    }
+    StatusOr<SafetensorsFile> file = SafetensorsFile::Open(file_path);
+    if (!file.ok()) return file.status().WithContext(at);
+    for (const SafetensorsTensor& t : file->tensors()) {
+      auto it = weight_map.find(t.spec.name);
+      if (it == weight_map.end()) {
+        return InvalidArgument(at + ": tensor '" + t.spec.name + "' is in '" + f +
+                               "', but the index does not list it");
+      }
+      if (it->second != f) {
+        return InvalidArgument(at + ": tensor '" + t.spec.name + "' is in '" + f + "', but the index maps it to '" +
+                               it->second + "'");
+      }
+    }
+    for (const std::string& name : names) {
+      if (file->find(name) == nullptr) {
+        return InvalidArgument(at + ": maps tensor '" + name + "' to '" + f + "', which does not hold it");
+      }
+    }
+    RETURN_IF_ERROR(ckpt.add_file(std::move(file).value()));
+  }
+  return ckpt;
+}
+
+std::optional<std::size_t> Checkpoint::index_of(std::string_view name) const {
+  auto it = by_name_.find(std::string(name));
+  if (it == by_name_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::span<const std::byte> Checkpoint::data(std::size_t i) const {
+  const CheckpointTensor& t = tensors_[i];
+  const SafetensorsFile& file = files_[t.file];
+  return file.bytes().subspan(static_cast<std::size_t>(file.header().data_offset + t.begin),
+                              static_cast<std::size_t>(t.end - t.begin));
+}
+
+std::uint64_t Checkpoint::total_bytes() const {
+  std::uint64_t total = 0;
+  for (const CheckpointTensor& t : tensors_) total += t.end - t.begin;
+  return total;
+}
+
+// ---- Shard rules ------------------------------------------------------------
+
+std::string_view shard_rule_name(ShardRule rule) {
+  switch (rule) {
+    case ShardRule::kReplicated: return "replicated";
+    case ShardRule::kColumn: return "column";
+    case ShardRule::kRow: return "row";
+    case ShardRule::kVocab: return "vocab";
+  }
+  return "unknown";
+}
+
+StatusOr<ShardRule> parse_shard_rule(std::string_view name) {
+  for (ShardRule r : {ShardRule::kReplicated, ShardRule::kColumn, ShardRule::kRow, ShardRule::kVocab}) {
+    if (shard_rule_name(r) == name) return r;
+  }
+  return InvalidArgument("unknown shard rule '" + std::string(name) + "' (valid: replicated, column, row, vocab)");
+}
+
+StatusOr<ShardRulePattern> parse_shard_rule_pattern(std::string_view text) {
+  const std::size_t eq = text.rfind('=');
+  if (eq == std::string_view::npos || eq == 0) {
+    return InvalidArgument("shard rule '" + std::string(text) + "' is not GLOB=RULE (e.g. '*.qkv_proj.weight=column')");
+  }
+  ASSIGN_OR_RETURN(ShardRule rule, parse_shard_rule(text.substr(eq + 1)));
+  return ShardRulePattern{std::string(text.substr(0, eq)), rule};
+}
+
+bool glob_match(std::string_view pattern, std::string_view name) {
+  // Greedy with backtracking to the last '*': O(|pattern| * |name|) at worst.
+  std::size_t p = 0, n = 0;
+  std::size_t star = std::string_view::npos, star_n = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      star_n = n;
+    } else if (p < pattern.size() && pattern[p] == name[n]) {
+      ++p;
+      ++n;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      n = ++star_n;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+const std::vector<ShardRulePattern>& default_shard_rules() {
+  static const std::vector<ShardRulePattern> rules = {
+      // Vocabulary-parallel embedding and output projection.
+      {"*embed_tokens.weight", ShardRule::kVocab},
+      {"lm_head.weight", ShardRule::kVocab},
+      {"*.lm_head.weight", ShardRule::kVocab},
+      // Attention: q/k/v split by output features (heads), o by input features.
+      {"*.q_proj.weight", ShardRule::kColumn},
+      {"*.k_proj.weight", ShardRule::kColumn},
+      {"*.v_proj.weight", ShardRule::kColumn},
+      {"*.q_proj.bias", ShardRule::kColumn},
+      {"*.k_proj.bias", ShardRule::kColumn},
+      {"*.v_proj.bias", ShardRule::kColumn},
+      {"*.o_proj.weight", ShardRule::kRow},
+      {"*.q_b_proj.weight", ShardRule::kColumn},   // DeepSeek MLA
+      {"*.kv_b_proj.weight", ShardRule::kColumn},  // DeepSeek MLA
+      // MLP, dense or one MoE expert (mlp.experts.N.*, shared_expert.*).
+      {"*.gate_proj.weight", ShardRule::kColumn},
+      {"*.up_proj.weight", ShardRule::kColumn},
+      {"*.down_proj.weight", ShardRule::kRow},
+      {"*.experts.*.w1.weight", ShardRule::kColumn},  // Mixtral gate
+      {"*.experts.*.w3.weight", ShardRule::kColumn},  // Mixtral up
+      {"*.experts.*.w2.weight", ShardRule::kRow},     // Mixtral down
+      // Replicated on purpose (also the default for names no row matches).
+      {"*norm.weight", ShardRule::kReplicated},
+      {"*.mlp.gate.weight", ShardRule::kReplicated},  // MoE router
+  };
+  return rules;
+}
+
+std::vector<ShardRulePattern> shard_rules_with_defaults(std::span<const ShardRulePattern> user) {
+  std::vector<ShardRulePattern> out(user.begin(), user.end());
+  const std::vector<ShardRulePattern>& d = default_shard_rules();
+  out.insert(out.end(), d.begin(), d.end());
+  return out;
+}
+
+ShardRuleMatch match_shard_rule(std::span<const ShardRulePattern> rules, std::string_view name) {
+  for (const ShardRulePattern& row : rules) {
+    if (glob_match(row.pattern, name)) return ShardRuleMatch{row.rule, &row};
+  }
+  return ShardRuleMatch{};
+}
+
+StatusOr<Model> model_from_checkpoint(const Checkpoint& checkpoint, std::span<const ShardRulePattern> rules) {
+  Model model;
+  model.preset = checkpoint.path();
+  model.weights.reserve(checkpoint.tensors().size());
+  for (const CheckpointTensor& t : checkpoint.tensors()) {
+    const ShardRuleMatch m = match_shard_rule(rules, t.spec.name);
+    const std::size_t needs = m.rule == ShardRule::kRow ? 2 : m.rule == ShardRule::kReplicated ? 0 : 1;
+    if (t.spec.shape.size() < needs) {
+      return InvalidArgument("checkpoint '" + checkpoint.path() + "': tensor '" + t.spec.name + "' has shape " +
+                             shape_string(t.spec.shape) + ", but shard rule '" + m.row->pattern + "=" +
+                             std::string(shard_rule_name(m.rule)) + "' needs at least " + std::to_string(needs) +
+                             " dimension" + (needs > 1 ? "s" : "") + " to split");
+    }
+    model.weights.push_back(Weight{t.spec, m.rule});
+  }
+  return model;
+}
+
+// ---- WeightSource -----------------------------------------------------------
+
+namespace {
+
+class CheckpointSource : public WeightSource {
+ public:
+  CheckpointSource(Checkpoint checkpoint, Model model) : checkpoint_(std::move(checkpoint)), model_(std::move(model)) {}
+  const Model& model() const override { return model_; }
+  MemoryKind memory() const override { return MemoryKind::kHost; }
+  int device() const override { return -1; }
+  Status prepare(std::uint64_t, std::uint64_t) override { return Status::Ok(); }
+  const std::byte* data(std::size_t i) const override { return checkpoint_.data(i).data(); }
+
+ private:
+  Checkpoint checkpoint_;
+  Model model_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<WeightSource>> make_checkpoint_source(Checkpoint checkpoint,
+                                                               std::span<const ShardRulePattern> rules) {
+  ASSIGN_OR_RETURN(Model model, model_from_checkpoint(checkpoint, rules));
+  return std::unique_ptr<WeightSource>(std::make_unique<CheckpointSource>(std::move(checkpoint), std::move(model)));
+}
+
+}  // namespace refit

@@ -1,0 +1,376 @@
+// safetensors reader: header validation (parse_safetensors) and the mapped
+// file (SafetensorsFile). The rules are listed in refit/safetensors.h.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "checkpoint/strict_json.h"
+#include "refit/safetensors.h"
+
+static_assert(std::endian::native == std::endian::little,
+              "refit reads safetensors (little-endian) bytes as they are: little-endian hosts only");
+
+namespace refit {
+namespace {
+
+using Json = nlohmann::json;
+
+struct DTypeName {
+  std::string_view name;
+  DType dtype;
+};
+
+// Every safetensors dtype refit has, in DType order.
+constexpr std::array<DTypeName, kDTypeCount> kSafetensorsDTypes = {{
+    {"BOOL", DType::kBool},
+    {"U8", DType::kUInt8},
+    {"I8", DType::kInt8},
+    {"I16", DType::kInt16},
+    {"I32", DType::kInt32},
+    {"I64", DType::kInt64},
+    {"F16", DType::kFloat16},
+    {"BF16", DType::kBFloat16},
+    {"F32", DType::kFloat32},
+    {"F64", DType::kFloat64},
+    {"F8_E4M3", DType::kFloat8E4M3FN},
+    {"F8_E5M2", DType::kFloat8E5M2},
+}};
+
+constexpr bool table_in_enum_order() {
+  for (std::size_t i = 0; i < kSafetensorsDTypes.size(); ++i) {
+    if (static_cast<std::size_t>(kSafetensorsDTypes[i].dtype) != i) return false;
+  }
+  return true;
+}
+static_assert(table_in_enum_order(), "kSafetensorsDTypes must be indexed by DType's value");
+
+// dtypes of the format (safetensors 0.5) that refit has no DType for.
+constexpr std::array<std::string_view, 8> kUnsupportedDTypes = {"U16", "U32", "U64", "F8_E8M0",
+                                                                "F4",  "F6_E2M3", "F6_E3M2", "C64"};
+
+std::string supported_list() {
+  std::string out;
+  for (const DTypeName& d : kSafetensorsDTypes) {
+    if (!out.empty()) out += ", ";
+    out += d.name;
+  }
+  return out;
+}
+
+std::string json_type(const Json& j) {
+  if (j.is_number_float()) return "a non-integer number (" + j.dump() + ")";
+  if (j.is_number_integer() && !j.is_number_unsigned()) return "a negative integer (" + j.dump() + ")";
+  if (j.is_number_unsigned()) return "an integer (" + j.dump() + ")";
+  if (j.is_string()) return "a string";
+  if (j.is_boolean()) return "a boolean";
+  if (j.is_null()) return "null";
+  if (j.is_array()) return "an array";
+  return "an object";
+}
+
+std::string range_string(std::uint64_t begin, std::uint64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+}
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// "it is empty" or "its first byte is '[' (0x5b)".
+std::string first_byte(std::string_view text) {
+  if (text.empty()) return "it is empty";
+  const auto c = static_cast<unsigned char>(text.front());
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "0x%02x", c);
+  std::string out = "its first byte is ";
+  if (c >= 0x20 && c < 0x7f) out += "'" + std::string(1, static_cast<char>(c)) + "' ";
+  return out + "(" + hex + ")";
+}
+
+// Builds errors that name the file (and the tensor when there is one).
+class Errors {
+ public:
+  explicit Errors(std::string_view file) : prefix_("safetensors file '" + std::string(file) + "': ") {}
+  Status invalid(const std::string& what) const { return InvalidArgument(prefix_ + what); }
+  Status data_loss(const std::string& what) const { return DataLoss(prefix_ + what); }
+  Status tensor(const std::string& name, const std::string& what,
+                StatusCode code = StatusCode::kInvalidArgument) const {
+    return Status(code, prefix_ + "tensor '" + name + "': " + what);
+  }
+
+ private:
+  std::string prefix_;
+};
+
+// A JSON value that must be a non-negative integer below 2^63 (shape
+// entries) or 2^64 (offsets). nlohmann stores non-negative integers that fit
+// u64 as number_unsigned, negative ones as number_integer, everything else
+// (fractions, exponents, integers beyond u64) as number_float.
+bool as_u64(const Json& j, std::uint64_t* out) {
+  if (!j.is_number_unsigned()) return false;
+  *out = j.get<std::uint64_t>();
+  return true;
+}
+
+Status parse_metadata(const Json& value, const Errors& err, std::map<std::string, std::string>* out) {
+  if (!value.is_object()) {
+    return err.invalid("__metadata__ must be an object of string -> string, but it is " + json_type(value));
+  }
+  for (const auto& [k, v] : value.items()) {
+    if (!v.is_string()) {
+      return err.invalid("__metadata__ key '" + k + "' must map to a string, but it maps to " + json_type(v));
+    }
+    out->emplace(k, v.get<std::string>());
+  }
+  return Status::Ok();
+}
+
+// Parses one tensor entry; checks everything that involves this tensor alone.
+Status parse_tensor(const std::string& name, const Json& entry, std::uint64_t data_bytes, const Errors& err,
+                    SafetensorsTensor* out) {
+  if (name.empty()) return err.invalid("a tensor has an empty name");
+  if (!entry.is_object()) return err.tensor(name, "entry must be an object, but it is " + json_type(entry));
+  for (const auto& [k, v] : entry.items()) {
+    if (k != "dtype" && k != "shape" && k != "data_offsets") {
+      return err.tensor(name, "unknown field '" + k + "' (a tensor has exactly dtype, shape and data_offsets)");
+    }
+  }
+  for (const char* field : {"dtype", "shape", "data_offsets"}) {
+    if (!entry.contains(field)) return err.tensor(name, std::string("missing field '") + field + "'");
+  }
+  out->spec.name = name;
+
+  const Json& dtype = entry["dtype"];
+  if (!dtype.is_string()) return err.tensor(name, "dtype must be a string, but it is " + json_type(dtype));
+  StatusOr<DType> parsed = dtype_from_safetensors(dtype.get<std::string>());
+  if (!parsed.ok()) return err.tensor(name, parsed.status().message());
+  out->spec.dtype = *parsed;
+
+  const Json& shape = entry["shape"];
+  if (!shape.is_array()) return err.tensor(name, "shape must be an array, but it is " + json_type(shape));
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    std::uint64_t d = 0;
+    if (!as_u64(shape[i], &d) || d > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      return err.tensor(name, "shape[" + std::to_string(i) + "] must be a non-negative integer below 2^63, but it is " +
+                                  json_type(shape[i]));
+    }
+    out->spec.shape.push_back(static_cast<std::int64_t>(d));
+  }
+
+  const Json& offsets = entry["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2 || !as_u64(offsets[0], &out->begin) ||
+      !as_u64(offsets[1], &out->end)) {
+    return err.tensor(name, "data_offsets must be [BEGIN, END] of two non-negative integers, but it is " +
+                                offsets.dump());
+  }
+  if (out->end < out->begin) {
+    return err.tensor(name, "data_offsets [" + std::to_string(out->begin) + ", " + std::to_string(out->end) +
+                                "] end before they begin");
+  }
+  if (out->end > data_bytes) {
+    return err.tensor(name,
+                      "data_offsets " + range_string(out->begin, out->end) +
+                          " run past the end of the data section (" + std::to_string(data_bytes) +
+                          " bytes): truncated file?",
+                      StatusCode::kDataLoss);
+  }
+
+  // Element count times element size, without overflow. A 0 anywhere gives 0.
+  std::uint64_t bytes = dtype_size(out->spec.dtype);
+  bool zero = false;
+  bool overflow = false;
+  for (std::int64_t d : out->spec.shape) {
+    if (d == 0) zero = true;
+    if (__builtin_mul_overflow(bytes, static_cast<std::uint64_t>(d), &bytes)) overflow = true;
+  }
+  if (zero) {
+    bytes = 0;
+  } else if (overflow) {
+    return err.tensor(name, std::string(safetensors_dtype_name(out->spec.dtype)) + " shape " +
+                                shape_string(out->spec.shape) + " has more bytes than fit in 64 bits");
+  }
+  if (out->end - out->begin != bytes) {
+    return err.tensor(name, std::string(safetensors_dtype_name(out->spec.dtype)) + " shape " +
+                                shape_string(out->spec.shape) + " needs " + std::to_string(bytes) +
+                                " bytes, but data_offsets " + range_string(out->begin, out->end) + " hold " +
+                                std::to_string(out->end - out->begin));
+  }
+  // Sizes below 2^63: what refit's TensorSpec promises (validate_spec).
+  if (Status s = validate_spec(out->spec); !s.ok()) return err.tensor(name, s.message());
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<DType> dtype_from_safetensors(std::string_view name) {
+  for (const DTypeName& d : kSafetensorsDTypes) {
+    if (d.name == name) return d.dtype;
+  }
+  for (std::string_view u : kUnsupportedDTypes) {
+    if (u == name) {
+      return InvalidArgument("dtype '" + std::string(name) + "' is not supported by refit (supported: " +
+                             supported_list() + ")");
+    }
+  }
+  return InvalidArgument("unknown dtype '" + std::string(name) + "' (supported: " + supported_list() + ")");
+}
+
+std::string_view safetensors_dtype_name(DType dtype) {
+  const auto i = static_cast<std::size_t>(dtype);
+  return i < kSafetensorsDTypes.size() ? kSafetensorsDTypes[i].name : std::string_view("unknown_dtype");
+}
+
+StatusOr<SafetensorsHeader> parse_safetensors(std::span<const std::byte> file, std::string_view file_name) {
+  const Errors err(file_name);
+  if (file.size() < 8) {
+    return err.data_loss("the file is " + std::to_string(file.size()) +
+                         " bytes, too short for the 8-byte header length");
+  }
+  std::uint64_t n = 0;
+  std::memcpy(&n, file.data(), 8);  // little-endian host (static_assert above)
+  if (n > kSafetensorsMaxHeaderBytes) {
+    return err.invalid("header length " + std::to_string(n) + " exceeds the format's limit of " +
+                       std::to_string(kSafetensorsMaxHeaderBytes) + " bytes");
+  }
+  if (n > file.size() - 8) {
+    return err.data_loss("header length " + std::to_string(n) + " runs past the end of the file (" +
+                         std::to_string(file.size()) + " bytes, " + std::to_string(file.size() - 8) +
+                         " after the length): truncated file?");
+  }
+  SafetensorsHeader header;
+  header.header_bytes = n;
+  header.data_offset = 8 + n;
+  header.data_bytes = file.size() - header.data_offset;
+
+  const std::string_view text(reinterpret_cast<const char*>(file.data()) + 8, n);
+  if (text.empty() || text.front() != '{') {
+    return err.invalid("the header must be a JSON object beginning with '{', but " + first_byte(text));
+  }
+  StatusOr<Json> json = parse_json_strict(text);
+  if (!json.ok()) return err.invalid("header: " + json.status().message());
+  if (!json->is_object()) return err.invalid("the header must be a JSON object, but it is " + json_type(*json));
+
+  header.tensors.reserve(json->size());
+  for (const auto& [key, value] : json->items()) {
+    if (key == "__metadata__") {
+      RETURN_IF_ERROR(parse_metadata(value, err, &header.metadata));
+      continue;
+    }
+    SafetensorsTensor t;
+    RETURN_IF_ERROR(parse_tensor(key, value, header.data_bytes, err, &t));
+    header.tensors.push_back(std::move(t));
+  }
+
+  // Storage order; then the ranges must tile [0, data_bytes) exactly.
+  std::sort(header.tensors.begin(), header.tensors.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
+    if (a.begin != b.begin) return a.begin < b.begin;
+    if (a.end != b.end) return a.end < b.end;
+    return a.spec.name < b.spec.name;
+  });
+  std::uint64_t covered = 0;            // [0, covered) is tiled so far
+  const SafetensorsTensor* last = nullptr;  // the tensor that ends at `covered`
+  for (const SafetensorsTensor& t : header.tensors) {
+    if (t.begin < covered) {
+      return err.invalid("tensors '" + last->spec.name + "' " + range_string(last->begin, last->end) + " and '" +
+                         t.spec.name + "' " + range_string(t.begin, t.end) + " overlap");
+    }
+    if (t.begin > covered) {
+      return err.invalid("bytes " + range_string(covered, t.begin) +
+                         " of the data section belong to no tensor (a hole before tensor '" + t.spec.name +
+                         "'; the format forbids holes)");
+    }
+    covered = t.end;
+    last = &t;
+  }
+  if (covered != header.data_bytes) {
+    return err.invalid("bytes " + range_string(covered, header.data_bytes) +
+                       " at the end of the data section belong to no tensor (trailing bytes; the format forbids "
+                       "holes)");
+  }
+  return header;
+}
+
+StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("safetensors file '" + path + "': open", errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return ErrnoStatus("safetensors file '" + path + "': fstat", e);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgument("safetensors file '" + path + "': not a regular file");
+  }
+  SafetensorsFile file;
+  file.path_ = path;
+  file.size_ = static_cast<std::uint64_t>(st.st_size);
+  if (file.size_ > 0) {  // mmap of 0 bytes fails; parse_safetensors reports the short file
+    void* p = ::mmap(nullptr, file.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      const int e = errno;
+      ::close(fd);
+      return ErrnoStatus("safetensors file '" + path + "': mmap of " + std::to_string(file.size_) + " bytes", e);
+    }
+    file.base_ = static_cast<const std::byte*>(p);
+  }
+  ::close(fd);  // the mapping keeps the file
+  ASSIGN_OR_RETURN(file.header_, parse_safetensors(file.bytes(), path));
+  file.by_name_.reserve(file.header_.tensors.size());
+  for (std::size_t i = 0; i < file.header_.tensors.size(); ++i) {
+    file.by_name_.emplace(file.header_.tensors[i].spec.name, i);
+  }
+  return file;
+}
+
+SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      base_(std::exchange(other.base_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      header_(std::move(other.header_)),
+      by_name_(std::move(other.by_name_)) {}
+
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
+  if (this != &other) {
+    release();
+    path_ = std::move(other.path_);
+    base_ = std::exchange(other.base_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    header_ = std::move(other.header_);
+    by_name_ = std::move(other.by_name_);
+  }
+  return *this;
+}
+
+SafetensorsFile::~SafetensorsFile() { release(); }
+
+void SafetensorsFile::release() {
+  if (base_ != nullptr) ::munmap(const_cast<std::byte*>(base_), size_);
+  base_ = nullptr;
+  size_ = 0;
+}
+
+const SafetensorsTensor* SafetensorsFile::find(std::string_view name) const {
+  auto it = by_name_.find(std::string(name));
+  return it == by_name_.end() ? nullptr : &header_.tensors[it->second];
+}
+
+std::span<const std::byte> SafetensorsFile::data(const SafetensorsTensor& tensor) const {
+  return {base_ + header_.data_offset + tensor.begin, static_cast<std::size_t>(tensor.end - tensor.begin)};
+}
+
+}  // namespace refit

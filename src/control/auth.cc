@@ -1,0 +1,304 @@
+#include "control/auth.h"
+
+#include <fcntl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include "control/control_message.h"
+
+namespace refit {
+namespace {
+
+constexpr std::uint64_t kProtocol = 1;
+constexpr const char* kMethod = "hmac-sha256";
+constexpr const char* kNone = "none";
+constexpr const char* kSecretHelp = "give both sides the same secret with --secret-file or REFIT_SECRET";
+
+// Tells the peer why it is refused (best effort: it may be gone) and returns
+// `why` for the caller to log.
+Status refuse(Link& link, const Status& why, Deadline deadline) {
+  (void)send_control(link, Json{{"type", "error"}, {"error", status_to_json(why)}},
+                     deadline.min(Deadline::After(std::chrono::milliseconds(1000))));
+  return Status(why.code(), "refused " + link.peer() + ": " + why.message());
+}
+
+StatusOr<Json> recv_auth(Link& link, Deadline deadline, const char* step) {
+  auto message = recv_control(link, deadline, kMaxAuthMessageBytes);
+  if (!message.ok()) return message.status().WithContext(std::string("authentication (") + step + ")");
+  return message;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Secret
+
+Secret& Secret::operator=(const Secret& other) {
+  if (this != &other) {
+    if (!bytes_.empty()) OPENSSL_cleanse(bytes_.data(), bytes_.size());
+    bytes_ = other.bytes_;
+  }
+  return *this;
+}
+
+Secret::~Secret() {
+  if (!bytes_.empty()) OPENSSL_cleanse(bytes_.data(), bytes_.size());
+}
+
+StatusOr<Secret> Secret::FromBytes(std::string bytes, const std::string& source) {
+  if (bytes.size() < kMinSecretBytes || bytes.size() > kMaxSecretBytes) {
+    std::size_t n = bytes.size();
+    OPENSSL_cleanse(bytes.data(), bytes.size());
+    return InvalidArgument("the secret from " + source + " is " + std::to_string(n) + " bytes long; it must be " +
+                           std::to_string(kMinSecretBytes) + " to " + std::to_string(kMaxSecretBytes) +
+                           " bytes (e.g. head -c 32 /dev/urandom | base64)");
+  }
+  return Secret(std::move(bytes));
+}
+
+StatusOr<Secret> Secret::FromFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("opening the secret file " + path, errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgument("the secret file " + path + " is not a regular file");
+  }
+  std::string bytes(kMaxSecretBytes + 2, '\0');  // + "\r\n"
+  std::size_t got = 0;
+  while (got < bytes.size()) {
+    ssize_t k = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) {
+      int err = errno;
+      ::close(fd);
+      OPENSSL_cleanse(bytes.data(), bytes.size());
+      return ErrnoStatus("reading the secret file " + path, err);
+    }
+    if (k == 0) break;
+    got += static_cast<std::size_t>(k);
+  }
+  ::close(fd);
+  std::size_t n = got;
+  if (n > 0 && bytes[n - 1] == '\n') --n;
+  if (n > 0 && bytes[n - 1] == '\r') --n;
+  std::string secret(bytes.data(), n);
+  OPENSSL_cleanse(bytes.data(), bytes.size());
+  if (got == bytes.size()) {
+    OPENSSL_cleanse(secret.data(), secret.size());
+    return InvalidArgument("the secret file " + path + " is larger than " + std::to_string(kMaxSecretBytes) + " bytes");
+  }
+  return FromBytes(std::move(secret), "file " + path);
+}
+
+StatusOr<Secret> Secret::Resolve(const std::string& file, const char* env_value) {
+  if (!file.empty()) return FromFile(file);
+  if (env_value != nullptr && *env_value != '\0') return FromBytes(env_value, "REFIT_SECRET");
+  return Secret();
+}
+
+// ---------------------------------------------------------------- primitives
+
+AuthMac auth_mac(const Secret& secret, AuthDirection direction, std::string_view context, const AuthNonce& server_nonce,
+                 const AuthNonce& client_nonce) {
+  std::string data = "refit-auth-v1";
+  data.push_back('\0');
+  data += direction == AuthDirection::kClientProof ? "client" : "server";
+  data.push_back('\0');
+  for (int i = 0; i < 8; ++i) data.push_back(static_cast<char>(static_cast<std::uint64_t>(context.size()) >> (8 * i)));
+  data.append(context);
+  data.append(reinterpret_cast<const char*>(server_nonce.data()), server_nonce.size());
+  data.append(reinterpret_cast<const char*>(client_nonce.data()), client_nonce.size());
+  AuthMac mac{};
+  unsigned int len = 0;
+  unsigned char* ok = HMAC(EVP_sha256(), secret.bytes().data(), static_cast<int>(secret.bytes().size()),
+                           reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac.data(), &len);
+  // HMAC-SHA256 with an in-memory key cannot fail short of memory
+  // exhaustion; an all-zero MAC then simply never matches.
+  if (ok == nullptr || len != mac.size()) mac.fill(0);
+  return mac;
+}
+
+StatusOr<AuthNonce> random_nonce() {
+  AuthNonce nonce{};
+  std::size_t got = 0;
+  while (got < nonce.size()) {
+    ssize_t k = ::getrandom(nonce.data() + got, nonce.size() - got, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return ErrnoStatus("getrandom for an authentication nonce", errno);
+    got += static_cast<std::size_t>(k);
+  }
+  return nonce;
+}
+
+std::string auth_hex(std::span<const unsigned char> bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char b : bytes) {
+    out.push_back(kDigits[b >> 4]);
+    out.push_back(kDigits[b & 15]);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- server
+
+Status authenticate_as_server(Link& link, const Secret& secret, std::string_view context, Deadline deadline) {
+  const bool have = !secret.empty();
+  AuthNonce server_nonce{};
+  Json challenge{{"type", "auth_challenge"}, {"protocol", kProtocol}, {"auth", have ? kMethod : kNone}};
+  if (have) {
+    ASSIGN_OR_RETURN(server_nonce, random_nonce());
+    challenge["nonce"] = auth_hex(server_nonce);
+  }
+  RETURN_IF_ERROR(send_control(link, challenge, deadline).WithContext("authentication (challenge)"));
+  ASSIGN_OR_RETURN(Json reply, recv_auth(link, deadline, "waiting for the response"));
+  const std::string& type = reply["type"].get_ref<const std::string&>();
+  if (type == "error") {
+    // The client refused us (it has a secret and we have none, ...).
+    Status why = status_from_json(reply["error"]);
+    return FailedPrecondition(link.peer() + " refused to authenticate: " + why.message());
+  }
+  if (type != "auth_response") {
+    return refuse(link,
+                  InvalidArgument("authentication required first: expected 'auth_response', got '" + type +
+                                  "' (a client that does not speak refit's authentication protocol " +
+                                  std::to_string(kProtocol) + "?)"),
+                  deadline);
+  }
+  const std::string& method = reply["auth"].get_ref<const std::string&>();
+  if (!have) {
+    if (method != kNone) {
+      return refuse(link, InvalidArgument("protocol error: answered '" + method + "' to a challenge without auth"),
+                    deadline);
+    }
+    RETURN_IF_ERROR(send_control(link, Json{{"type", "auth_ok"}}, deadline).WithContext("authentication (ok)"));
+    return Status::Ok();
+  }
+  if (method == kNone) {
+    return refuse(link, FailedPrecondition(std::string("authentication required, but the peer has no secret (") +
+                                           kSecretHelp + ")"),
+                  deadline);
+  }
+  if (method != kMethod) {
+    return refuse(link, InvalidArgument("unknown authentication method '" + method + "' (expected " + kMethod + ")"),
+                  deadline);
+  }
+  AuthNonce client_nonce{};
+  AuthMac client_mac{};
+  auto nonce = reply.find("nonce");
+  auto mac = reply.find("mac");
+  if (nonce == reply.end() || !parse_auth_hex(nonce->get_ref<const std::string&>(), &client_nonce) ||
+      mac == reply.end() || !parse_auth_hex(mac->get_ref<const std::string&>(), &client_mac)) {
+    return refuse(link,
+                  InvalidArgument("malformed auth_response: 'nonce' and 'mac' must each be " +
+                                  std::to_string(2 * kAuthNonceBytes) + " lowercase hex digits"),
+                  deadline);
+  }
+  if (CRYPTO_memcmp(client_nonce.data(), server_nonce.data(), client_nonce.size()) == 0) {
+    return refuse(link, InvalidArgument("the response reuses the challenge's nonce"), deadline);
+  }
+  const AuthMac expected = auth_mac(secret, AuthDirection::kClientProof, context, server_nonce, client_nonce);
+  if (CRYPTO_memcmp(expected.data(), client_mac.data(), expected.size()) != 0) {
+    return refuse(link,
+                  FailedPrecondition(std::string("wrong secret: the response's MAC does not match (") + kSecretHelp +
+                                     ")"),
+                  deadline);
+  }
+  const AuthMac proof = auth_mac(secret, AuthDirection::kServerProof, context, server_nonce, client_nonce);
+  RETURN_IF_ERROR(
+      send_control(link, Json{{"type", "auth_ok"}, {"mac", auth_hex(proof)}}, deadline).WithContext("authentication (ok)"));
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- client
+
+Status authenticate_as_client(Link& link, const Secret& secret, std::string_view context, Deadline deadline) {
+  const bool have = !secret.empty();
+  ASSIGN_OR_RETURN(Json challenge, recv_auth(link, deadline, "waiting for the challenge"));
+  const std::string& type = challenge["type"].get_ref<const std::string&>();
+  if (type == "error") {
+    Status why = status_from_json(challenge["error"]);
+    return Status(why.code(), link.peer() + " refused the connection: " + why.message());
+  }
+  if (type != "auth_challenge") {
+    return InvalidArgument("protocol error: " + link.peer() + " sent '" + type +
+                           "' instead of an authentication challenge (not a refit server of protocol " +
+                           std::to_string(kProtocol) + "?)");
+  }
+  const std::uint64_t protocol = challenge["protocol"].get<std::uint64_t>();
+  if (protocol != kProtocol) {
+    return FailedPrecondition(link.peer() + " speaks authentication protocol " + std::to_string(protocol) +
+                              ", this side " + std::to_string(kProtocol));
+  }
+  const std::string& method = challenge["auth"].get_ref<const std::string&>();
+  auto finish = [&](Json response, const AuthNonce* server_nonce, const AuthNonce* client_nonce) -> Status {
+    RETURN_IF_ERROR(send_control(link, response, deadline).WithContext("authentication (response)"));
+    ASSIGN_OR_RETURN(Json reply, recv_auth(link, deadline, "waiting for the verdict"));
+    const std::string& kind = reply["type"].get_ref<const std::string&>();
+    if (kind == "error") {
+      Status why = status_from_json(reply["error"]);
+      return FailedPrecondition(link.peer() + " refused this side's authentication: " + why.message());
+    }
+    if (kind != "auth_ok") {
+      return InvalidArgument("protocol error: " + link.peer() + " answered the authentication with '" + kind + "'");
+    }
+    if (server_nonce == nullptr) return Status::Ok();
+    AuthMac got{};
+    auto mac = reply.find("mac");
+    if (mac == reply.end() || !parse_auth_hex(mac->get_ref<const std::string&>(), &got)) {
+      return FailedPrecondition(link.peer() + " did not prove it knows the secret (no valid 'mac' in auth_ok)");
+    }
+    const AuthMac expected = auth_mac(secret, AuthDirection::kServerProof, context, *server_nonce, *client_nonce);
+    if (CRYPTO_memcmp(expected.data(), got.data(), expected.size()) != 0) {
+      return FailedPrecondition(link.peer() +
+                                " failed to prove it knows the secret (wrong MAC): not the expected server, or its "
+                                "secret differs");
+    }
+    return Status::Ok();
+  };
+
+  if (method == kNone) {
+    if (have) {
+      Status why = FailedPrecondition(
+          "this side has a secret, so it only trusts a server that proves it knows it; the server has none");
+      (void)send_control(link, Json{{"type", "error"}, {"error", status_to_json(why)}}, deadline);
+      return FailedPrecondition(link.peer() + " does not authenticate (it has no secret) but this side has one: " +
+                                "refusing a server that cannot prove it knows the secret (" + kSecretHelp + ")");
+    }
+    return finish(Json{{"type", "auth_response"}, {"auth", kNone}}, nullptr, nullptr);
+  }
+  if (method != kMethod) {
+    return FailedPrecondition(link.peer() + " asks for authentication method '" + method + "', this side knows " +
+                              kMethod);
+  }
+  AuthNonce server_nonce{};
+  auto nonce = challenge.find("nonce");
+  if (nonce == challenge.end() || !parse_auth_hex(nonce->get_ref<const std::string&>(), &server_nonce)) {
+    return InvalidArgument("malformed authentication challenge from " + link.peer() + ": 'nonce' must be " +
+                           std::to_string(2 * kAuthNonceBytes) + " lowercase hex digits");
+  }
+  if (!have) {
+    // Tell the server (it logs the refusal), then say what to do.
+    Status s = finish(Json{{"type", "auth_response"}, {"auth", kNone}}, nullptr, nullptr);
+    if (s.ok()) return s;
+    return FailedPrecondition(link.peer() + " requires authentication, but this side has no secret (" + kSecretHelp +
+                              ")");
+  }
+  ASSIGN_OR_RETURN(AuthNonce client_nonce, random_nonce());
+  const AuthMac mac = auth_mac(secret, AuthDirection::kClientProof, context, server_nonce, client_nonce);
+  return finish(Json{{"type", "auth_response"},
+                     {"auth", kMethod},
+                     {"nonce", auth_hex(client_nonce)},
+                     {"mac", auth_hex(mac)}},
+                &server_nonce, &client_nonce);
+}
+
+}  // namespace refit

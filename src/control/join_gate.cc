@@ -1,0 +1,156 @@
+#include "control/join_gate.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+
+namespace refit {
+namespace {
+
+void signal_fd(int fd) {
+  const std::uint64_t one = 1;
+  ssize_t rc;
+  do {
+    rc = ::write(fd, &one, sizeof one);
+  } while (rc < 0 && errno == EINTR);
+}
+
+void drain_fd(int fd) {
+  std::uint64_t value = 0;
+  ssize_t rc;
+  do {
+    rc = ::read(fd, &value, sizeof value);
+  } while (rc < 0 && errno == EINTR);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<JoinGate>> JoinGate::Start(std::unique_ptr<Listener> listener, Options options) {
+  int ready = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (ready < 0) return ErrnoStatus("coordinator: eventfd", errno);
+  int stop = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (stop < 0) {
+    int err = errno;
+    ::close(ready);
+    return ErrnoStatus("coordinator: eventfd", err);
+  }
+  return std::unique_ptr<JoinGate>(new JoinGate(std::move(listener), std::move(options), ready, stop));
+}
+
+JoinGate::JoinGate(std::unique_ptr<Listener> listener, Options options, int ready_fd, int stop_fd)
+    : listener_(std::move(listener)), options_(std::move(options)), ready_fd_(ready_fd), stop_fd_(stop_fd) {
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
+
+JoinGate::~JoinGate() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (Handshake& h : handshakes_) {
+      if (h.link) h.link->shutdown();
+    }
+  }
+  signal_fd(stop_fd_);
+  acceptor_.join();
+  reap(/*all=*/true);
+  ::close(ready_fd_);
+  ::close(stop_fd_);
+}
+
+std::optional<JoinGate::Candidate> JoinGate::take() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (queue_.empty()) {
+    drain_fd(ready_fd_);
+    return std::nullopt;
+  }
+  Candidate c = std::move(queue_.front());
+  queue_.pop_front();
+  if (queue_.empty()) drain_fd(ready_fd_);
+  return c;
+}
+
+void JoinGate::log(const std::string& line) {
+  refused_.fetch_add(1);
+  if (!options_.log) return;
+  std::lock_guard<std::mutex> lock(log_mu_);
+  options_.log(line);
+}
+
+void JoinGate::accept_loop() {
+  for (;;) {
+    pollfd fds[2] = {{listener_->fd(), POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    // Wake now and then to join finished handshake threads.
+    int rc = ::poll(fds, 2, 200);
+    reap(/*all=*/false);
+    if (rc < 0 && errno != EINTR) {
+      log("coordinator: poll on the listening socket failed: " + std::string(std::strerror(errno)));
+      return;
+    }
+    if (rc > 0 && (fds[1].revents & POLLIN)) return;
+    if (rc <= 0 || !(fds[0].revents & POLLIN)) continue;
+    auto link = listener_->accept(Deadline::After(std::chrono::milliseconds(0)));
+    if (!link.ok()) continue;  // the peer left before accept, or EAGAIN
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    if (static_cast<int>(handshakes_.size()) >= options_.max_handshakes) {
+      std::string peer = (*link)->peer();
+      link->reset();  // closes it
+      log("refused a connection from " + peer + ": " + std::to_string(handshakes_.size()) +
+          " connections are already authenticating (at most " + std::to_string(options_.max_handshakes) + ")");
+      continue;
+    }
+    Handshake& h = handshakes_.emplace_back();
+    h.link = link->get();
+    h.thread = std::thread([this, hp = &h, owned = std::move(*link)]() mutable { handshake(hp, std::move(owned)); });
+  }
+}
+
+void JoinGate::handshake(Handshake* h, std::unique_ptr<Link> link) {
+  const std::string peer = link->peer();
+  auto finish = [&](std::unique_ptr<Link> admitted, Json join) {
+    std::lock_guard<std::mutex> lock(mu_);
+    h->link = nullptr;
+    h->done = true;
+    if (admitted && !stopping_) {
+      queue_.push_back(Candidate{std::move(admitted), std::move(join)});
+      signal_fd(ready_fd_);
+    }
+  };
+  Status auth = authenticate_as_server(*link, options_.secret, kControlAuthContext,
+                                       Deadline::After(options_.auth_timeout));
+  if (!auth.ok()) {
+    log("refused a connection from " + peer + ": " + auth.message());
+    return finish(nullptr, Json());
+  }
+  auto join = recv_control(*link, Deadline::After(options_.join_timeout));
+  if (!join.ok()) {
+    (void)send_control(*link, Json{{"type", "error"}, {"error", status_to_json(join.status())}},
+                       Deadline::After(std::chrono::milliseconds(1000)));
+    log("refused a connection from " + peer + " after it authenticated: " + join.status().message());
+    return finish(nullptr, Json());
+  }
+  finish(std::move(link), std::move(*join));
+}
+
+void JoinGate::reap(bool all) {
+  std::list<Handshake> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = handshakes_.begin(); it != handshakes_.end();) {
+      if (all || it->done) {
+        auto next = std::next(it);
+        finished.splice(finished.end(), handshakes_, it);
+        it = next;
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (Handshake& h : finished) h.thread.join();
+}
+
+}  // namespace refit

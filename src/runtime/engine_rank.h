@@ -1,0 +1,68 @@
+// EngineRank: one engine rank of a refit job, driven in-process.
+//
+// Join() validates the settings, allocates and registers the receive pool
+// (staged mode) or exposes the engine's weight arena (direct mode), joins the
+// coordinator and accepts the data-plane links of the trainer ranks that feed
+// it; all of it once, kept for every refit. Then
+//   serve()      takes part in every refit until the coordinator shuts down
+//   next()       takes part in one refit: returns its version once committed,
+//                or std::nullopt when the coordinator shut the job down
+//
+// What it drives is an EngineBinding: the rank's stream (its shard of every
+// tensor, model order), the Engine that applies aligned batches (engine.h),
+// and, for direct mode, the arena the trainers write into. A failed refit
+// calls engine->abort() (the version stays at the last committed one, the
+// weights are reported incomplete) and is reported to the coordinator.
+//
+// Thread safety: one thread drives an EngineRank; the Engine is called on
+// that thread only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "refit/engine.h"
+#include "refit/status.h"
+#include "refit/tensor.h"
+#include "runtime/roles.h"
+
+namespace refit {
+
+struct EngineBinding {
+  // This rank's stream: the specs of its shards, in model order.
+  std::vector<TensorSpec> stream;
+  // When not empty: every rank's stream as this process expects it (its own
+  // sharding of the model); setup fails when the coordinator's differ.
+  std::vector<std::vector<TensorSpec>> expected_streams;
+  // Applies the aligned batches; not owned, must outlive the EngineRank.
+  Engine* engine = nullptr;
+  // Direct mode: the weights, laid out by weight_arena_offsets(stream); not
+  // owned. memory/device also say where staged pools live.
+  std::byte* arena = nullptr;
+  std::uint64_t arena_bytes = 0;
+  MemoryKind memory = MemoryKind::kHost;
+  int device = -1;  // local CUDA index for kCuda
+  // Checks this rank's weights after refit `version` (seed: the job's);
+  // empty: the rank reports its refits as unverified.
+  std::function<Status(std::uint64_t version, std::uint64_t seed)> verify;
+};
+
+class EngineRank {
+ public:
+  static StatusOr<std::unique_ptr<EngineRank>> Join(const EngineOptions& options, EngineBinding binding);
+  ~EngineRank();
+
+  Status serve();
+  StatusOr<std::optional<std::uint64_t>> next();
+
+  class Impl;
+
+ private:
+  explicit EngineRank(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace refit

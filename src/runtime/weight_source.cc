@@ -1,0 +1,109 @@
+// Synthetic and external weight sources: see weight_source.h.
+#include "refit/weight_source.h"
+
+#include "refit/content.h"
+#include "refit/device.h"
+#include "refit/device_content.h"
+#include "refit/engine.h"
+
+namespace refit {
+namespace {
+
+class SyntheticSource : public WeightSource {
+ public:
+  SyntheticSource(Model model, MemoryKind memory, int device) : model_(std::move(model)), memory_(memory), device_(device) {}
+
+  Status allocate() {
+    std::vector<TensorSpec> full;
+    for (const Weight& w : model_.weights) full.push_back(w.spec);
+    std::uint64_t bytes = 0;
+    offsets_ = weight_arena_offsets(full, &bytes);
+    if (memory_ == MemoryKind::kCuda) {
+      ASSIGN_OR_RETURN(device_arena_, DeviceBuffer::Allocate(device_, bytes));
+      ASSIGN_OR_RETURN(stream_, CudaStream::Create(device_));
+    } else {
+      host_arena_.resize(bytes);
+    }
+    return Status::Ok();
+  }
+
+  const Model& model() const override { return model_; }
+  MemoryKind memory() const override { return memory_; }
+  int device() const override { return memory_ == MemoryKind::kCuda ? device_ : -1; }
+
+  Status prepare(std::uint64_t version, std::uint64_t seed) override {
+    for (std::size_t i = 0; i < model_.weights.size(); ++i) {
+      const TensorSpec& spec = model_.weights[i].spec;
+      const std::uint64_t key = content_key(seed, version, spec.name);
+      if (memory_ == MemoryKind::kCuda) {
+        RETURN_IF_ERROR(fill_content_device(key, 0, arena() + offsets_[i], spec.nbytes(), stream_.handle()));
+      } else {
+        fill_content(key, 0, std::span<std::byte>(arena() + offsets_[i], spec.nbytes()));
+      }
+    }
+    if (memory_ == MemoryKind::kCuda) return stream_.synchronize();
+    return Status::Ok();
+  }
+
+  const std::byte* data(std::size_t i) const override {
+    return const_cast<SyntheticSource*>(this)->arena() + offsets_[i];
+  }
+
+ private:
+  std::byte* arena() { return memory_ == MemoryKind::kCuda ? device_arena_.data() : host_arena_.data(); }
+
+  Model model_;
+  MemoryKind memory_;
+  int device_;
+  std::vector<std::uint64_t> offsets_;  // of each weight in the arena
+  std::vector<std::byte> host_arena_;
+  DeviceBuffer device_arena_;
+  CudaStream stream_;
+};
+
+class ExternalSource : public WeightSource {
+ public:
+  ExternalSource(Model model, std::vector<const std::byte*> data, MemoryKind memory, int device)
+      : model_(std::move(model)), data_(std::move(data)), memory_(memory), device_(device) {}
+  const Model& model() const override { return model_; }
+  MemoryKind memory() const override { return memory_; }
+  int device() const override { return memory_ == MemoryKind::kCuda ? device_ : -1; }
+  Status prepare(std::uint64_t, std::uint64_t) override { return Status::Ok(); }
+  const std::byte* data(std::size_t i) const override { return data_[i]; }
+
+ private:
+  Model model_;
+  std::vector<const std::byte*> data_;
+  MemoryKind memory_;
+  int device_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<WeightSource>> make_synthetic_source(const std::string& preset, int layers,
+                                                              MemoryKind memory, int device) {
+  ASSIGN_OR_RETURN(Model model, make_model(preset, layers));
+  auto source = std::make_unique<SyntheticSource>(std::move(model), memory, device);
+  RETURN_IF_ERROR(source->allocate());
+  return std::unique_ptr<WeightSource>(std::move(source));
+}
+
+StatusOr<std::unique_ptr<WeightSource>> make_external_source(Model model, std::vector<const std::byte*> data,
+                                                             MemoryKind memory, int device) {
+  if (data.size() != model.weights.size()) {
+    return InvalidArgument("external weights: " + std::to_string(data.size()) + " data pointers for " +
+                           std::to_string(model.weights.size()) + " tensors");
+  }
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    if (data[i] == nullptr && model.weights[i].spec.nbytes() != 0) {
+      return InvalidArgument("external weights: tensor '" + model.weights[i].spec.name + "' has no data");
+    }
+  }
+  if (memory == MemoryKind::kCuda && device < 0) {
+    return InvalidArgument("external weights: device memory needs a CUDA device index, got " + std::to_string(device));
+  }
+  return std::unique_ptr<WeightSource>(
+      std::make_unique<ExternalSource>(std::move(model), std::move(data), memory, device));
+}
+
+}  // namespace refit

@@ -1,0 +1,497 @@
+#include "transport/ucx/ucx_transport.h"
+
+#if REFIT_HAVE_UCX
+
+#include <sys/mman.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <utility>
+
+#include "refit/device.h"
+#include "transport/pool_layout.h"
+#include "transport/ucx/ucx_descriptor.h"
+#include "transport/ucx/ucx_worker.h"
+
+namespace refit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A pool the address space can hold (mmap of size_t bytes, with room to spare).
+constexpr std::uint64_t kMaxPoolBytes = std::numeric_limits<std::size_t>::max() / 2;
+// How long a destructor waits for UCX to finish a flush or an endpoint close.
+constexpr std::chrono::seconds kTeardownWait{5};
+
+bool supports(std::uint64_t memory_types, ucs_memory_type_t type) {
+  return (memory_types & (std::uint64_t{1} << static_cast<unsigned>(type))) != 0;
+}
+
+bool in_range(int slot, std::uint64_t offset, std::uint64_t bytes, int slots, std::uint64_t slot_bytes) {
+  return slot >= 0 && slot < slots && offset <= slot_bytes && bytes <= slot_bytes - offset;
+}
+
+std::string pool_shape(int slots, std::uint64_t slot_bytes) {
+  return "(slots=" + std::to_string(slots) + ", slot_bytes=" + std::to_string(slot_bytes) + ")";
+}
+
+// Status of a request pointer returned by a UCP *_nbx call, without waiting:
+// UCS_OK, UCS_INPROGRESS, or the error. REQUIRES: the worker's mutex is held.
+ucs_status_t request_status(void* request) {
+  if (request == nullptr) return UCS_OK;
+  if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
+  return ucp_request_check_status(request);
+}
+
+void release_request(void* request) {
+  if (request != nullptr && !UCS_PTR_IS_ERR(request)) ucp_request_free(request);
+}
+
+// Progresses `worker` until `request` completed or `wait` passed; returns its
+// status (UCS_INPROGRESS when it did not finish) and releases it when done.
+// REQUIRES: the worker's mutex is held by the caller (`lock`).
+ucs_status_t wait_request(UcxWorker& worker, void* request, std::chrono::milliseconds wait) {
+  const auto until = Clock::now() + wait;
+  ucs_status_t s = request_status(request);
+  while (s == UCS_INPROGRESS && Clock::now() < until) {
+    ucp_worker_progress(worker.worker());
+    s = request_status(request);
+  }
+  if (s != UCS_INPROGRESS) release_request(request);
+  return s;
+}
+
+// ------------------------------------------------------------ target side
+
+// The registered range: ucp_mem_map'ed once, unmapped in the destructor.
+struct Registration {
+  std::shared_ptr<UcxWorker> worker;
+  ucp_mem_h memh = nullptr;
+  ~Registration() {
+    if (memh == nullptr) return;
+    std::lock_guard<std::mutex> lock(worker->mutex());
+    ucp_mem_unmap(worker->context(), memh);
+  }
+};
+
+// Registers [base, base + bytes) of `memory` and describes it as `slots`
+// slots of `slot_bytes` bytes. `what` names the memory in errors.
+StatusOr<std::unique_ptr<Registration>> register_memory(const std::shared_ptr<UcxWorker>& worker, std::byte* base,
+                                                        std::uint64_t bytes, MemoryKind memory,
+                                                        const std::string& what, int slots,
+                                                        std::uint64_t slot_bytes, std::string* descriptor) {
+  auto reg = std::make_unique<Registration>();
+  reg->worker = worker;
+  ucp_mem_map_params_t params{};
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+  params.address = base;
+  params.length = bytes;
+  params.memory_type = memory == MemoryKind::kCuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+  std::lock_guard<std::mutex> lock(worker->mutex());
+  ucs_status_t s = ucp_mem_map(worker->context(), &params, &reg->memh);
+  if (s != UCS_OK) {
+    reg->memh = nullptr;
+    return ResourceExhausted("registering " + what + " (" + std::to_string(bytes) + " bytes) with UCX (ucp_mem_map, " +
+                             worker->settings() + "): " + ucx_status_text(s));
+  }
+  void* rkey = nullptr;
+  std::size_t rkey_bytes = 0;
+  s = ucp_rkey_pack(worker->context(), reg->memh, &rkey, &rkey_bytes);
+  if (s != UCS_OK) return Internal("packing the remote key of " + what + ": " + ucx_status_text(s));
+  UcxDescriptor d;
+  d.slots = slots;
+  d.slot_bytes = slot_bytes;
+  d.addr = reinterpret_cast<std::uintptr_t>(base);
+  d.worker = worker->address();
+  const auto* key = static_cast<const unsigned char*>(rkey);
+  d.rkey.assign(key, key + rkey_bytes);
+  ucp_rkey_buffer_release(rkey);
+  *descriptor = format_ucx_descriptor(d);
+  return reg;
+}
+
+class UcxTarget final : public TargetMemory {
+ public:
+  // `owned_bytes` > 0: `base` is an mmap of that size this target unmaps;
+  // `device_pool`: a device allocation it frees; otherwise the caller owns
+  // the memory (expose_memory).
+  UcxTarget(std::string owner, int slots, std::uint64_t slot_bytes, std::byte* base, std::uint64_t owned_bytes,
+            DeviceBuffer device_pool, MemoryKind memory, int device, std::unique_ptr<Registration> registration,
+            std::string descriptor)
+      : owner_(std::move(owner)),
+        slots_(slots),
+        slot_bytes_(slot_bytes),
+        base_(base),
+        owned_bytes_(owned_bytes),
+        device_pool_(std::move(device_pool)),
+        memory_(memory),
+        device_(device),
+        registration_(std::move(registration)),
+        descriptor_(std::move(descriptor)),
+        progress_(std::make_unique<UcxWorker::ProgressLease>(registration_->worker)) {}
+
+  ~UcxTarget() override {
+    progress_.reset();      // the last target of the worker stops its thread
+    registration_.reset();  // ucp_mem_unmap before the memory goes
+    if (owned_bytes_ > 0) ::munmap(base_, owned_bytes_);
+  }
+
+  std::string descriptor() const override { return descriptor_; }
+  int slots() const override { return slots_; }
+  std::uint64_t slot_bytes() const override { return slot_bytes_; }
+  MemoryKind memory() const override { return memory_; }
+  int device() const override { return device_; }
+  std::byte* slot(int i) override {
+    if (i < 0 || i >= slots_) return nullptr;
+    return base_ + static_cast<std::uint64_t>(i) * slot_bytes_;
+  }
+  Status receive_data(Link& link, const FrameHeader& header, Deadline) override {
+    return FailedPrecondition("protocol error: kData frame (slot " + std::to_string(header.b) + ", " +
+                              std::to_string(header.payload_bytes) + " bytes) from " + link.peer() + " for " +
+                              owner_ + "'s ucx pool: ucx writes by remote memory access and never receives data frames");
+  }
+  Status seal() override { return Status::Ok(); }  // nothing has a name
+
+ private:
+  std::string owner_;
+  int slots_;
+  std::uint64_t slot_bytes_;
+  std::byte* base_;
+  std::uint64_t owned_bytes_;
+  DeviceBuffer device_pool_;
+  MemoryKind memory_;
+  int device_;
+  std::unique_ptr<Registration> registration_;
+  std::string descriptor_;
+  std::unique_ptr<UcxWorker::ProgressLease> progress_;
+};
+
+// ------------------------------------------------------------ initiator side
+
+// What the endpoint's error handler learned. Its address is the handler's
+// argument, so it outlives the endpoint.
+struct EndpointHealth {
+  std::atomic<int> status{UCS_OK};
+};
+
+void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
+  static_cast<EndpointHealth*>(arg)->status.store(static_cast<int>(status));
+}
+
+// Prints once per process that peer failure goes undetected by UCX.
+void note_no_peer_error_handling(const std::string& settings, const std::string& peer) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    std::fprintf(stderr,
+                 "refit ucx: the UCX transports reaching %s (%s) cannot detect peer failure (shared memory); "
+                 "a dead peer is detected through the data link only\n",
+                 peer.c_str(), settings.c_str());
+  });
+}
+
+class UcxRemote final : public RemoteTarget {
+ public:
+  UcxRemote(std::shared_ptr<UcxWorker> worker, std::string peer, const UcxDescriptor& d, ucp_ep_h ep,
+            ucp_rkey_h rkey, std::unique_ptr<EndpointHealth> health)
+      : worker_(std::move(worker)),
+        peer_(std::move(peer)),
+        slots_(d.slots),
+        slot_bytes_(d.slot_bytes),
+        addr_(d.addr),
+        ep_(ep),
+        rkey_(rkey),
+        health_(std::move(health)) {}
+
+  ~UcxRemote() override {
+    std::lock_guard<std::mutex> lock(worker_->mutex());
+    const bool pending = !ops_.empty();
+    for (auto& [ticket, op] : ops_) {
+      release_request(op.put);  // released by UCX when they complete
+      release_request(op.flush);
+    }
+    ucp_request_param_t param{};
+    // The rkey may go only once the operations that use it are flushed: a
+    // bounded flush, skipped on a failed endpoint (its operations are done).
+    if (pending && health_->status.load() == UCS_OK) {
+      (void)wait_request(*worker_, ucp_ep_flush_nbx(ep_, &param), kTeardownWait);
+    }
+    ucp_rkey_destroy(rkey_);
+    // Force: no goodbye to a peer that may be gone; afterwards UCX reads no
+    // source buffer of a cancelled put.
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    (void)wait_request(*worker_, ucp_ep_close_nbx(ep_, &param), kTeardownWait);
+  }
+
+  std::byte* mapped_slot(int) override { return nullptr; }
+
+  StatusOr<Ticket> submit(int slot, std::uint64_t offset, std::span<const std::byte> bytes, std::uint64_t version,
+                          Deadline) override {
+    if (!in_range(slot, offset, bytes.size(), slots_, slot_bytes_)) {
+      return InvalidArgument("write of " + std::to_string(bytes.size()) + " bytes at offset " +
+                             std::to_string(offset) + " into slot " + std::to_string(slot) + " of ucx target " +
+                             peer_ + " is out of range " + pool_shape(slots_, slot_bytes_));
+    }
+    RETURN_IF_ERROR(health());
+    const Ticket ticket = next_ticket_++;
+    if (bytes.empty()) return ticket;  // nothing to move: complete at once
+    const std::uint64_t remote = addr_ + static_cast<std::uint64_t>(slot) * slot_bytes_ + offset;
+    Op op;
+    {
+      std::lock_guard<std::mutex> lock(worker_->mutex());
+      ucp_request_param_t param{};
+      op.put = ucp_put_nbx(ep_, bytes.data(), bytes.size(), remote, rkey_, &param);
+      // Remote completion: the flush completes once every put before it is
+      // in the target's memory. Issued now, so it travels right behind the put.
+      if (!UCS_PTR_IS_ERR(op.put)) op.flush = ucp_ep_flush_nbx(ep_, &param);
+    }
+    const auto what = [&] {
+      return "writing " + std::to_string(bytes.size()) + " bytes into slot " + std::to_string(slot) +
+             " (version " + std::to_string(version) + ")";
+    };
+    if (UCS_PTR_IS_ERR(op.put) || UCS_PTR_IS_ERR(op.flush)) {
+      const ucs_status_t s = UCS_PTR_IS_ERR(op.put) ? UCS_PTR_STATUS(op.put) : UCS_PTR_STATUS(op.flush);
+      std::lock_guard<std::mutex> lock(worker_->mutex());
+      release_request(op.put);
+      return failure(s).WithContext(what());
+    }
+    ops_.emplace(ticket, op);
+    return ticket;
+  }
+
+  StatusOr<bool> poll(Ticket ticket) override {
+    if (ticket >= next_ticket_) {
+      return InvalidArgument("poll of unknown ticket " + std::to_string(ticket) + " on ucx target " + peer_);
+    }
+    auto it = ops_.find(ticket);
+    if (it == ops_.end()) return true;  // completed (or empty) before
+    Op& op = it->second;
+    ucs_status_t s = UCS_INPROGRESS;
+    {
+      std::lock_guard<std::mutex> lock(worker_->mutex());
+      for (int i = 0; i < 64 && ucp_worker_progress(worker_->worker()) != 0; ++i) {
+      }
+      const ucs_status_t put = request_status(op.put), flush = request_status(op.flush);
+      if (put != UCS_OK && put != UCS_INPROGRESS) {
+        s = put;
+      } else if (flush != UCS_OK && flush != UCS_INPROGRESS) {
+        s = flush;
+      } else if (put == UCS_OK && flush == UCS_OK) {
+        s = UCS_OK;
+      }
+      if (s != UCS_INPROGRESS) {
+        release_request(op.put);
+        release_request(op.flush);
+      }
+    }
+    if (s == UCS_INPROGRESS) {
+      // The error handler may have fired while the requests still wait for
+      // UCX to cancel them.
+      RETURN_IF_ERROR(health());
+      return false;
+    }
+    ops_.erase(it);
+    if (s != UCS_OK) return failure(s).WithContext("completing write ticket " + std::to_string(ticket));
+    return true;
+  }
+
+  void cancel(Ticket) override {}  // a put cannot be withdrawn: poll it or destroy the remote
+
+ private:
+  struct Op {
+    void* put = nullptr;    // request or status pointer of ucp_put_nbx
+    void* flush = nullptr;  // ... of ucp_ep_flush_nbx
+  };
+
+  Status failure(ucs_status_t s) const {
+    return Unavailable("lost the UCX connection to " + peer_ + " (" + worker_->settings() + "): " + ucx_status_text(s));
+  }
+  Status health() const {
+    const auto s = static_cast<ucs_status_t>(health_->status.load());
+    return s == UCS_OK ? Status::Ok() : failure(s);
+  }
+
+  std::shared_ptr<UcxWorker> worker_;
+  std::string peer_;
+  int slots_;
+  std::uint64_t slot_bytes_;
+  std::uint64_t addr_;
+  ucp_ep_h ep_;
+  ucp_rkey_h rkey_;
+  std::unique_ptr<EndpointHealth> health_;
+  std::map<Ticket, Op> ops_;  // submitted, not yet seen complete by poll
+  Ticket next_ticket_ = 0;
+};
+
+// ------------------------------------------------------------ the transport
+
+class UcxTransport final : public Transport {
+ public:
+  explicit UcxTransport(UcxOptions options) : options_(std::move(options)) {}
+
+  std::string name() const override { return "ucx"; }
+
+  TransportCapabilities capabilities() const override {
+    TransportCapabilities c;
+    c.one_sided = false;  // no mapped_slot: the trainer packs into its own buffer
+    c.remote_write = true;
+    c.cross_host = true;
+    c.host_memory = true;
+    auto w = worker();
+    c.device_memory = w.ok() && supports((*w)->memory_types(), UCS_MEMORY_TYPE_CUDA);
+    c.direct = true;
+    return c;
+  }
+
+  StatusOr<std::unique_ptr<TargetMemory>> create_target(const PoolOptions& options) override {
+    const std::string owner = pool_owner(options);
+    ASSIGN_OR_RETURN(auto w, worker());
+    if (options.memory == MemoryKind::kCuda) RETURN_IF_ERROR(check_cuda(*w, owner + "'s receive pool"));
+    ASSIGN_OR_RETURN(const std::uint64_t size, validated_pool_bytes(options, kMaxPoolBytes));
+    std::byte* base = nullptr;
+    std::uint64_t owned = 0;
+    DeviceBuffer device_pool;
+    if (options.memory == MemoryKind::kCuda) {
+      ASSIGN_OR_RETURN(device_pool, DeviceBuffer::Allocate(options.device, size));
+      base = device_pool.data();
+    } else {
+      // Page-aligned; MAP_POPULATE touches every page now (setup), not mid-refit.
+      void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+      if (p == MAP_FAILED) {
+        const int err = errno;
+        if (err == ENOMEM) {
+          return ResourceExhausted("no memory for " + owner + "'s receive pool (" + std::to_string(size) + " bytes)");
+        }
+        return ErrnoStatus("allocating " + owner + "'s receive pool (" + std::to_string(size) + " bytes)", err);
+      }
+      base = static_cast<std::byte*>(p);
+      owned = size;
+    }
+    std::string descriptor;
+    auto reg = register_memory(w, base, size, options.memory, owner + "'s receive pool", options.slots,
+                               options.slot_bytes, &descriptor);
+    if (!reg.ok()) {
+      if (owned > 0) ::munmap(base, owned);
+      return reg.status();
+    }
+    return std::unique_ptr<TargetMemory>(new UcxTarget(owner, options.slots, options.slot_bytes, base, owned,
+                                                       std::move(device_pool), options.memory,
+                                                       options.memory == MemoryKind::kCuda ? options.device : -1,
+                                                       std::move(*reg), std::move(descriptor)));
+  }
+
+  StatusOr<std::unique_ptr<TargetMemory>> expose_memory(std::byte* base, std::uint64_t bytes, MemoryKind memory,
+                                                        int device) override {
+    const std::string what = "exposed memory at " + std::to_string(reinterpret_cast<std::uintptr_t>(base)) + " (" +
+                             std::to_string(bytes) + " bytes)";
+    if (base == nullptr || bytes == 0 || bytes > static_cast<std::uint64_t>(std::numeric_limits<std::uintptr_t>::max() -
+                                                                            reinterpret_cast<std::uintptr_t>(base))) {
+      return InvalidArgument("ucx cannot expose " + what + ": empty or wrapping range");
+    }
+    ASSIGN_OR_RETURN(auto w, worker());
+    if (memory == MemoryKind::kCuda) RETURN_IF_ERROR(check_cuda(*w, what));
+    std::string descriptor;
+    ASSIGN_OR_RETURN(auto reg, register_memory(w, base, bytes, memory, what, 1, bytes, &descriptor));
+    return std::unique_ptr<TargetMemory>(new UcxTarget("exposed memory", 1, bytes, base, 0, DeviceBuffer(), memory,
+                                                       memory == MemoryKind::kCuda ? device : -1, std::move(reg),
+                                                       std::move(descriptor)));
+  }
+
+  StatusOr<std::unique_ptr<RemoteTarget>> open_target(const std::string& descriptor, Link* link) override {
+    ASSIGN_OR_RETURN(UcxDescriptor d, parse_ucx_descriptor(descriptor));
+    const std::string peer = link != nullptr ? link->peer() : std::string("the ucx target");
+    ASSIGN_OR_RETURN(auto w, worker());
+    auto health = std::make_unique<EndpointHealth>();
+    std::lock_guard<std::mutex> lock(w->mutex());
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.address = reinterpret_cast<const ucp_address_t*>(d.worker.data());
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = &on_endpoint_error;
+    params.err_handler.arg = health.get();
+    ucp_ep_h ep = nullptr;
+    ucs_status_t s = ucp_ep_create(w->worker(), &params, &ep);
+    if (s == UCS_ERR_UNREACHABLE) {
+      // Shared-memory transports cannot detect a dead peer: without peer
+      // error handling they can reach it.
+      params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+      s = ucp_ep_create(w->worker(), &params, &ep);
+      if (s == UCS_OK) note_no_peer_error_handling(w->settings(), peer);
+    }
+    if (s != UCS_OK) {
+      return Unavailable("cannot reach the UCX worker of " + peer + " (" + w->settings() +
+                         "; check UCX_TLS and UCX_NET_DEVICES on both sides): " + ucx_status_text(s));
+    }
+    ucp_rkey_h rkey = nullptr;
+    s = ucp_ep_rkey_unpack(ep, d.rkey.data(), &rkey);
+    auto close_ep = [&] {
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      (void)wait_request(*w, ucp_ep_close_nbx(ep, &param), kTeardownWait);
+    };
+    if (s != UCS_OK) {
+      close_ep();
+      return InvalidArgument("the remote key in ucx descriptor of " + peer + " cannot be used (" + w->settings() +
+                             "): " + ucx_status_text(s));
+    }
+    // Wire the endpoint up now (a flush waits for it), so an engine that
+    // cannot be reached fails setup rather than the first refit.
+    ucp_request_param_t param{};
+    s = wait_request(*w, ucp_ep_flush_nbx(ep, &param), kUcxConnectTimeout);
+    if (s == UCS_OK && health->status.load() != UCS_OK) s = static_cast<ucs_status_t>(health->status.load());
+    if (s != UCS_OK) {
+      ucp_rkey_destroy(rkey);
+      close_ep();
+      if (s == UCS_INPROGRESS) {
+        return Unavailable("could not connect to the UCX worker of " + peer + " within " +
+                           std::to_string(kUcxConnectTimeout.count()) + " s (" + w->settings() + ")");
+      }
+      return Unavailable("connecting to the UCX worker of " + peer + " (" + w->settings() + "): " + ucx_status_text(s));
+    }
+    return std::unique_ptr<RemoteTarget>(new UcxRemote(w, peer, d, ep, rkey, std::move(health)));
+  }
+
+ private:
+  // The transport's one context and worker, created on first use.
+  StatusOr<std::shared_ptr<UcxWorker>> worker() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!worker_) {
+      auto w = UcxWorker::Create(options_);
+      if (!w.ok()) return w.status();
+      worker_ = std::move(*w);
+    }
+    return worker_;
+  }
+
+  static Status check_cuda(const UcxWorker& w, const std::string& what) {
+    if (supports(w.memory_types(), UCS_MEMORY_TYPE_CUDA)) return Status::Ok();
+    return FailedPrecondition("ucx cannot hold " + what +
+                              " in CUDA memory (memory=cuda): this UCX build does not support CUDA memory (" +
+                              w.settings() + "); use host memory");
+  }
+
+  UcxOptions options_;
+  mutable std::mutex mutex_;
+  mutable std::shared_ptr<UcxWorker> worker_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_ucx_transport_with(const UcxOptions& options) {
+  return std::make_unique<UcxTransport>(options);
+}
+std::unique_ptr<Transport> make_ucx_transport() { return make_ucx_transport_with(UcxOptions{}); }
+
+}  // namespace refit
+
+#endif  // REFIT_HAVE_UCX

@@ -1,0 +1,152 @@
+#include "transport/ucx/ucx_worker.h"
+
+#if REFIT_HAVE_UCX
+
+#include <poll.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+
+namespace refit {
+namespace {
+
+// Calls without progress before the progress thread sleeps on the event fd:
+// long enough to ride out the gaps between a stream's fragments (sleeping
+// and waking per fragment halves tcp throughput), short enough that an idle
+// engine sleeps within microseconds.
+constexpr int kIdleSpins = 256;
+// The longest sleep; ucp_worker_signal wakes it sooner for a stop.
+constexpr int kSleepMs = 100;
+
+}  // namespace
+
+std::string ucx_status_text(ucs_status_t status) {
+  return std::string(ucs_status_string(status)) + " (UCX status " + std::to_string(static_cast<int>(status)) + ")";
+}
+
+StatusOr<std::shared_ptr<UcxWorker>> UcxWorker::Create(const UcxOptions& options) {
+  std::shared_ptr<UcxWorker> w(new UcxWorker());
+  ucp_config_t* config = nullptr;
+  ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
+  if (s != UCS_OK) return FailedPrecondition("reading UCX's configuration (UCX_* variables): " + ucx_status_text(s));
+  struct Override {
+    const char* name;
+    const std::string& value;
+  };
+  for (const Override& o : {Override{"TLS", options.tls}, Override{"NET_DEVICES", options.net_devices}}) {
+    if (o.value.empty()) continue;
+    s = ucp_config_modify(config, o.name, o.value.c_str());
+    if (s != UCS_OK) {
+      ucp_config_release(config);
+      return InvalidArgument(std::string("ucx transport option UCX_") + o.name + "=\"" + o.value +
+                             "\" is not valid: " + ucx_status_text(s));
+    }
+  }
+  auto setting = [&](const char* name, const std::string& value) {
+    if (!value.empty()) return std::string(name) + "=" + value;
+    const char* env = std::getenv(name);  // UCX's own variable, only to name it in messages
+    return std::string(name) + "=" + (env != nullptr ? env : "<all>");
+  };
+  w->settings_ = setting("UCX_TLS", options.tls);
+  const std::string devices = setting("UCX_NET_DEVICES", options.net_devices);
+  if (devices != "UCX_NET_DEVICES=<all>") w->settings_ += " " + devices;
+
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  params.name = "refit";
+  s = ucp_init(&params, config, &w->context_);
+  ucp_config_release(config);
+  if (s != UCS_OK) return FailedPrecondition("creating the UCX context (" + w->settings_ + "): " + ucx_status_text(s));
+
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  s = ucp_context_query(w->context_, &attr);
+  if (s != UCS_OK) return Internal("querying the UCX context: " + ucx_status_text(s));
+  w->memory_types_ = attr.memory_types;
+
+  ucp_worker_params_t wparams{};
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // mutex_ serializes every call
+  s = ucp_worker_create(w->context_, &wparams, &w->worker_);
+  if (s != UCS_OK) return FailedPrecondition("creating the UCX worker (" + w->settings_ + "): " + ucx_status_text(s));
+  s = ucp_worker_get_efd(w->worker_, &w->event_fd_);
+  if (s != UCS_OK) return Internal("getting the UCX worker's event fd: " + ucx_status_text(s));
+  ucp_address_t* address = nullptr;
+  std::size_t length = 0;
+  s = ucp_worker_get_address(w->worker_, &address, &length);
+  if (s != UCS_OK) return Internal("getting the UCX worker's address: " + ucx_status_text(s));
+  const auto* bytes = reinterpret_cast<const unsigned char*>(address);
+  w->address_.assign(bytes, bytes + length);
+  ucp_worker_release_address(w->worker_, address);
+  return w;
+}
+
+UcxWorker::~UcxWorker() {
+  // Every lease holds a shared_ptr to this worker: no thread runs now.
+  if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  if (context_ != nullptr) ucp_cleanup(context_);
+}
+
+void UcxWorker::progress(int rounds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int i = 0; i < rounds && ucp_worker_progress(worker_) != 0; ++i) {
+  }
+}
+
+UcxWorker::ProgressLease::ProgressLease(std::shared_ptr<UcxWorker> worker) : worker_(std::move(worker)) {
+  std::lock_guard<std::mutex> lock(worker_->lease_mutex_);
+  if (worker_->leases_++ == 0) worker_->start_progress();
+}
+
+UcxWorker::ProgressLease::~ProgressLease() {
+  std::lock_guard<std::mutex> lock(worker_->lease_mutex_);
+  if (--worker_->leases_ == 0) worker_->stop_progress();
+}
+
+void UcxWorker::start_progress() {
+  stop_ = false;
+  thread_ = std::thread([this] { progress_loop(); });
+}
+
+void UcxWorker::stop_progress() {
+  stop_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ucp_worker_signal(worker_);  // wakes the thread from its sleep on the event fd
+  }
+  thread_.join();
+}
+
+void UcxWorker::progress_loop() {
+  int idle = 0;
+  bool reported = false;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    ucs_status_t armed = UCS_OK;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (ucp_worker_progress(worker_) != 0) {
+        idle = 0;
+        continue;
+      }
+      if (++idle < kIdleSpins) continue;
+      // No work for a while: sleep until the worker has an event. arm says
+      // BUSY when events arrived since the last progress.
+      armed = ucp_worker_arm(worker_);
+    }
+    idle = 0;
+    if (armed == UCS_ERR_BUSY) continue;
+    if (armed != UCS_OK && !reported) {
+      reported = true;  // keep progressing by polling every kSleepMs
+      std::fprintf(stderr, "refit ucx: ucp_worker_arm failed (%s); the progress thread polls instead\n",
+                   ucx_status_text(armed).c_str());
+    }
+    pollfd fd{event_fd_, POLLIN, 0};
+    ::poll(&fd, 1, kSleepMs);
+  }
+}
+
+}  // namespace refit
+
+#endif  // REFIT_HAVE_UCX
