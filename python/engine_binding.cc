@@ -84,7 +84,7 @@ class PyEngine {
     }
     std::optional<py::error_already_set> raised;  // load_fn's exception
     if (!load_fn.is_none()) {
-      engine_->set_loader([&](DType, const std::vector<refit::TensorView>& views) -> Status {
+      engine_->set_loader([&](DType dtype, const std::vector<refit::TensorView>& views) -> Status {
         py::gil_scoped_acquire gil;
         auto valid = std::make_shared<std::atomic<bool>>(true);
         py::list items;
@@ -96,13 +96,14 @@ class PyEngine {
         try {
           load_fn(items);
         } catch (py::error_already_set& e) {
-          status = status_from_python(e, StatusCode::kAborted, name_ + ": load_fn raised");
+          status = status_from_python(e, StatusCode::kAborted, "load_fn raised")
+                       .WithContext("applying a " + std::string(dtype_name(dtype)) + " group");
           raised.emplace(std::move(e));
         }
         valid->store(false);
         if (status.ok() && memory_ == MemoryKind::kCuda) {
           py::gil_scoped_release release;
-          status = synchronize_device(device_).WithContext(name_ + ", after load_fn");
+          status = synchronize_device(device_).WithContext("after load_fn");
         }
         return status;
       });

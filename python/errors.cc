@@ -75,7 +75,7 @@ void throw_status(const Status& status, py::object cause) {
 Status status_from_python(const py::error_already_set& error, StatusCode code, const std::string& context) {
   const std::string type = py::str(error.type().attr("__name__"));
   const std::string text = py::str(error.value());
-  return Status(code, context + ": " + type + (text.empty() ? "" : ": " + text));
+  return Status(code, context + " " + type + (text.empty() ? "" : ": " + text));
 }
 
 }  // namespace refit::python

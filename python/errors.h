@@ -40,7 +40,8 @@ T value_or_throw(StatusOr<T> result) {
 }
 
 // The Status of a Python exception caught as error_already_set: code `code`,
-// message "<context>: <Type>: <text>". REQUIRES: the GIL.
+// message "<context> <Type>: <text>" (e.g. "load_fn raised ValueError: bad
+// shape"). REQUIRES: the GIL.
 Status status_from_python(const pybind11::error_already_set& error, StatusCode code, const std::string& context);
 
 }  // namespace refit::python

@@ -33,7 +33,8 @@ namespace {
 Status check_rule(const TensorSpec& spec, ShardRule rule) {
   const std::size_t need = rule == ShardRule::kRow ? 2 : (rule == ShardRule::kReplicated ? 0 : 1);
   if (spec.shape.size() < need) {
-    return InvalidArgument("tensor " + spec.ToString() + " cannot be split by rule '" +
+    const std::string type = spec.ToString().substr(spec.name.size() + 1);  // "float32[6]"
+    return InvalidArgument("tensor '" + spec.name + "' (" + type + ") cannot be split by rule '" +
                            std::string(shard_rule_name(rule)) + "' (it needs at least " + std::to_string(need) +
                            " dimensions)");
   }

@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake g++ make pkg-config googletest libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev libcli11-dev libxxhash-dev libucx-dev iproute2
-          libssl-dev clang libclang-rt-dev)
+          libssl-dev clang libclang-rt-dev
+          pybind11-dev python3-dev python3-numpy libdlpack-dev)  # the last four: the Python binding
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,132 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the whole test suite with ctest.
-# GPU tests (label gpu) skip with a reason where no GPU exists.
+# The test command (README; CI runs it through .ci/run). Stages:
+#   main   installs what is missing (scripts/setup.sh), builds ./build and
+#          runs the whole suite with ctest; GPU tests skip with a reason where
+#          no GPU exists. Extra arguments go to this ctest.
+#   asan   AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan,
+#          no CUDA): the unit and process tests.
+#   tsan   ThreadSanitizer build (build-tsan, no CUDA): the tests of the
+#          threaded components (link, receiver, transports, control plane,
+#          and whole jobs of processes).
+#   fuzz   every libFuzzer target (fuzz/*_fuzz.cc) for REFIT_FUZZ_SECONDS
+#          (default 30) seconds each (fuzz/run.sh).
+# Sanitizers halt at the first report, and every process (a test, or a refit
+# process a test spawned) writes its reports to a folder that must stay
+# empty: a report from a process that was expected to fail anyway fails the
+# run too. REFIT_TEST_STAGES picks stages (default: "main asan tsan fuzz").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-ctest --test-dir build --output-on-failure --timeout 900 -j 2 "$@"
+
+stages=${REFIT_TEST_STAGES:-main asan tsan fuzz}
+passed=0
+failed=0
+failures=()
+timing=()
+
+# Runs ctest (behind ${ctest_prefix[@]}, if set) and adds its counts to
+# the totals; returns ctest's status.
+ctest_prefix=()
+run_ctest() {
+  local log=$1
+  shift
+  local rc=0
+  "${ctest_prefix[@]}" ctest "$@" --output-on-failure --timeout 900 -j 2 2>&1 | tee "$log" || rc=$?
+  local line
+  line=$(grep -E 'tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -1 || true)
+  if [[ $line =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]; then
+    failed=$((failed + BASH_REMATCH[1]))
+    passed=$((passed + BASH_REMATCH[2] - BASH_REMATCH[1]))
+  fi
+  return $rc
+}
+
+# Fails (and prints them) when sanitizer reports were written to $1.
+no_reports() {
+  local dir=$1
+  if compgen -G "$dir/*" >/dev/null; then
+    echo "sanitizer reports in $dir:" >&2
+    for f in "$dir"/*; do
+      echo "---- $f" >&2
+      head -60 "$f" >&2
+    done
+    return 1
+  fi
+}
+
+sanitizer_build() {
+  local dir=$1 sanitize=$2
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREFIT_SANITIZE="$sanitize" -DREFIT_ENABLE_CUDA=OFF >/dev/null
+  cmake --build "$dir" -j "$(nproc)" --target refit refit_unit_tests refit_process_tests
+}
+
+stage() {
+  local name=$1
+  shift
+  local start=$SECONDS
+  echo "==== test.sh: stage $name" >&2
+  if "$@"; then
+    timing+=("$name $((SECONDS - start))s ok")
+  else
+    timing+=("$name $((SECONDS - start))s FAILED")
+    failures+=("$name")
+  fi
+}
+
+main_stage() {
+  scripts/setup.sh
+  run_ctest build/ctest-main.log --test-dir build "$@"
+}
+
+asan_stage() {
+  local reports=$PWD/build-asan/sanitizer-reports
+  sanitizer_build build-asan address,undefined
+  rm -rf "$reports" && mkdir -p "$reports"
+  local rc=0
+  ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:log_path=$reports/asan" \
+  UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan" \
+    run_ctest build-asan/ctest.log --test-dir build-asan -L 'unit|process' || rc=$?
+  no_reports "$reports" || rc=1
+  return $rc
+}
+
+# The threaded components: their unit tests, and whole jobs (coordinator
+# with its join gate, ranks with their control readers and receiver I/O
+# threads) in the process tests below.
+tsan_stage() {
+  local reports=$PWD/build-tsan/sanitizer-reports
+  sanitizer_build build-tsan thread
+  rm -rf "$reports" && mkdir -p "$reports"
+  local filter='^(Link|Listener|SplitHostPort|Receiver|Aligner|Transport|Tcp|Shm|Auth|JoinGate|RecvControl|ControlClient|DemoTest|ControlPlaneFault|SecretFault|KillTest|StalledPeer|CoordinatorLost)'
+  local rc=0
+  # TSan maps its shadow at fixed addresses: run without ASLR (setarch -R,
+  # inherited by every process), which newer kernels' mmap randomisation
+  # would otherwise collide with.
+  ctest_prefix=(setarch "$(uname -m)" -R)
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/tsan" \
+    run_ctest build-tsan/ctest.log --test-dir build-tsan -R "$filter" || rc=$?
+  ctest_prefix=()
+  no_reports "$reports" || rc=1
+  return $rc
+}
+
+fuzz_stage() {
+  fuzz/run.sh "${REFIT_FUZZ_SECONDS:-30}"
+}
+
+for s in $stages; do
+  case $s in
+    main) stage main main_stage "$@" ;;
+    asan) stage asan asan_stage ;;
+    tsan) stage tsan tsan_stage ;;
+    fuzz) stage fuzz fuzz_stage ;;
+    *) echo "test.sh: unknown stage '$s' (main asan tsan fuzz)" >&2; exit 2 ;;
+  esac
+done
+
+echo "test.sh: ${timing[*]/%/;}" >&2
+if ((${#failures[@]})); then
+  echo "test.sh: FAILED stages: ${failures[*]}" >&2
+  echo "$passed passed, $failed failed"
+  exit 1
+fi
+echo "$passed passed, $failed failed"

@@ -173,6 +173,28 @@ class CudaEvent {
   void* event_ = nullptr;
 };
 
+// Existing host memory [data, data + bytes) page-locked and mapped for the
+// device (cudaHostRegister: portable, mapped, and read-only so that read-only
+// file mappings qualify), until destroyed: kernels and copies on any device
+// then read it at link speed by the same pointer (unified addressing).
+// Registration faults in and pins every page, once. Move-only.
+class HostRegistration {
+ public:
+  static StatusOr<HostRegistration> Register(const void* data, std::uint64_t bytes);
+
+  HostRegistration() = default;
+  ~HostRegistration();
+  HostRegistration(HostRegistration&& other) noexcept;
+  HostRegistration& operator=(HostRegistration&& other) noexcept;
+  HostRegistration(const HostRegistration&) = delete;
+  HostRegistration& operator=(const HostRegistration&) = delete;
+
+ private:
+  explicit HostRegistration(const void* data) : data_(data) {}
+  void reset();
+  const void* data_ = nullptr;
+};
+
 // Synchronous copies and fill for tests and verification (slow path: each one
 // waits for the device). Pointers may be device, pinned or pageable host
 // memory (unified addressing decides the direction).

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "refit/model.h"
@@ -44,6 +45,12 @@ class WeightSource {
   virtual Status prepare(std::uint64_t version, std::uint64_t seed) = 0;
   // Weight i's full bytes (model().weights[i].spec.nbytes() of them).
   virtual const std::byte* data(std::size_t i) const = 0;
+  // Host ranges that hold every data(i) and never move for the source's
+  // lifetime (a mapped checkpoint's files), or none. A trainer feeding device
+  // engines registers them with its device (HostRegistration) once, and its
+  // kernels then read the weights straight from them; a source without such
+  // ranges is packed through pinned memory instead.
+  virtual std::vector<std::pair<const std::byte*, std::uint64_t>> stable_host_ranges() const { return {}; }
 };
 
 // A preset (model.h make_model) whose weights live in one arena of host

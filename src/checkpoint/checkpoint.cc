@@ -121,15 +121,22 @@ StatusOr<Checkpoint> Checkpoint::Open(const std::string& path) {
     by_file[f].push_back(name);
   }
 
+  // Every file exists; then every file opens; then the index and the files agree.
   for (const auto& [f, names] : by_file) {
-    const std::string file_path = (dir / f).string();
-    if (!fs::exists(file_path, ec)) {
+    if (!fs::exists(dir / f, ec)) {
       return NotFound(at + ": maps " + std::to_string(names.size()) + " tensors (e.g. '" + names.front() +
-                      "') to '" + f + "', which does not exist (" + file_path + ")");
+                      "') to '" + f + "', which does not exist (" + (dir / f).string() + ")");
     }
-    StatusOr<SafetensorsFile> file = SafetensorsFile::Open(file_path);
+  }
+  std::vector<SafetensorsFile> files;
+  for (const auto& [f, names] : by_file) {
+    StatusOr<SafetensorsFile> file = SafetensorsFile::Open((dir / f).string());
     if (!file.ok()) return file.status().WithContext(at);
-    for (const SafetensorsTensor& t : file->tensors()) {
+    files.push_back(std::move(file).value());
+  }
+  std::size_t i = 0;
+  for (const auto& [f, names] : by_file) {
+    for (const SafetensorsTensor& t : files[i].tensors()) {
       auto it = weight_map.find(t.spec.name);
       if (it == weight_map.end()) {
         return InvalidArgument(at + ": tensor '" + t.spec.name + "' is in '" + f +
@@ -140,13 +147,19 @@ StatusOr<Checkpoint> Checkpoint::Open(const std::string& path) {
                                it->second + "'");
       }
     }
+    ++i;
+  }
+  // Every tensor a file holds is where the index says; now each index entry's file holds its tensor.
+  i = 0;
+  for (const auto& [f, names] : by_file) {
     for (const std::string& name : names) {
-      if (file->find(name) == nullptr) {
+      if (files[i].find(name) == nullptr) {
         return InvalidArgument(at + ": maps tensor '" + name + "' to '" + f + "', which does not hold it");
       }
     }
-    RETURN_IF_ERROR(ckpt.add_file(std::move(file).value()));
+    ++i;
   }
+  for (SafetensorsFile& file : files) RETURN_IF_ERROR(ckpt.add_file(std::move(file)));
   return ckpt;
 }
 
@@ -293,6 +306,12 @@ class CheckpointSource : public WeightSource {
   int device() const override { return -1; }
   Status prepare(std::uint64_t, std::uint64_t) override { return Status::Ok(); }
   const std::byte* data(std::size_t i) const override { return checkpoint_.data(i).data(); }
+  // The files' mappings: fixed while the checkpoint lives.
+  std::vector<std::pair<const std::byte*, std::uint64_t>> stable_host_ranges() const override {
+    std::vector<std::pair<const std::byte*, std::uint64_t>> ranges;
+    for (const SafetensorsFile& f : checkpoint_.files()) ranges.emplace_back(f.bytes().data(), f.bytes().size());
+    return ranges;
+  }
 
  private:
   Checkpoint checkpoint_;

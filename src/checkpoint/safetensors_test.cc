@@ -346,7 +346,10 @@ TEST(SafetensorsMalformed, HeaderIsNotAJsonObject) {
   expect_refused(raw_file(" {}", 0), StatusCode::kInvalidArgument, {"beginning with '{'", "(0x20)"});
   expect_refused(raw_file("{\"w\": ", 0), StatusCode::kInvalidArgument, {"header: not valid JSON"});
   expect_refused(raw_file("{} {}", 0), StatusCode::kInvalidArgument, {"not valid JSON"});
-  expect_refused(raw_file("{}\0\0\0\0\0\0"sv, 0), StatusCode::kInvalidArgument, {"not valid JSON"});
+  // nlohmann alone would stop at the NUL and accept this header.
+  expect_refused(raw_file("{}\0\0\0\0\0\0"sv, 0), StatusCode::kInvalidArgument, {"not valid JSON: NUL byte at offset 2"});
+  expect_refused(raw_file("{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}\0junk"sv, 0),
+                 StatusCode::kInvalidArgument, {"NUL byte"});
   expect_refused(raw_file("{\"w\xff\": 1}", 0), StatusCode::kInvalidArgument, {"not valid JSON"});  // not UTF-8
   expect_refused(raw_file(std::string(40, '{'), 0), StatusCode::kInvalidArgument, {"not valid JSON"});
   std::string deep = "{\"a\":" + std::string(100, '[') + std::string(100, ']') + "}";

@@ -64,6 +64,12 @@ class KeyTracker {
 }  // namespace
 
 StatusOr<Json> parse_json_strict(std::string_view text) {
+  // nlohmann stops reading at a NUL byte and ignores whatever follows, so
+  // "{...}\0<anything>" would pass. JSON has no place for a raw NUL (not even
+  // inside strings, where control characters must be escaped): refuse it.
+  if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    return InvalidArgument("not valid JSON: NUL byte at offset " + std::to_string(nul));
+  }
   KeyTracker tracker;
   try {
     // The callback is copied into the parser; a reference wrapper keeps one tracker.

@@ -3,7 +3,8 @@
 // nlohmann keeps the last of two equal keys in an object without a word; a
 // safetensors header or a checkpoint index with a duplicate key is ambiguous
 // (two readers may pick different entries), so the format forbids it and we
-// refuse it. Nesting is bounded (kMaxJsonDepth) so that a hostile header of
+// refuse it. nlohmann also stops at a NUL byte and ignores the rest of the
+// text; a NUL is refused here (JSON has no place for one). Nesting is bounded (kMaxJsonDepth) so that a hostile header of
 // "[[[[..." cannot make the parser build millions of nested values.
 //
 // Internal to refit_core: nlohmann stays out of the public headers.

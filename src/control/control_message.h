@@ -25,6 +25,10 @@ using Json = nlohmann::json;
 // Large enough for the spec lists of a 10k-tensor model on several ranks.
 inline constexpr std::uint64_t kMaxControlBytes = 64ull << 20;
 
+// Deepest nesting of arrays/objects accepted (the deepest message refit
+// sends, a setup's streams, is 5).
+inline constexpr std::size_t kMaxControlDepth = 16;
+
 // Bounds of the join fields the coordinator computes with, chosen so that
 // pool_slots * bucket_size cannot overflow 64 bits.
 inline constexpr std::uint64_t kMaxRanks = 1u << 20;

@@ -256,6 +256,8 @@ class Coordinator {
       auto specs = specs_from_json(engines_[e]->join.value("specs", Json()), engines_[e]->name());
       if (!specs.ok()) return specs.status();
       streams_[e] = *specs;
+      RETURN_IF_ERROR(check_plan_bounds(*specs, engines_[e]->join["bucket_size"].get<std::uint64_t>(),
+                                        engines_[e]->name()));
       auto plan = make_plan(*specs, engines_[e]->join["bucket_size"].get<std::uint64_t>());
       if (!plan.ok()) return plan.status().WithContext(engines_[e]->name());
       if (plan->digest_hex() != engines_[e]->join.value("plan_digest", std::string())) {
@@ -461,6 +463,9 @@ class Coordinator {
   // True when `kind` is a per-refit report that follows `expected` in the
   // protocol (ready, sent, done, committed).
   static bool comes_later(const std::string& kind, const std::string& expected) {
+    // On demand, a trainer rank asks for the next refit as soon as it is
+    // ready, which may be before the others linked or committed.
+    if ((kind == "request" || kind == "finish") && expected != "request") return true;
     static const std::vector<std::string> order = {"ready", "sent", "done", "committed"};
     auto a = std::find(order.begin(), order.end(), kind), b = std::find(order.begin(), order.end(), expected);
     return a != order.end() && b != order.end() && a > b;

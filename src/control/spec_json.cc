@@ -33,4 +33,19 @@ StatusOr<std::vector<TensorSpec>> specs_from_json(const Json& json, const std::s
   return specs;
 }
 
+Status check_plan_bounds(const std::vector<TensorSpec>& specs, std::uint64_t bucket_size, const std::string& what) {
+  if (bucket_size == 0) return InvalidArgument(what + ": bucket_size is 0");
+  std::uint64_t buckets = 0;
+  for (const TensorSpec& s : specs) {
+    const std::uint64_t bytes = s.nbytes();
+    buckets += bytes / bucket_size + 1;
+    if (buckets > kMaxPlanBuckets) {
+      return InvalidArgument(what + ": the stream needs more than " + std::to_string(kMaxPlanBuckets) +
+                             " buckets of " + std::to_string(bucket_size) + " bytes (tensor '" + s.name + "' alone is " +
+                             std::to_string(bytes) + " bytes); refusing to plan it");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace refit

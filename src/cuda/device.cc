@@ -256,6 +256,20 @@ Status copy_device_to_device(std::byte* device_dst, const std::byte* device_src,
   return sync_copy(device_dst, device_src, bytes, "copy_device_to_device");
 }
 
+StatusOr<HostRegistration> HostRegistration::Register(const void* data, std::uint64_t bytes) {
+  if (data == nullptr || bytes == 0) return InvalidArgument("HostRegistration: empty range");
+  RETURN_IF_ERROR(cuda_check(cudaHostRegister(const_cast<void*>(data), bytes,
+                                              cudaHostRegisterPortable | cudaHostRegisterMapped |
+                                                  cudaHostRegisterReadOnly),
+                             "cudaHostRegister of " + bytes_text(bytes) + " of host memory"));
+  return HostRegistration(data);
+}
+
+void HostRegistration::reset() {
+  if (data_ != nullptr) (void)cudaHostUnregister(const_cast<void*>(data_));
+  data_ = nullptr;
+}
+
 Status copy_async(std::byte* dst, const std::byte* src, std::uint64_t bytes, void* stream) {
   if (bytes == 0) return Status::Ok();
   if (dst == nullptr || src == nullptr) return InvalidArgument("copy_async: null pointer");
@@ -307,10 +321,25 @@ Status copy_host_to_device(std::byte*, std::span<const std::byte>) { return no_c
 Status copy_device_to_device(std::byte*, const std::byte*, std::uint64_t) { return no_cuda("copy_device_to_device"); }
 Status device_memset(std::byte*, int, std::uint64_t) { return no_cuda("device_memset"); }
 Status copy_async(std::byte*, const std::byte*, std::uint64_t, void*) { return no_cuda("copy_async"); }
+StatusOr<HostRegistration> HostRegistration::Register(const void*, std::uint64_t) {
+  return no_cuda("HostRegistration::Register");
+}
+void HostRegistration::reset() { data_ = nullptr; }
 
 #endif  // REFIT_HAVE_CUDA
 
 // ---------------------------------------------------------------- RAII plumbing (both builds)
+
+HostRegistration::~HostRegistration() { reset(); }
+HostRegistration::HostRegistration(HostRegistration&& other) noexcept : data_(other.data_) { other.data_ = nullptr; }
+HostRegistration& HostRegistration::operator=(HostRegistration&& other) noexcept {
+  if (this != &other) {
+    reset();
+    data_ = other.data_;
+    other.data_ = nullptr;
+  }
+  return *this;
+}
 
 DeviceBuffer::~DeviceBuffer() { reset(); }
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept

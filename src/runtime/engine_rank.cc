@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cstdio>
@@ -21,7 +22,9 @@
 #include "refit/model.h"
 #include "refit/plan.h"
 #include "refit/receiver.h"
+#include "refit/safetensors.h"
 #include "refit/transport.h"
+#include "runtime/model_choice.h"
 
 namespace refit {
 namespace {
@@ -380,6 +383,60 @@ Status verify_synthetic(const Model& model, const ReferenceEngine& engine, int r
   return Status::Ok();
 }
 
+// Checks every byte of `rank`'s weights against its shard of the checkpoint's
+// tensors (the bytes a push of that checkpoint must deliver).
+Status verify_checkpoint(const Model& model, const Checkpoint& checkpoint, const ReferenceEngine& engine, int rank,
+                         int ranks, bool on_device, std::uint64_t version) {
+  const std::string name = "engine rank " + std::to_string(rank);
+  std::vector<std::byte> want, got;
+  for (std::size_t i = 0; i < model.weights.size(); ++i) {
+    const Weight& w = model.weights[i];
+    const std::byte* held = engine.weight(rank, w.spec.name);
+    if (held == nullptr) return Internal(name + " holds no weight '" + w.spec.name + "'");
+    const std::uint64_t bytes = shard_spec(w, rank, ranks).nbytes();
+    want.resize(bytes);
+    copy_shard_range(w, rank, ranks, checkpoint.data(i).data(), 0, want);
+    const std::byte* have = held;
+    if (on_device) {
+      got.resize(bytes);
+      RETURN_IF_ERROR(copy_device_to_host(got, held));
+      have = got.data();
+    }
+    if (std::memcmp(have, want.data(), bytes) != 0) {
+      std::uint64_t at = 0;
+      while (at < bytes && have[at] == want[at]) ++at;
+      return DataLoss(name + ": tensor '" + w.spec.name + "' differs from " + checkpoint.path() + " at byte " +
+                      std::to_string(at) + " of its shard after refit " + std::to_string(version));
+    }
+  }
+  return Status::Ok();
+}
+
+// Writes `rank`'s weights (its shards, as the engine holds them) to `path`.
+Status save_shards(const Model& model, const ReferenceEngine& engine, int rank, int ranks, bool on_device,
+                   std::uint64_t version, const std::string& path) {
+  std::vector<SafetensorsWriteTensor> tensors;
+  std::vector<std::vector<std::byte>> host_copies;
+  host_copies.reserve(model.weights.size());
+  for (const Weight& w : model.weights) {
+    const TensorSpec spec = shard_spec(w, rank, ranks);
+    const std::byte* held = engine.weight(rank, spec.name);
+    if (held == nullptr) return Internal("engine rank " + std::to_string(rank) + " holds no weight '" + spec.name + "'");
+    if (on_device) {
+      host_copies.emplace_back(spec.nbytes());
+      RETURN_IF_ERROR(copy_device_to_host(host_copies.back(), held));
+      held = host_copies.back().data();
+    }
+    tensors.push_back({spec, std::span<const std::byte>(held, spec.nbytes())});
+  }
+  std::map<std::string, std::string> metadata{{"refit_version", std::to_string(version)},
+                                              {"refit_engine_rank", std::to_string(rank)},
+                                              {"refit_engine_ranks", std::to_string(ranks)},
+                                              {"refit_model", model.preset}};
+  return write_safetensors(path, tensors, metadata)
+      .WithContext("engine rank " + std::to_string(rank) + " saving refit " + std::to_string(version));
+}
+
 }  // namespace
 
 Status run_engine(const EngineOptions& options) {
@@ -400,12 +457,15 @@ Status run_engine(const EngineOptions& options) {
                            std::to_string(options.engine_ranks - 1) + " (--engine-ranks " +
                            std::to_string(options.engine_ranks) + ")");
   }
-  auto model = make_model(options.model, options.layers);
-  if (!model.ok()) return model.status().WithContext(name);
+  auto choice = open_model_choice(options.model, options.layers, options.shard_rules);
+  if (!choice.ok()) return choice.status().WithContext(name);
+  const Model* model = &choice->model;
+  const Checkpoint* checkpoint = choice->checkpoint.get();
   // The weights, allocated once: every rank's stream is this rank's model
   // sharded the same way (checked against the coordinator's at setup).
   std::vector<std::vector<TensorSpec>> streams;
   for (int r = 0; r < options.engine_ranks; ++r) streams.push_back(engine_stream(*model, r, options.engine_ranks));
+
   ReferenceEngineOptions engine_options;
   engine_options.memory = on_device ? MemoryKind::kCuda : MemoryKind::kHost;
   engine_options.device = device;
@@ -422,11 +482,21 @@ Status run_engine(const EngineOptions& options) {
   binding.device = device;
   if (options.verify) {
     binding.verify = [&, e = engine->get()](std::uint64_t version, std::uint64_t seed) {
+      if (checkpoint != nullptr) {
+        return verify_checkpoint(*model, *checkpoint, *e, options.rank, options.engine_ranks, on_device, version);
+      }
       return verify_synthetic(*model, *e, options.rank, options.engine_ranks, on_device, version, seed);
     };
   }
   ASSIGN_OR_RETURN(auto rank, EngineRank::Join(options, std::move(binding)));
-  return rank->serve();
+  for (;;) {
+    ASSIGN_OR_RETURN(std::optional<std::uint64_t> version, rank->next());
+    if (!version) return Status::Ok();
+    if (!options.save_path.empty()) {
+      RETURN_IF_ERROR(save_shards(*model, **engine, options.rank, options.engine_ranks, on_device, *version,
+                                  options.save_path));
+    }
+  }
 }
 
 }  // namespace refit

@@ -23,7 +23,8 @@ struct RankOptions {
   int rank = 0;
   int trainer_ranks = 1;
   int engine_ranks = 1;
-  std::string model = "tiny";     // a preset of model.h
+  std::string model = "tiny";     // a preset of model.h, or a safetensors checkpoint path (checkpoint.h)
+  std::vector<std::string> shard_rules;  // checkpoints: "GLOB=RULE" rows ahead of default_shard_rules()
   int layers = -1;                // keep the first N layers; -1: all
   std::uint64_t bucket_size = 64ull << 20;
   std::string transport = "shm";
@@ -50,7 +51,10 @@ struct EngineOptions : RankOptions {
   std::uint64_t memory_limit = 0;       // bytes for the receive pool; 0: no limit
   std::string listen_host = "127.0.0.1";  // where trainers connect for data
   bool poison_recycled = false;
-  bool verify = true;
+  bool verify = true;  // presets: against the synthetic content; checkpoints: against the file's bytes
+  // After each committed refit, write this rank's weights (its shards) to
+  // this safetensors file (`refit save`); empty: never.
+  std::string save_path;
   std::vector<std::string> supported_dtypes;  // empty: every dtype
   // DESIGN.md rule 7: engine rank r uses local device base_gpu_id + r, an
   // index inside CUDA_VISIBLE_DEVICES, never a physical id.

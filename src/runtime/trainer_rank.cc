@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "refit/plan.h"
 #include "refit/shard_copy.h"
 #include "refit/transport.h"
+#include "runtime/model_choice.h"
 
 namespace refit {
 
@@ -69,6 +71,7 @@ class TrainerRank::Impl {
   }
 
   std::uint64_t committed_version() const { return committed_; }
+  bool on_demand() const { return on_demand_; }
 
   std::string name() const { return "trainer rank " + std::to_string(options_.rank); }
 
@@ -141,7 +144,16 @@ class TrainerRank::Impl {
       ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(gpu));
       copier_ = std::make_unique<BatchedCopier>(std::move(copier));
       ASSIGN_OR_RETURN(stream_, CudaStream::Create(gpu));
+      // Host weights that never move (a mapped checkpoint): registered once,
+      // then the device reads them directly, with no host-side copy.
       if (!source_on_device_) {
+        for (const auto& [data, bytes] : source_->stable_host_ranges()) {
+          ASSIGN_OR_RETURN(HostRegistration r, HostRegistration::Register(data, bytes));
+          registrations_.push_back(std::move(r));
+        }
+      }
+      device_reads_ = source_on_device_ || !registrations_.empty();
+      if (!device_reads_) {
         // Host weights into device memory: pack into pinned memory, copy it
         // to the device (the slot itself; in direct mode a device bucket
         // that one launch scatters into the weights).
@@ -233,7 +245,7 @@ class TrainerRank::Impl {
     }
     const bool in_place = dst != nullptr;
 
-    if (target_on_device_ && !source_on_device_) {
+    if (target_on_device_ && !device_reads_) {
       // Host weights, device target: pack on the host into pinned memory, one
       // copy to the device.
       if (!in_place) return Internal(where + ": the device target has no mapped slot");
@@ -265,7 +277,7 @@ class TrainerRank::Impl {
       append_shard_copy_runs(source_->model().weights[e.tensor], pack_rank_, options_.engine_ranks,
                              source_->data(e.tensor), e.tensor_offset, e.bytes, to, &runs_);
     }
-    if (source_on_device_) {
+    if (device_reads_) {
       // Direct: nobody reads the weights before the refit ends, so launches
       // queue back to back with no host wait, each covering at least
       // kDirectLaunchBytes (a launch per small bucket leaves most of the GPU
@@ -348,6 +360,10 @@ class TrainerRank::Impl {
   std::unique_ptr<ControlClient> client_;
   std::uint64_t seed_ = 0, trainer_index_ = 0, feeders_ = 1;
   bool source_on_device_ = false, target_on_device_ = false, direct_ = false;
+  // The device copies the weights itself (device memory, or registered host
+  // memory); otherwise host weights are packed through pinned memory.
+  bool device_reads_ = false;
+  std::vector<HostRegistration> registrations_;  // of source_'s stable host ranges
   bool on_demand_ = false, finished_ = false;
   std::uint64_t committed_ = 0;
   std::vector<std::uint64_t> engine_offsets_;  // direct mode: of each tensor in the engine's arena
@@ -378,11 +394,26 @@ Status TrainerRank::serve() { return impl_->serve().WithContext(impl_->name()); 
 Status TrainerRank::refit(std::uint64_t version) { return impl_->refit(version).WithContext(impl_->name()); }
 Status TrainerRank::finish() { return impl_->finish().WithContext(impl_->name()); }
 std::uint64_t TrainerRank::committed_version() const { return impl_->committed_version(); }
+bool TrainerRank::on_demand() const { return impl_->on_demand(); }
+
+StatusOr<std::unique_ptr<WeightSource>> make_rank_source(const RankOptions& options) {
+  const std::vector<std::string> presets = model_presets();
+  if (std::find(presets.begin(), presets.end(), options.model) != presets.end() && options.shard_rules.empty()) {
+    const bool on_device = options.device == "cuda";
+    return make_synthetic_source(options.model, options.layers, on_device ? MemoryKind::kCuda : MemoryKind::kHost,
+                                 options.gpu);
+  }
+  if (options.device == "cuda") {
+    return InvalidArgument("--device cuda: a checkpoint's weights are read into host memory; use --device cpu "
+                           "(device engines are still fed, through pinned memory)");
+  }
+  ASSIGN_OR_RETURN(ModelChoice choice, open_model_choice(options.model, options.layers, options.shard_rules));
+  ASSIGN_OR_RETURN(std::vector<ShardRulePattern> rules, shard_rules_from_text(options.shard_rules));
+  return make_checkpoint_source(std::move(*choice.checkpoint), rules);
+}
 
 Status run_trainer(const RankOptions& options) {
-  const bool on_device = options.device == "cuda";
-  auto source = make_synthetic_source(options.model, options.layers,
-                                      on_device ? MemoryKind::kCuda : MemoryKind::kHost, options.gpu);
+  auto source = make_rank_source(options);
   if (!source.ok()) return source.status().WithContext("trainer rank " + std::to_string(options.rank));
   ASSIGN_OR_RETURN(auto rank, TrainerRank::Join(options, std::move(*source)));
   return rank->serve();

@@ -26,6 +26,10 @@
 
 namespace refit {
 
+// The source a `refit trainer` process sends: the synthetic preset of
+// options.model, or the checkpoint at that path (read into host memory).
+StatusOr<std::unique_ptr<WeightSource>> make_rank_source(const RankOptions& options);
+
 class TrainerRank {
  public:
   static StatusOr<std::unique_ptr<TrainerRank>> Join(const RankOptions& options, std::unique_ptr<WeightSource> source);
@@ -37,6 +41,8 @@ class TrainerRank {
 
   // The last version this rank saw committed (0 before the first).
   std::uint64_t committed_version() const;
+  // True when the coordinator runs refits on demand (use refit/finish).
+  bool on_demand() const;
 
   class Impl;
 

@@ -14,10 +14,14 @@
 #include "control/auth.h"
 #include "control/coordinator.h"
 #include "refit/bench.h"
+#include "refit/checkpoint.h"
 #include "refit/demo.h"
+#include "refit/inspect.h"
 #include "refit/dtype.h"
 #include "refit/model.h"
 #include "refit/plan.h"
+#include "refit/make_checkpoint.h"
+#include "refit/push.h"
 #include "refit/transport.h"
 #include "runtime/roles.h"
 
@@ -36,6 +40,17 @@ struct ByteSize : CLI::Validator {
   }
 };
 
+// CLI11 validator for shard-rule rows ("*.qkv_proj.weight=column").
+struct ShardRuleRow : CLI::Validator {
+  ShardRuleRow() {
+    name_ = "GLOB=RULE";
+    func_ = [](const std::string& text) {
+      auto parsed = refit::parse_shard_rule_pattern(text);
+      return parsed.ok() ? std::string() : parsed.status().message();
+    };
+  }
+};
+
 std::uint64_t bytes_of(const std::string& text) { return *refit::parse_byte_size(text); }
 
 std::string join_names(const std::vector<std::string>& names) {
@@ -49,9 +64,11 @@ void add_rank_flags(CLI::App* cmd, refit::RankOptions& o, std::string& bucket) {
   cmd->add_option("--rank", o.rank, "This process's rank")->required()->check(CLI::NonNegativeNumber);
   cmd->add_option("--trainer-ranks", o.trainer_ranks, "Number of trainer ranks")->check(CLI::PositiveNumber);
   cmd->add_option("--engine-ranks", o.engine_ranks, "Number of engine ranks (TP size)")->check(CLI::PositiveNumber);
-  cmd->add_option("--model", o.model, "Model preset: " + join_names(refit::model_presets()))
-      ->check(CLI::IsMember(refit::model_presets()));
+  cmd->add_option("--model", o.model,
+                  "Model preset (" + join_names(refit::model_presets()) + ") or safetensors checkpoint path");
   cmd->add_option("--layers", o.layers, "Keep the first N decoder layers (-1: all)");
+  cmd->add_option("--rule", o.shard_rules,
+                  "Checkpoints: a TP shard rule GLOB=RULE (replicated, column, row, vocab) ahead of the defaults");
   cmd->add_option("--bucket-size", bucket, "Transport bucket size, e.g. 4MiB, 1GiB")->check(ByteSize());
   cmd->add_option("--transport", o.transport, "Transport: " + join_names(refit::transport_names()))
       ->check(CLI::IsMember(refit::transport_names()));
@@ -172,22 +189,91 @@ int main(int argc, char** argv) {
   trainer_cmd->add_option("--gpu", trainer.gpu, "Local CUDA device of this trainer rank (inside CUDA_VISIBLE_DEVICES)")
       ->check(CLI::NonNegativeNumber);
 
-  // engine
+  // engine, and save (an engine rank that writes its shards after each refit)
   refit::EngineOptions engine;
-  std::string engine_bucket = "4MiB", engine_memory_limit = "0";
+  std::string engine_bucket = "4MiB", engine_memory_limit = "0", engine_secret_file;
+  auto add_engine_flags = [&](CLI::App* cmd) {
+    add_rank_flags(cmd, engine, engine_bucket);
+    cmd->add_option("--secret-file", engine_secret_file, kSecretFileHelp);
+    cmd->add_option("--pool-slots", engine.pool_slots, "Receive pool slots")->check(CLI::Range(1, 64));
+    cmd->add_option("--memory-limit", engine_memory_limit, "Receive pool memory limit (0: none)")->check(ByteSize());
+    cmd->add_option("--listen-host", engine.listen_host, "Address trainers connect to for data");
+    cmd->add_flag("--poison-recycled", engine.poison_recycled, "Debug: poison every recycled staging buffer");
+    cmd->add_flag("!--no-verify", engine.verify,
+                  "Skip verifying every byte after each refit (against the synthetic content, or the checkpoint file)");
+    cmd->add_option("--dtypes", engine.supported_dtypes, "Dtypes this engine supports (default: all)");
+    cmd->add_option("--base-gpu-id", engine.base_gpu_id,
+                    "Engine rank r uses local CUDA device base-gpu-id + r (an index inside CUDA_VISIBLE_DEVICES)")
+        ->check(CLI::NonNegativeNumber);
+  };
   auto* engine_cmd = app.add_subcommand("engine", "Run one engine rank (receiver + reference engine)");
-  add_rank_flags(engine_cmd, engine, engine_bucket);
-  std::string engine_secret_file;
-  engine_cmd->add_option("--secret-file", engine_secret_file, kSecretFileHelp);
-  engine_cmd->add_option("--pool-slots", engine.pool_slots, "Receive pool slots")->check(CLI::Range(1, 64));
-  engine_cmd->add_option("--memory-limit", engine_memory_limit, "Receive pool memory limit (0: none)")->check(ByteSize());
-  engine_cmd->add_option("--listen-host", engine.listen_host, "Address trainers connect to for data");
-  engine_cmd->add_flag("--poison-recycled", engine.poison_recycled, "Debug: poison every recycled staging buffer");
-  engine_cmd->add_flag("!--no-verify", engine.verify, "Skip verifying every byte after each refit");
-  engine_cmd->add_option("--dtypes", engine.supported_dtypes, "Dtypes this engine supports (default: all)");
-  engine_cmd->add_option("--base-gpu-id", engine.base_gpu_id,
-                         "Engine rank r uses local CUDA device base-gpu-id + r (an index inside CUDA_VISIBLE_DEVICES)")
+  add_engine_flags(engine_cmd);
+  engine_cmd->add_option("--save", engine.save_path, "After each refit, write this rank's shards to this safetensors file");
+  auto* save_cmd = app.add_subcommand(
+      "save", "Run one engine rank and write what it holds (its shards) as safetensors after each refit");
+  add_engine_flags(save_cmd);
+  save_cmd->add_option("--out", engine.save_path, "The safetensors file to write")->required();
+
+  // push
+  refit::PushOptions push;
+  std::string push_bucket = "4MiB", push_secret_file;
+  auto* push_cmd = app.add_subcommand("push", "Refit running engine ranks from a safetensors checkpoint (the trainer side)");
+  push_cmd->add_option("path", push.rank.model, "Checkpoint: a .safetensors file, or a directory with an index")
+      ->required();
+  push_cmd->add_option("--coordinator", push.rank.coordinator, "Coordinator address host:port")->required();
+  push_cmd->add_option("--engine-ranks", push.rank.engine_ranks, "Engine ranks (TP size)")->check(CLI::PositiveNumber);
+  push_cmd->add_option("--trainer-ranks", push.rank.trainer_ranks,
+                       "Trainer ranks of the job (default: as many as engine ranks)")
+      ->check(CLI::PositiveNumber);
+  push_cmd->add_option("--first-rank", push.first_rank, "First trainer rank this process runs")
       ->check(CLI::NonNegativeNumber);
+  push_cmd->add_option("--ranks", push.ranks, "Trainer ranks this process runs (default: the rest)")
+      ->check(CLI::PositiveNumber);
+  push_cmd->add_option("--version", push.version, "Weight version to commit (on-demand coordinators)")
+      ->check(CLI::PositiveNumber);
+  push_cmd->add_option("--repeat", push.repeat, "On-demand: push the file this many times, as consecutive versions")
+      ->check(CLI::PositiveNumber);
+  push_cmd->add_option("--rule", push.rank.shard_rules, "A TP shard rule GLOB=RULE ahead of the defaults");
+  push_cmd->add_option("--bucket-size", push_bucket, "Transport bucket size")->check(ByteSize());
+  push_cmd->add_option("--transport", push.rank.transport, "Transport: " + join_names(refit::transport_names()))
+      ->check(CLI::IsMember(refit::transport_names()));
+  push_cmd->add_option("--mode", push.rank.mode, "staged or direct")->check(CLI::IsMember({"staged", "direct"}));
+  push_cmd->add_option("--gpu", push.rank.gpu, "Local CUDA device for the copies into device engines")
+      ->check(CLI::NonNegativeNumber);
+  push_cmd->add_option("--setup-timeout", push.rank.setup_timeout_s, "Seconds allowed for setup")
+      ->check(CLI::PositiveNumber);
+  push_cmd->add_option("--timeout", push.rank.refit_timeout_s, "Seconds allowed for one refit")
+      ->check(CLI::PositiveNumber);
+  push_cmd->add_option("--secret-file", push_secret_file, kSecretFileHelp);
+
+  // inspect
+  refit::InspectOptions inspect;
+  std::string inspect_bucket = "4MiB";
+  auto* inspect_cmd = app.add_subcommand("inspect", "Print a checkpoint's tensors, totals and bucket plan per engine rank");
+  inspect_cmd->add_option("path", inspect.path, "Checkpoint: a .safetensors file, or a directory with an index")
+      ->required();
+  inspect_cmd->add_option("--engine-ranks", inspect.engine_ranks, "Engine ranks (TP size) to plan for")
+      ->check(CLI::Range(1, 4096));
+  inspect_cmd->add_option("--bucket-size", inspect_bucket, "Transport bucket size, e.g. 4MiB, 1GiB")->check(ByteSize());
+  inspect_cmd->add_option("--rule", inspect.shard_rules, "A TP shard rule GLOB=RULE ahead of the defaults")
+      ->check(ShardRuleRow());
+  inspect_cmd->add_flag("--json", inspect.json, "Print a JSON report instead of the tables");
+  inspect_cmd->add_flag("--buckets", inspect.buckets, "List every bucket of every engine rank");
+
+  // make-checkpoint and ceiling: helpers of the benchmarks (hidden)
+  refit::MakeCheckpointOptions make;
+  auto* make_cmd = app.add_subcommand("make-checkpoint", "Write a preset's synthetic weights as a sharded checkpoint");
+  make_cmd->group("");
+  make_cmd->add_option("--model", make.model, "Model preset")->check(CLI::IsMember(refit::model_presets()));
+  make_cmd->add_option("--layers", make.layers, "Keep the first N decoder layers (-1: all)");
+  make_cmd->add_option("--seed", make.seed, "Seed of the synthetic weights");
+  make_cmd->add_option("--files", make.files, "Number of safetensors files")->check(CLI::PositiveNumber);
+  make_cmd->add_option("--out", make.out, "Output directory")->required();
+  std::string ceiling_kind = "memcpy", ceiling_bytes = "1GiB";
+  auto* ceiling_cmd = app.add_subcommand("ceiling", "Measure a copy ceiling now (memcpy, h2d, d2d) as JSON");
+  ceiling_cmd->group("");
+  ceiling_cmd->add_option("--kind", ceiling_kind, "memcpy, h2d or d2d")->check(CLI::IsMember({"memcpy", "h2d", "d2d"}));
+  ceiling_cmd->add_option("--bytes", ceiling_bytes, "Bytes per copy")->check(ByteSize());
 
   try {
     app.parse(argc, argv);
@@ -248,7 +334,21 @@ int main(int argc, char** argv) {
     trainer.bucket_size = bytes_of(trainer_bucket);
     return report_status("trainer", refit::run_trainer(trainer));
   }
-  if (*engine_cmd) {
+  if (*inspect_cmd) {
+    inspect.bucket_size = bytes_of(inspect_bucket);
+    return refit::run_inspect(inspect);
+  }
+  if (*make_cmd) return report_status("make-checkpoint", refit::make_checkpoint(make));
+  if (*ceiling_cmd) return refit::run_ceiling(ceiling_kind, bytes_of(ceiling_bytes));
+  if (*push_cmd) {
+    auto secret = resolve_secret(push_secret_file);
+    if (!secret.ok()) return report_status("push", secret.status());
+    push.rank.secret = secret->bytes();
+    push.rank.bucket_size = bytes_of(push_bucket);
+    if (push.rank.trainer_ranks < push.rank.engine_ranks) push.rank.trainer_ranks = push.rank.engine_ranks;
+    return refit::run_push(push);
+  }
+  if (*engine_cmd || *save_cmd) {
     auto secret = resolve_secret(engine_secret_file);
     if (!secret.ok()) return report_status("engine", secret.status());
     engine.secret = secret->bytes();
@@ -257,7 +357,7 @@ int main(int argc, char** argv) {
     for (const auto& d : engine.supported_dtypes) {
       if (auto parsed = refit::parse_dtype(d); !parsed.ok()) return report_status("engine", parsed.status());
     }
-    return report_status("engine", refit::run_engine(engine));
+    return report_status(*save_cmd ? "save" : "engine", refit::run_engine(engine));
   }
   return 2;
 }

@@ -4,16 +4,19 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <span>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "refit/device.h"
 #include "transport/pool_layout.h"
@@ -136,9 +139,20 @@ class UcxTarget final : public TargetMemory {
         device_(device),
         registration_(std::move(registration)),
         descriptor_(std::move(descriptor)),
-        progress_(std::make_unique<UcxWorker::ProgressLease>(registration_->worker)) {}
+        progress_(std::make_unique<UcxWorker::ProgressLease>(registration_->worker)) {
+    // Active-message writes land by memcpy on the progress thread: host memory only.
+    if (memory_ != MemoryKind::kHost) return;
+    UcxWorker& w = *registration_->worker;
+    std::lock_guard<std::mutex> lock(w.mutex());
+    w.am().add_range(reinterpret_cast<std::uintptr_t>(base_), static_cast<std::uint64_t>(slots_) * slot_bytes_);
+  }
 
   ~UcxTarget() override {
+    {
+      UcxWorker& w = *registration_->worker;
+      std::lock_guard<std::mutex> lock(w.mutex());
+      w.am().remove_range(reinterpret_cast<std::uintptr_t>(base_));  // later writes are refused
+    }
     progress_.reset();      // the last target of the worker stops its thread
     registration_.reset();  // ucp_mem_unmap before the memory goes
     if (owned_bytes_ > 0) ::munmap(base_, owned_bytes_);
@@ -197,10 +211,28 @@ void note_no_peer_error_handling(const std::string& settings, const std::string&
   });
 }
 
+// True when UCX reaches the peer of `ep` with native remote memory access:
+// its endpoint configuration lists put lanes ("put[0]: ..."), which tcp's
+// software emulation ("rma_am") does not. UCX 1.13 has no query for this;
+// the printed configuration is the only source, and anything unrecognized
+// answers false (active-message writes work everywhere).
+// REQUIRES: the worker's mutex is held.
+bool has_native_rma(ucp_ep_h ep) {
+  char* text = nullptr;
+  std::size_t size = 0;
+  FILE* out = ::open_memstream(&text, &size);
+  if (out == nullptr) return false;
+  ucp_ep_print_info(ep, out);
+  std::fclose(out);
+  const bool native = std::string_view(text, size).find("put[") != std::string_view::npos;
+  std::free(text);
+  return native;
+}
+
 class UcxRemote final : public RemoteTarget {
  public:
   UcxRemote(std::shared_ptr<UcxWorker> worker, std::string peer, const UcxDescriptor& d, ucp_ep_h ep,
-            ucp_rkey_h rkey, std::unique_ptr<EndpointHealth> health)
+            ucp_rkey_h rkey, std::unique_ptr<EndpointHealth> health, bool by_put)
       : worker_(std::move(worker)),
         peer_(std::move(peer)),
         slots_(d.slots),
@@ -208,24 +240,30 @@ class UcxRemote final : public RemoteTarget {
         addr_(d.addr),
         ep_(ep),
         rkey_(rkey),
-        health_(std::move(health)) {}
+        health_(std::move(health)),
+        by_put_(by_put) {
+    std::lock_guard<std::mutex> lock(worker_->mutex());
+    sink_ = worker_->am().add_sink(&acks_);
+  }
 
   ~UcxRemote() override {
     std::lock_guard<std::mutex> lock(worker_->mutex());
+    worker_->am().remove_sink(sink_);  // late acks are dropped
     const bool pending = !ops_.empty();
     for (auto& [ticket, op] : ops_) {
       release_request(op.put);  // released by UCX when they complete
       release_request(op.flush);
+      for (void* send : op.sends) release_request(send);
     }
     ucp_request_param_t param{};
     // The rkey may go only once the operations that use it are flushed: a
     // bounded flush, skipped on a failed endpoint (its operations are done).
-    if (pending && health_->status.load() == UCS_OK) {
+    if (by_put_ && pending && health_->status.load() == UCS_OK) {
       (void)wait_request(*worker_, ucp_ep_flush_nbx(ep_, &param), kTeardownWait);
     }
     ucp_rkey_destroy(rkey_);
     // Force: no goodbye to a peer that may be gone; afterwards UCX reads no
-    // source buffer of a cancelled put.
+    // source buffer of a cancelled write.
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_EP_CLOSE_FLAG_FORCE;
     (void)wait_request(*worker_, ucp_ep_close_nbx(ep_, &param), kTeardownWait);
@@ -245,25 +283,50 @@ class UcxRemote final : public RemoteTarget {
     if (bytes.empty()) return ticket;  // nothing to move: complete at once
     const std::uint64_t remote = addr_ + static_cast<std::uint64_t>(slot) * slot_bytes_ + offset;
     Op op;
+    ucs_status_t failed = UCS_OK;
     {
       std::lock_guard<std::mutex> lock(worker_->mutex());
-      ucp_request_param_t param{};
-      op.put = ucp_put_nbx(ep_, bytes.data(), bytes.size(), remote, rkey_, &param);
-      // Remote completion: the flush completes once every put before it is
-      // in the target's memory. Issued now, so it travels right behind the put.
-      if (!UCS_PTR_IS_ERR(op.put)) op.flush = ucp_ep_flush_nbx(ep_, &param);
+      if (by_put_) {
+        ucp_request_param_t param{};
+        op.put = ucp_put_nbx(ep_, bytes.data(), bytes.size(), remote, rkey_, &param);
+        // Remote completion: the flush completes once every put before it
+        // is in the target's memory. Issued now, so it travels right behind.
+        if (!UCS_PTR_IS_ERR(op.put)) op.flush = ucp_ep_flush_nbx(ep_, &param);
+        if (UCS_PTR_IS_ERR(op.put) || UCS_PTR_IS_ERR(op.flush)) {
+          failed = UCS_PTR_IS_ERR(op.put) ? UCS_PTR_STATUS(op.put) : UCS_PTR_STATUS(op.flush);
+          release_request(op.put);
+        }
+      } else {
+        const std::uint64_t chunks = (bytes.size() + kAmChunkBytes - 1) / kAmChunkBytes;
+        op.headers = std::make_unique<std::vector<AmWriteHeader>>(chunks);
+        for (std::uint64_t c = 0; c < chunks && failed == UCS_OK; ++c) {
+          const std::uint64_t at = c * kAmChunkBytes;
+          AmWriteHeader& h = (*op.headers)[c];
+          h.addr = remote + at;
+          h.sink = sink_;
+          h.seq = ticket;
+          h.last = c + 1 == chunks ? 1 : 0;
+          ucp_request_param_t param{};
+          param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+          param.flags = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+          void* send = ucp_am_send_nbx(ep_, kAmWriteId, &h, sizeof h, bytes.data() + at,
+                                       std::min<std::uint64_t>(kAmChunkBytes, bytes.size() - at), &param);
+          if (UCS_PTR_IS_ERR(send)) {
+            failed = UCS_PTR_STATUS(send);
+          } else if (send != nullptr) {
+            op.sends.push_back(send);
+          }
+        }
+        if (failed != UCS_OK) {
+          for (void* send : op.sends) release_request(send);  // released when the failed endpoint cancels them
+        }
+      }
     }
-    const auto what = [&] {
-      return "writing " + std::to_string(bytes.size()) + " bytes into slot " + std::to_string(slot) +
-             " (version " + std::to_string(version) + ")";
-    };
-    if (UCS_PTR_IS_ERR(op.put) || UCS_PTR_IS_ERR(op.flush)) {
-      const ucs_status_t s = UCS_PTR_IS_ERR(op.put) ? UCS_PTR_STATUS(op.put) : UCS_PTR_STATUS(op.flush);
-      std::lock_guard<std::mutex> lock(worker_->mutex());
-      release_request(op.put);
-      return failure(s).WithContext(what());
+    if (failed != UCS_OK) {
+      return failure(failed).WithContext("writing " + std::to_string(bytes.size()) + " bytes into slot " +
+                                         std::to_string(slot) + " (version " + std::to_string(version) + ")");
     }
-    ops_.emplace(ticket, op);
+    ops_.emplace(ticket, std::move(op));
     return ticket;
   }
 
@@ -274,41 +337,67 @@ class UcxRemote final : public RemoteTarget {
     auto it = ops_.find(ticket);
     if (it == ops_.end()) return true;  // completed (or empty) before
     Op& op = it->second;
-    ucs_status_t s = UCS_INPROGRESS;
+    ucs_status_t s = UCS_OK;   // first error seen
+    bool pending = false;
+    int refused = UCS_OK;      // the target's answer (active-message writes)
     {
       std::lock_guard<std::mutex> lock(worker_->mutex());
       for (int i = 0; i < 64 && ucp_worker_progress(worker_->worker()) != 0; ++i) {
       }
-      const ucs_status_t put = request_status(op.put), flush = request_status(op.flush);
-      if (put != UCS_OK && put != UCS_INPROGRESS) {
-        s = put;
-      } else if (flush != UCS_OK && flush != UCS_INPROGRESS) {
-        s = flush;
-      } else if (put == UCS_OK && flush == UCS_OK) {
-        s = UCS_OK;
+      auto check = [&](void*& request) {
+        const ucs_status_t r = request_status(request);
+        if (r == UCS_INPROGRESS) {
+          pending = true;
+          return;
+        }
+        if (r != UCS_OK && s == UCS_OK) s = r;
+        release_request(request);
+        request = nullptr;
+      };
+      check(op.put);
+      check(op.flush);
+      for (void*& send : op.sends) check(send);
+      if (!by_put_ && s == UCS_OK) {
+        auto ack = acks_.done.find(ticket);
+        if (ack == acks_.done.end()) {
+          pending = true;
+        } else {
+          refused = ack->second;
+          acks_.done.erase(ack);
+        }
       }
-      if (s != UCS_INPROGRESS) {
+      if (s != UCS_OK && pending) {
+        // Leave the rest to UCX (released when the failed endpoint cancels them).
         release_request(op.put);
         release_request(op.flush);
+        for (void* send : op.sends) release_request(send);
+        pending = false;
       }
     }
-    if (s == UCS_INPROGRESS) {
-      // The error handler may have fired while the requests still wait for
-      // UCX to cancel them.
+    if (pending) {
+      // The error handler may have fired while requests still wait for UCX
+      // to cancel them.
       RETURN_IF_ERROR(health());
       return false;
     }
     ops_.erase(it);
     if (s != UCS_OK) return failure(s).WithContext("completing write ticket " + std::to_string(ticket));
+    if (refused != UCS_OK) {
+      return Internal(peer_ + " refused write ticket " + std::to_string(ticket) + " (" + worker_->settings() +
+                      "): " + ucx_status_text(static_cast<ucs_status_t>(refused)) +
+                      " (outside the memory it registered, or its target is gone)");
+    }
     return true;
   }
 
-  void cancel(Ticket) override {}  // a put cannot be withdrawn: poll it or destroy the remote
+  void cancel(Ticket) override {}  // a write cannot be withdrawn: poll it or destroy the remote
 
  private:
   struct Op {
     void* put = nullptr;    // request or status pointer of ucp_put_nbx
     void* flush = nullptr;  // ... of ucp_ep_flush_nbx
+    std::vector<void*> sends;                             // active-message writes: one per chunk
+    std::unique_ptr<std::vector<AmWriteHeader>> headers;  // ... and their headers, stable until sent
   };
 
   Status failure(ucs_status_t s) const {
@@ -327,6 +416,9 @@ class UcxRemote final : public RemoteTarget {
   ucp_ep_h ep_;
   ucp_rkey_h rkey_;
   std::unique_ptr<EndpointHealth> health_;
+  const bool by_put_;    // false: active-message writes
+  AmAcks acks_;          // guarded by the worker's mutex (the ack handler writes it)
+  std::uint64_t sink_ = 0;
   std::map<Ticket, Op> ops_;  // submitted, not yet seen complete by poll
   Ticket next_ticket_ = 0;
 };
@@ -458,7 +550,9 @@ class UcxTransport final : public Transport {
       }
       return Unavailable("connecting to the UCX worker of " + peer + " (" + w->settings() + "): " + ucx_status_text(s));
     }
-    return std::unique_ptr<RemoteTarget>(new UcxRemote(w, peer, d, ep, rkey, std::move(health)));
+    bool by_put = options_.writes == UcxOptions::Writes::kPut;
+    if (options_.writes == UcxOptions::Writes::kAuto) by_put = has_native_rma(ep);
+    return std::unique_ptr<RemoteTarget>(new UcxRemote(w, peer, d, ep, rkey, std::move(health), by_put));
   }
 
  private:

@@ -30,16 +30,25 @@
 // or posix), the endpoint falls back to no error handling, once, with a line
 // on stderr; peer failure is then seen on the data-plane Link only.
 // mapped_slot is nullptr (two-sided for the packing code: the trainer packs
-// into its own buffer and submits). submit = ucp_put_nbx of the bytes into the
-// slot, then ucp_ep_flush_nbx on the endpoint; poll progresses the worker and
-// is true once BOTH completed: the flush makes the bytes visible in the
-// target's memory (remote completion), so the kLanded frame the trainer sends
-// next on the Link never overtakes them. Once the endpoint's error handler
-// fired (peer process died, connection reset), every submit and poll fails
-// with kUnavailable naming the peer (the Link's peer name: "engine rank 1 at
-// 10.0.0.3:41234") and the UCX status. cancel does nothing: a put cannot be
-// withdrawn; destroying the remote closes the endpoint (forcibly, after a
-// bounded flush), after which UCX reads no source buffer.
+// into its own buffer and submits). How submit moves the bytes depends on
+// what UCX reaches the engine with (UcxOptions::writes):
+//   native RMA (shared memory, InfiniBand, ...): ucp_put_nbx into the slot,
+//     then ucp_ep_flush_nbx; poll progresses the worker and is true once both
+//     completed: the flush makes the bytes visible in the target's memory
+//     (remote completion).
+//   no native RMA (tcp): active-message writes (ucx_am_writes.h): eager
+//     ucp_am_send_nbx chunks that the engine's progress thread copies into
+//     the slot, acknowledging the last one; poll is true once the ack came
+//     back. UCX itself would emulate the put the same way, but 1.13 aborts
+//     the engine process when a trainer dies mid-put (see ucx_am_writes.h).
+// Either way the bytes are in the target's memory when poll returns true, so
+// the kLanded frame the trainer sends next on the Link never overtakes them.
+// Once the endpoint's error handler fired (peer process died, connection
+// reset), every submit and poll fails with kUnavailable naming the peer (the
+// Link's peer name: "engine rank 1 at 10.0.0.3:41234") and the UCX status.
+// cancel does nothing: a write cannot be withdrawn; destroying the remote
+// closes the endpoint (forcibly, after a bounded flush), after which UCX
+// reads no source buffer.
 //
 // Thread safety: a target may be used from any thread (its progress thread
 // is internal); a remote from one thread at a time (the interface's rule).
@@ -73,6 +82,12 @@ struct UcxOptions {
   // UCX_NET_DEVICES, e.g. "eth0", "mlx5_0:1". Default "": the environment's,
   // else all devices.
   std::string net_devices;
+  // How submit moves bytes: kAuto takes ucp_put_nbx where UCX reaches the
+  // peer with native remote memory access (shared memory, InfiniBand) and
+  // active-message writes where it would emulate puts in software (tcp);
+  // see ucx_am_writes.h for why. The others force one (tests).
+  enum class Writes { kAuto, kPut, kActiveMessage };
+  Writes writes = Writes::kAuto;
 };
 
 // Defined only in builds with UCX (REFIT_HAVE_UCX). The registry's "ucx" is

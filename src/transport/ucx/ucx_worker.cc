@@ -18,6 +18,8 @@ namespace {
 constexpr int kIdleSpins = 256;
 // The longest sleep; ucp_worker_signal wakes it sooner for a stop.
 constexpr int kSleepMs = 100;
+// tcp segment: one write chunk (kAmChunkBytes) plus headers per message.
+constexpr std::uint64_t kUcxTcpSegmentBytes = kAmChunkBytes + 4096;
 
 }  // namespace
 
@@ -34,7 +36,11 @@ StatusOr<std::shared_ptr<UcxWorker>> UcxWorker::Create(const UcxOptions& options
     const char* name;
     const std::string& value;
   };
-  for (const Override& o : {Override{"TLS", options.tls}, Override{"NET_DEVICES", options.net_devices}}) {
+  const std::string segment = std::to_string(kUcxTcpSegmentBytes);
+  std::vector<Override> overrides = {{"TLS", options.tls}, {"NET_DEVICES", options.net_devices}};
+  if (std::getenv("UCX_TCP_TX_SEG_SIZE") == nullptr) overrides.push_back({"TCP_TX_SEG_SIZE", segment});
+  if (std::getenv("UCX_TCP_RX_SEG_SIZE") == nullptr) overrides.push_back({"TCP_RX_SEG_SIZE", segment});
+  for (const Override& o : overrides) {
     if (o.value.empty()) continue;
     s = ucp_config_modify(config, o.name, o.value.c_str());
     if (s != UCS_OK) {
@@ -54,7 +60,7 @@ StatusOr<std::shared_ptr<UcxWorker>> UcxWorker::Create(const UcxOptions& options
 
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
   params.name = "refit";
   s = ucp_init(&params, config, &w->context_);
   ucp_config_release(config);
@@ -71,6 +77,8 @@ StatusOr<std::shared_ptr<UcxWorker>> UcxWorker::Create(const UcxOptions& options
   wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // mutex_ serializes every call
   s = ucp_worker_create(w->context_, &wparams, &w->worker_);
   if (s != UCS_OK) return FailedPrecondition("creating the UCX worker (" + w->settings_ + "): " + ucx_status_text(s));
+  s = install_am_write_handlers(w->worker_, &w->am_);
+  if (s != UCS_OK) return Internal("installing the UCX active message handlers: " + ucx_status_text(s));
   s = ucp_worker_get_efd(w->worker_, &w->event_fd_);
   if (s != UCS_OK) return Internal("getting the UCX worker's event fd: " + ucx_status_text(s));
   ucp_address_t* address = nullptr;

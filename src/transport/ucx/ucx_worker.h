@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "refit/status.h"
+#include "transport/ucx/ucx_am_writes.h"
 #include "transport/ucx/ucx_transport.h"
 
 namespace refit {
@@ -35,7 +36,11 @@ std::string ucx_status_text(ucs_status_t status);
 class UcxWorker {
  public:
   // Reads UCX's configuration (its environment variables), applies `options`
-  // over it, and creates the context (RMA and wakeup features) and worker.
+  // over it, and creates the context (RMA, active message and wakeup
+  // features) and the worker, with the active-message write handlers
+  // (ucx_am_writes.h) installed. Unless UCX_TCP_TX_SEG_SIZE /
+  // UCX_TCP_RX_SEG_SIZE are set, tcp segments are made large enough for one
+  // write chunk per message (UCX's 8 KiB default costs most of the link).
   static StatusOr<std::shared_ptr<UcxWorker>> Create(const UcxOptions& options);
   ~UcxWorker();
   UcxWorker(const UcxWorker&) = delete;
@@ -51,6 +56,8 @@ class UcxWorker {
   // The transport-selection settings in effect, for messages: "UCX_TLS=tcp"
   // or "UCX_TLS=<all>", plus UCX_NET_DEVICES when set.
   const std::string& settings() const { return settings_; }
+  // The active-message write state. REQUIRES: mutex() held.
+  AmState& am() { return am_; }
 
   // The progress thread runs while at least one lease is alive (the first
   // starts it, the last one's destruction stops and joins it).
@@ -82,6 +89,7 @@ class UcxWorker {
   std::uint64_t memory_types_ = 0;
   std::string settings_;
   std::mutex mutex_;  // see the thread-safety contract above
+  AmState am_;        // guarded by mutex_; the handlers' argument
 
   std::mutex lease_mutex_;  // guards leases_ and thread_ (never held inside UCP)
   int leases_ = 0;

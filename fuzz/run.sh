@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Builds every libFuzzer target (fuzz/*_fuzz.cc) with clang, ASan and UBSan
+# into build-fuzz (REFIT_FUZZ=ON), then runs each one on its committed seed
+# corpus (fuzz/corpus/<target>/) for a time or a number of executions.
+# Fails on any crash, leak, timeout, out-of-memory or sanitizer report; the
+# input that triggered it is left in <build>/fuzz-artifacts/.
+#
+# Usage: fuzz/run.sh [SECONDS | -runs=N] [target...]
+#   SECONDS       per target (default 60)
+#   -runs=N       N executions per target instead
+#   target...     only these (names without _fuzz.cc: auth, control_message ...)
+# Environment: REFIT_FUZZ_BUILD_DIR (default build-fuzz), REFIT_JOBS (build
+# parallelism, default 2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+budget=${1:-60}
+shift || true
+if [[ $budget == -runs=* ]]; then
+  limit=("$budget")
+elif [[ $budget =~ ^[0-9]+$ ]]; then
+  limit=("-max_total_time=$budget")
+else
+  echo "usage: fuzz/run.sh [SECONDS | -runs=N] [target...]" >&2
+  exit 2
+fi
+
+build=${REFIT_FUZZ_BUILD_DIR:-build-fuzz}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+      -DREFIT_FUZZ=ON >/dev/null
+cmake --build "$build" -j "${REFIT_JOBS:-2}" --target refit_fuzz >/dev/null
+
+targets=()
+if (($#)); then
+  for t in "$@"; do targets+=("${t%_fuzz}_fuzz"); done
+else
+  for src in fuzz/*_fuzz.cc; do targets+=("$(basename "$src" .cc)"); done
+fi
+
+artifacts=$build/fuzz-artifacts
+mkdir -p "$artifacts"
+# Sanitizers stop at the first report; a leak fails the run.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:abort_on_error=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+
+failed=()
+summary=""
+for t in "${targets[@]}"; do
+  bin=$build/$t
+  [[ -x $bin ]] || { echo "fuzz: no target $t (built: $(ls "$build" | grep _fuzz | tr '\n' ' '))" >&2; exit 2; }
+  seeds=fuzz/corpus/${t%_fuzz}
+  mkdir -p "$seeds"
+  # New inputs go to a scratch corpus; the committed seeds stay as they are.
+  work=$(mktemp -d "/tmp/refit-fuzz-${t}-XXXXXX")
+  log=$build/$t.log
+  max_len=()
+  [[ -f fuzz/$t.options ]] && read -r -a max_len < "fuzz/$t.options"
+  status=0
+  "$bin" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "${max_len[@]}" \
+         -artifact_prefix="$artifacts/$t-" "$work" "$seeds" >"$log" 2>&1 || status=$?
+  rm -rf "$work"
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
+  secs=$(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | grep -o 'in [0-9]*' | grep -o '[0-9]*' | tail -1)
+  line=$(printf '%-28s %12s execs %6s s  %s' "$t" "${execs:-?}" "${secs:-?}" \
+         "$([[ $status -eq 0 ]] && echo ok || echo "FAILED (exit $status, log $log)")")
+  echo "$line"
+  summary+="$line"$'\n'
+  if ((status != 0)); then
+    failed+=("$t")
+    grep -E 'ERROR|SUMMARY|runtime error|Test unit written|deadly signal' "$log" | head -20 >&2 || true
+  fi
+done
+if ((${#failed[@]})); then
+  echo "fuzz: FAILED: ${failed[*]}" >&2
+  exit 1
+fi
+echo "fuzz: ${#targets[@]} targets passed"

@@ -1,0 +1,369 @@
+"""refit: move model weights from trainer processes into inference engines.
+
+A refit job has one coordinator, trainer ranks and engine ranks (README,
+docs/DESIGN.md). This package runs any of them inside a Python process:
+
+    Coordinator   the control plane, on a background thread of this process
+    Trainer       a trainer rank whose weights are your tensors (registered once,
+                  updated in place, e.g. by an optimizer step); refit(version)
+    Engine        an engine rank: next(load_fn) hands each aligned batch to your
+                  loader (staged mode), or the trainers write straight into a
+                  weight arena whose tensors you adopt (direct mode)
+
+Tensors cross the boundary through DLPack: numpy arrays, torch and cupy
+tensors go in; refit.TensorView objects come out, which torch.from_dlpack,
+numpy.from_dlpack and cupy.from_dlpack map without a copy. No transfer copies
+through Python objects, and the GIL is released while bytes move.
+
+Errors are refit.Error subclasses (InvalidArgumentError, FailedPreconditionError,
+AbortedError, DeadlineExceededError, ...), each with the C++ message.
+"""
+
+from . import _refit
+from ._refit import (
+    AbortedError,
+    DataLossError,
+    DeadlineExceededError,
+    Error,
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+    TensorView,
+    UnavailableError,
+    cuda_built,
+    dtypes,
+    shard_rule,
+    transports,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AbortedError", "Coordinator", "DataLossError", "DeadlineExceededError", "Engine", "Error",
+    "FailedPreconditionError", "InternalError", "InvalidArgumentError", "NotFoundError",
+    "ResourceExhaustedError", "TensorView", "Trainer", "UnavailableError", "cuda_built", "dtypes",
+    "parse_bytes", "shard_rule", "transports",
+]
+
+RULES = ("replicated", "column", "row", "vocab")
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_bytes(size):
+    """An int, or a string like "4MiB", "1GiB", "64MB", "4096", as bytes."""
+    if isinstance(size, int):
+        return size
+    text = str(size).strip()
+    digits = text.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    unit = text[len(digits):].strip().lower()
+    if not digits.strip().isdigit() or unit not in _UNITS:
+        raise InvalidArgumentError(f"size {size!r} is not a byte count like 4096, '4MiB', '1GiB' or '64MB'")
+    return int(digits) * _UNITS[unit]
+
+
+def _address(coordinator):
+    return coordinator.address if isinstance(coordinator, Coordinator) else str(coordinator)
+
+
+def _exportable(tensor):
+    # torch refuses to export a tensor that requires grad; detach() shares its storage.
+    if getattr(tensor, "requires_grad", False) and hasattr(tensor, "detach"):
+        return tensor.detach()
+    return tensor
+
+
+def _dtype_name(dtype):
+    """A torch name for a dtype given as a string, a torch dtype or a numpy dtype/type."""
+    if isinstance(dtype, str):
+        return dtype
+    text = str(dtype)
+    if text.startswith("torch."):
+        return text
+    try:
+        import numpy
+        return numpy.dtype(dtype).name
+    except (ImportError, TypeError):
+        return text
+
+
+def _is_cuda(tensor):
+    device = getattr(tensor, "__dlpack_device__", None)
+    return device is not None and device()[0] == 2
+
+
+def _rank_options(options, coordinator, rank, trainer_ranks, engine_ranks, bucket_size, transport, mode, device,
+                  gpu, setup_timeout, refit_timeout, bucket_timeout, secret):
+    options.coordinator = _address(coordinator)
+    options.rank = rank
+    options.trainer_ranks = trainer_ranks
+    options.engine_ranks = engine_ranks
+    options.bucket_size = parse_bytes(bucket_size)
+    options.transport = transport
+    options.mode = mode
+    options.device = device
+    options.gpu = -1 if gpu is None else gpu
+    options.setup_timeout_s = float(setup_timeout)
+    options.refit_timeout_s = float(refit_timeout)
+    options.bucket_timeout_s = float(bucket_timeout)
+    options.secret = secret or ""
+    return options
+
+
+class Coordinator:
+    """The control plane of one job, on a background thread of this process.
+
+    refits=0 (the default) runs refits on demand: each one starts when every
+    trainer rank called Trainer.refit(version), and the job ends when every
+    trainer rank called finish(). refits=N schedules N refits (Trainer.serve()).
+    The constructor returns once the socket listens (`address`, `port`).
+    """
+
+    def __init__(self, trainer_ranks=1, engine_ranks=1, refits=0, listen="127.0.0.1:0", *, seed=0,
+                 setup_timeout=60.0, refit_timeout=300.0, secret=None, progress=False, log_joins=False):
+        self._impl = _refit.Coordinator(listen, trainer_ranks, engine_ranks, refits, seed, float(setup_timeout),
+                                        float(refit_timeout), secret or "", progress, log_joins)
+
+    @property
+    def address(self):
+        """host:port that ranks pass as `coordinator`."""
+        return self._impl.address
+
+    @property
+    def port(self):
+        return self._impl.port
+
+    @property
+    def done(self):
+        return self._impl.done
+
+    def wait(self, timeout=None):
+        """Blocks until the job ends; returns its report (a dict: "refits",
+        "ranks", ..., and "error" when it failed). DeadlineExceededError after
+        `timeout` seconds."""
+        return self._impl.wait(-1.0 if timeout is None else float(timeout))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            self.wait()
+        return False
+
+
+class Trainer:
+    """A trainer rank whose weights are your tensors.
+
+    tensors: {name: tensor} or [(name, tensor), ...] or [(name, tensor, rule), ...]
+        The FULL (unsharded) weights in model order; numpy arrays, torch or cupy
+        tensors, C-contiguous, all on the host or all on one CUDA device. Their
+        memory is captured once: update them in place (an optimizer step does)
+        and never swap their storage (`param.data = other` would leave refit
+        sending the old memory). refit holds a DLPack reference, which keeps
+        the memory alive until close().
+    rules: how each engine splits a tensor over its TP ranks: "auto" (refit's
+        table by name: q/k/v and gate/up column, o/down row, embeddings vocab,
+        the rest replicated; see refit.shard_rule), one rule for all
+        ("replicated", "column", "row", "vocab"), or {name: rule} (unlisted
+        names: "auto"). A rule in a (name, tensor, rule) entry wins.
+    Tensors on a CUDA device: refit() waits for the device first, so updates
+    queued on any stream have landed. Other arguments: see README "Python".
+    """
+
+    def __init__(self, coordinator, tensors, *, rank=0, trainer_ranks=1, engine_ranks=1, rules="auto",
+                 bucket_size=64 << 20, transport="shm", mode="staged", device="cpu", gpu=None, setup_timeout=60.0,
+                 refit_timeout=300.0, bucket_timeout=60.0, secret=None):
+        entries = self._entries(tensors, rules)
+        options = _rank_options(_refit.RankOptions(), coordinator, rank, trainer_ranks, engine_ranks, bucket_size,
+                                transport, mode, device, gpu, setup_timeout, refit_timeout, bucket_timeout, secret)
+        if gpu is None:
+            options.gpu = 0
+        self._impl = _refit.Trainer(options, entries)
+
+    @staticmethod
+    def _entries(tensors, rules):
+        items = list(tensors.items()) if isinstance(tensors, dict) else list(tensors)
+        if isinstance(rules, dict):
+            names = {item[0] for item in items}
+            unknown = sorted(set(rules) - names)
+            if unknown:
+                raise InvalidArgumentError(f"rules name tensors that are not registered: {', '.join(unknown)}")
+        elif rules != "auto" and rules not in RULES:
+            raise InvalidArgumentError(f"rules={rules!r} is not 'auto', one of {', '.join(RULES)}, or a dict")
+        entries = []
+        for item in items:
+            if len(item) not in (2, 3):
+                raise InvalidArgumentError(f"tensor entry {item[:1]!r}: expected (name, tensor) or (name, tensor, rule)")
+            name, tensor = item[0], item[1]
+            rule = item[2] if len(item) == 3 else (rules.get(name, "auto") if isinstance(rules, dict) else rules)
+            if rule == "auto":
+                rule = shard_rule(name)
+            entries.append((name, _exportable(tensor), rule))
+        return entries
+
+    def refit(self, version):
+        """Sends the tensors' current bytes as weight version `version` (on-demand
+        jobs) and returns once every engine rank committed it. Raises a
+        refit.Error (e.g. AbortedError naming a lost engine rank) when the refit
+        failed anywhere; the version is then not committed."""
+        self._impl.refit(version)
+
+    def serve(self):
+        """Takes part in every refit of a coordinator-scheduled job (refits=N)."""
+        self._impl.serve()
+
+    def finish(self):
+        """On-demand jobs: this rank asks for no more refits (the job ends once
+        every trainer rank finished)."""
+        self._impl.finish()
+
+    def close(self):
+        """Leaves the job and releases the tensors."""
+        self._impl.close()
+
+    @property
+    def committed_version(self):
+        return self._impl.committed_version
+
+    @property
+    def specs(self):
+        """[(name, dtype, shape)] as registered."""
+        return self._impl.specs
+
+    @property
+    def device(self):
+        return self._impl.device
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            if exc[0] is None:
+                self.finish()
+        finally:
+            self.close()
+        return False
+
+
+class Engine:
+    """An engine rank hosted by this process.
+
+    params: this rank's shards, in the model's order (the order the trainers
+        registered the full tensors in), as
+        [(name, dtype, shape), ...]   specs: next(load_fn) is the only way in
+        {name: tensor} or [(name, tensor), ...]
+                                      staged: next() copies into these tensors
+                                      (or next(load_fn) hands you the views);
+                                      direct: their values seed refit's arena
+    mode="staged": trainers write into a rotating receive pool; next(load_fn)
+        calls load_fn(items) once per dtype group of each aligned batch, items
+        being [(name, TensorView)] of this rank's payload. The views point into
+        the staging slot and are valid ONLY during that call: copy from them
+        (param.copy_(torch.from_dlpack(view))), never keep them. On a CUDA
+        device refit waits for the device after load_fn returns, so copies you
+        queued have finished before the slot is reused.
+    mode="direct" (cuda_ipc): the trainers write into a weight arena refit owns;
+        weights() gives {name: TensorView} of it: adopt them (param.data =
+        torch.from_dlpack(view)) and the next refit lands in your parameters.
+        Don't read the weights while next() runs.
+    device: "cpu" or "cuda" (default: where the tensors are, else "cpu"); gpu:
+        the local CUDA index (default: base_gpu_id + rank, DESIGN.md rule 7).
+    """
+
+    def __init__(self, coordinator, params, *, rank=0, trainer_ranks=1, engine_ranks=1, bucket_size=64 << 20,
+                 transport="shm", mode="staged", device=None, gpu=None, base_gpu_id=0, pool_slots=2,
+                 memory_limit=0, listen_host="127.0.0.1", poison_recycled=False, supported_dtypes=None,
+                 setup_timeout=60.0, refit_timeout=300.0, bucket_timeout=60.0, secret=None):
+        entries = self._entries(params)
+        if device is None:
+            device = "cuda" if entries and len(entries[0]) == 2 and _is_cuda(entries[0][1]) else "cpu"
+        options = _rank_options(_refit.EngineOptions(), coordinator, rank, trainer_ranks, engine_ranks, bucket_size,
+                                transport, mode, device, gpu, setup_timeout, refit_timeout, bucket_timeout, secret)
+        options.base_gpu_id = base_gpu_id
+        options.pool_slots = pool_slots
+        options.memory_limit = parse_bytes(memory_limit)
+        options.listen_host = listen_host
+        options.poison_recycled = poison_recycled
+        options.supported_dtypes = [_dtype_name(d) for d in (supported_dtypes or [])]
+        self._impl = _refit.Engine(options, entries)
+
+    @staticmethod
+    def _entries(params):
+        items = list(params.items()) if isinstance(params, dict) else list(params)
+        entries = []
+        for item in items:
+            if len(item) == 3:
+                entries.append((item[0], _dtype_name(item[1]), tuple(int(d) for d in item[2])))
+            elif len(item) == 2:
+                entries.append((item[0], _exportable(item[1])))
+            else:
+                raise InvalidArgumentError(f"param {item[:1]!r}: expected (name, dtype, shape) or (name, tensor)")
+        return entries
+
+    def next(self, load_fn=None, convert=None):
+        """Takes part in one refit: returns its version once committed, or None
+        when the job ended. load_fn(items) is called per dtype group (staged
+        mode); convert (e.g. torch.from_dlpack) is applied to each view first.
+        Raises a refit.Error when the refit failed (the weights are then
+        incomplete until the next refit commits; weights_complete says so); an
+        exception raised by load_fn fails the refit and becomes its __cause__."""
+        if load_fn is not None and convert is not None:
+            user_fn = load_fn
+
+            def load_fn(items):  # noqa: F811 - the converting wrapper
+                user_fn([(name, convert(view)) for name, view in items])
+
+        return self._impl.next(load_fn)
+
+    def serve(self, load_fn=None, convert=None):
+        """next() until the job ends; returns the last committed version."""
+        version = None
+        while True:
+            got = self.next(load_fn, convert)
+            if got is None:
+                return version
+            version = got
+
+    def weights(self, convert=None):
+        """Direct mode: {name: view of the weight in refit's arena} (or
+        convert(view)). The arena lives as long as any tensor made from it."""
+        views = self._impl.weights()
+        return views if convert is None else {name: convert(view) for name, view in views.items()}
+
+    def close(self):
+        self._impl.close()
+
+    @property
+    def weight_version(self):
+        """The last committed version (0 before the first refit)."""
+        return self._impl.weight_version
+
+    @property
+    def weights_complete(self):
+        """False after a failed refit, until the next one commits."""
+        return self._impl.weights_complete
+
+    @property
+    def posts(self):
+        """Dtype groups applied so far (one load_fn call or copy launch each)."""
+        return self._impl.posts
+
+    @property
+    def specs(self):
+        """[(name, dtype, shape)] of this rank's stream."""
+        return self._impl.specs
+
+    @property
+    def device(self):
+        return self._impl.device
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

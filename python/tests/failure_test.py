@@ -1,0 +1,77 @@
+"""Failures through the Python binding: a dead engine process and a load_fn
+that raises each give the trainer (and the engine) the right exception,
+promptly, never a hang; nothing past the failure is committed.
+
+Roles run as separate processes (job.py). The refit and bucket deadlines are
+60 s; a failure must surface within 20 s, so a binding that waited for a
+deadline (or for ever) fails these tests.
+"""
+import tempfile
+import unittest
+
+try:
+    import numpy as np
+except ImportError:
+    np = None
+
+import job
+
+PROMPT_S = 20
+
+
+@unittest.skipIf(np is None, "numpy is not installed for this python (Debian: python3-numpy)")
+class Failures(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory(prefix="refit-py-")
+        self.out = self._tmp.name
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def run_job(self, **engine_config):
+        j = job.Job(self.out, versions=[1, 2, 3], timeout=90, bucket_timeout=60, refit_timeout=60)
+        j.start("engine", 0, **engine_config)
+        j.start("trainer", 0)
+        return j, j.wait()
+
+    # Mutations caught: Trainer.refit holding the GIL or ignoring the coordinator's abort (a hang,
+    # killed at the test's deadline); a Status mapped to the wrong exception class; the message
+    # not naming the lost rank; the failed version counted as committed.
+    def test_engine_process_dies_trainer_raises_aborted(self):
+        j, exits = self.run_job(die_at_version=2)
+        code, err = exits["engine0"]
+        self.assertEqual(code, -9, f"the engine should have died by SIGKILL:\n{err}")
+        self.assertEqual(exits["trainer0"][0], 0, exits["trainer0"][1])
+        trainer = j.result("trainer0")
+        self.assertEqual(trainer["versions"], [1], trainer)
+        self.assertEqual(trainer.get("error_class"), "AbortedError", trainer)
+        self.assertIn("engine rank 0", trainer["message"])
+        self.assertIn("refit 2", trainer["message"])
+        self.assertLess(trainer["seconds"], PROMPT_S)
+        report = j.result("coordinator")
+        self.assertIn("engine rank 0", report["error"])
+        self.assertEqual([r["version"] for r in report["refits"]], [1])
+
+    # Mutations caught: an exception in load_fn swallowed (the refit would commit a partial
+    # version); the original exception lost (no __cause__); a mapped class other than
+    # AbortedError; the engine's weights reported complete after the failed refit.
+    def test_load_fn_raises_fails_the_refit_everywhere(self):
+        j, exits = self.run_job(raise_at_version=2)
+        for name in ("engine0", "trainer0"):
+            self.assertEqual(exits[name][0], 0, f"{name}:\n{exits[name][1]}")
+        engine = j.result("engine0")
+        self.assertEqual(engine["versions"], [1])
+        self.assertEqual(engine.get("error_class"), "AbortedError", engine)
+        self.assertEqual(engine.get("cause"), "ValueError", engine)
+        self.assertIn("load_fn raised ValueError: the engine's loader refused the batch", engine["message"])
+        self.assertFalse(engine["complete"])
+        self.assertEqual(engine["weight_version"], 1)
+        trainer = j.result("trainer0")
+        self.assertEqual(trainer["versions"], [1])
+        self.assertIn(trainer.get("error_class"), ("AbortedError",), trainer)
+        self.assertIn("engine rank 0", trainer["message"])
+        self.assertLess(trainer["seconds"], PROMPT_S)
+
+
+if __name__ == "__main__":
+    unittest.main()

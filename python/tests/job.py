@@ -1,0 +1,232 @@
+"""A refit job of separate Python processes, for the binding's tests.
+
+Each role runs in its own process (`python3 job.py <role> <config.json>`):
+
+  coordinator  refit.Coordinator; prints its address on stdout, writes the
+               report to <out>/coordinator.json when the job ends
+  trainer      refit.Trainer over numpy arrays (full tensors); before refit v
+               it overwrites every array IN PLACE with bytes that are a
+               function of (seed, v, tensor), saves a copy to
+               <out>/trainer<r>_v<v>.npz, then calls refit(v); writes
+               <out>/trainer<r>.json (versions committed, or the error)
+  engine       refit.Engine over this rank's shards; after each committed
+               version saves what it holds to <out>/engine<r>_v<v>.npz and
+               writes <out>/engine<r>.json (versions, every load_fn call's
+               dtypes and names, whether a kept view expired, or the error)
+
+The test process (Job) starts them, waits with a deadline (a hang fails the
+test instead of blocking ctest), and compares the saved arrays byte for byte.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# A small model with every situation the binding must carry: several dtypes
+# (one load_fn call per dtype group), a tensor larger than a 4 KiB bucket
+# (chunked and reassembled), a scalar, and uneven TP splits of each rule.
+MODEL = [
+    {"name": "model.embed_tokens.weight", "dtype": "float32", "shape": [11, 6], "rule": "vocab"},
+    {"name": "model.layers.0.self_attn.q_proj.weight", "dtype": "float16", "shape": [7, 6], "rule": "column"},
+    {"name": "model.layers.0.self_attn.q_proj.bias", "dtype": "int64", "shape": [7], "rule": "column"},
+    {"name": "model.layers.0.self_attn.o_proj.weight", "dtype": "float32", "shape": [6, 7], "rule": "row"},
+    {"name": "model.layers.0.input_layernorm.weight", "dtype": "float32", "shape": [6], "rule": "replicated"},
+    {"name": "model.layers.0.mlp.big", "dtype": "uint8", "shape": [3, 3001], "rule": "row"},
+    {"name": "model.layers.0.mlp.counts", "dtype": "int32", "shape": [5, 3], "rule": "column"},
+    {"name": "model.scale", "dtype": "float64", "shape": [], "rule": "replicated"},
+    {"name": "lm_head.weight", "dtype": "float16", "shape": [11, 6], "rule": "vocab"},
+]
+
+
+def shard_shape(shape, rule, rank, ranks):
+    """refit's split (model.h): dim D over N ranks gives rank i D//N + (i < D%N)."""
+    if rule == "replicated":
+        return list(shape)
+    axis = 1 if rule == "row" else 0
+    out = list(shape)
+    out[axis] = shape[axis] // ranks + (1 if rank < shape[axis] % ranks else 0)
+    return out
+
+
+def shard(full, rule, rank, ranks):
+    """The shard of a full numpy array (numpy.array_split splits the same way)."""
+    import numpy as np
+    if rule == "replicated":
+        return full
+    return np.array_split(full, ranks, axis=1 if rule == "row" else 0)[rank]
+
+
+def fill(array, seed, version, index):
+    """Overwrites `array` in place with bytes that depend on (seed, version, tensor)."""
+    import numpy as np
+    rng = np.random.default_rng([seed, version, index])
+    flat = array.reshape(-1).view(np.uint8)
+    flat[:] = rng.integers(0, 256, size=flat.size, dtype=np.uint8)
+
+
+# ---- roles (run in the child processes) --------------------------------------
+
+def _write(path, value):
+    with open(path + ".tmp", "w") as f:
+        json.dump(value, f)
+    os.replace(path + ".tmp", path)
+
+
+def _error(e, started):
+    return {"error_class": type(e).__name__, "message": str(e), "seconds": time.monotonic() - started,
+            "cause": type(e.__cause__).__name__ if e.__cause__ is not None else None}
+
+
+def run_coordinator(c):
+    import refit
+    coordinator = refit.Coordinator(c["trainer_ranks"], c["engine_ranks"], refits=c.get("refits", 0),
+                                    setup_timeout=c.get("setup_timeout", 30), refit_timeout=c.get("refit_timeout", 60))
+    print(coordinator.address, flush=True)
+    _write(os.path.join(c["out"], "coordinator.json"), coordinator.wait())
+
+
+def run_trainer(c):
+    import numpy as np
+    import refit
+    rank, out, model = c["rank"], c["out"], c.get("model", MODEL)
+    arrays = {t["name"]: np.zeros(t["shape"], dtype=t["dtype"]) for t in model}
+    result = {"versions": []}
+    started = time.monotonic()
+    try:
+        with refit.Trainer(c["address"], [(t["name"], arrays[t["name"]], t["rule"]) for t in model], rank=rank,
+                           trainer_ranks=c["trainer_ranks"], engine_ranks=c["engine_ranks"],
+                           bucket_size=c.get("bucket_size", 4096), transport=c.get("transport", "shm"),
+                           bucket_timeout=c.get("bucket_timeout", 60), refit_timeout=c.get("refit_timeout", 60),
+                           setup_timeout=30) as trainer:
+            for v in c["versions"]:
+                for i, t in enumerate(model):
+                    fill(arrays[t["name"]], c.get("seed", 7), v, i)  # in place: an optimizer step
+                np.savez(os.path.join(out, f"trainer{rank}_v{v}.npz"), **arrays)
+                started = time.monotonic()
+                trainer.refit(v)
+                result["versions"].append(v)
+            result["committed"] = trainer.committed_version
+    except refit.Error as e:
+        result.update(_error(e, started))
+    _write(os.path.join(out, f"trainer{rank}.json"), result)
+
+
+def run_engine(c):
+    import numpy as np
+    import refit
+    rank, ranks, out, model = c["rank"], c["engine_ranks"], c["out"], c.get("model", MODEL)
+    shapes = {t["name"]: shard_shape(t["shape"], t["rule"], rank, ranks) for t in model}
+    store = {}
+    for t in model:  # filled with 0xEE bytes: a tensor never written stays visibly wrong
+        nbytes = int(np.prod(shapes[t["name"]], dtype=np.int64)) * np.dtype(t["dtype"]).itemsize
+        store[t["name"]] = np.full(nbytes, 0xEE, dtype=np.uint8).view(t["dtype"]).reshape(shapes[t["name"]])
+    calls, kept = [], []
+    result = {"versions": [], "calls": calls}
+    die_at = c.get("die_at_version")
+    raise_at = c.get("raise_at_version")
+
+    def load(items):
+        version = len(result["versions"]) + 1
+        if die_at == version:
+            os.kill(os.getpid(), signal.SIGKILL)  # an engine process that dies mid-refit
+        if raise_at == version:
+            raise ValueError("the engine's loader refused the batch")
+        calls.append({"dtypes": sorted({view.dtype for _, view in items}), "names": [name for name, _ in items]})
+        for name, view in items:
+            np.copyto(store[name], np.from_dlpack(view))
+        kept.append(items[0][1])
+
+    if c.get("params") == "tensors":  # staged copy mode: next() writes into these arrays
+        params, load_fn = dict(store), None
+    else:
+        params, load_fn = [(t["name"], t["dtype"], shapes[t["name"]]) for t in model], load
+    started = time.monotonic()
+    try:
+        with refit.Engine(c["address"], params, rank=rank, trainer_ranks=c["trainer_ranks"], engine_ranks=ranks,
+                          bucket_size=c.get("bucket_size", 4096), transport=c.get("transport", "shm"),
+                          poison_recycled=True, bucket_timeout=c.get("bucket_timeout", 60),
+                          refit_timeout=c.get("refit_timeout", 60), setup_timeout=30) as engine:
+            try:
+                while True:
+                    version = engine.next(load_fn)
+                    if version is None:
+                        break
+                    result["versions"].append(version)
+                    np.savez(os.path.join(out, f"engine{rank}_v{version}.npz"), **store)
+            finally:
+                result["posts"] = engine.posts
+                result["weight_version"] = engine.weight_version
+                result["complete"] = engine.weights_complete
+        try:
+            if kept:
+                np.from_dlpack(kept[0])
+            result["expired"] = False
+        except BufferError:
+            result["expired"] = True
+    except refit.Error as e:
+        result.update(_error(e, started))
+    _write(os.path.join(out, f"engine{rank}.json"), result)
+
+
+# ---- the test side -------------------------------------------------------------
+
+class Job:
+    """Starts a coordinator process, then trainer and engine processes."""
+
+    def __init__(self, out, trainer_ranks=1, engine_ranks=1, timeout=60, **config):
+        self.out = out
+        self.deadline = time.monotonic() + timeout
+        self.config = dict(config, out=out, trainer_ranks=trainer_ranks, engine_ranks=engine_ranks)
+        self.processes = {}
+        coordinator = self._start("coordinator", self.config)
+        line = coordinator.stdout.readline().strip()
+        if not line:
+            raise AssertionError("the coordinator process printed no address: " + coordinator.stderr.read())
+        self.config["address"] = line
+
+    def _start(self, name, config):
+        path = os.path.join(self.out, name + ".config.json")
+        _write(path, config)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        process = subprocess.Popen([sys.executable, os.path.join(HERE, "job.py"), name.rstrip("0123456789"), path],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.processes[name] = process
+        return process
+
+    def start(self, role, rank, **overrides):
+        return self._start(f"{role}{rank}", dict(self.config, rank=rank, **overrides))
+
+    def wait(self):
+        """{name: (exit status, stderr)}; kills whatever outlives the deadline."""
+        results = {}
+        for name, process in self.processes.items():
+            try:
+                _, err = process.communicate(timeout=max(1, self.deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                _, err = process.communicate()
+                err = f"[killed at the test's deadline: a hang]\n{err}"
+            results[name] = (process.returncode, err)
+        return results
+
+    def result(self, name):
+        path = os.path.join(self.out, name + ".json")
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return json.load(f)
+
+
+def main():
+    role, path = sys.argv[1], sys.argv[2]
+    with open(path) as f:
+        config = json.load(f)
+    {"coordinator": run_coordinator, "trainer": run_trainer, "engine": run_engine}[role](config)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+#include "runtime/model_choice.h"
+
+#include <algorithm>
+
+namespace refit {
+
+StatusOr<std::vector<ShardRulePattern>> shard_rules_from_text(const std::vector<std::string>& rules) {
+  std::vector<ShardRulePattern> user;
+  for (const std::string& text : rules) {
+    ASSIGN_OR_RETURN(ShardRulePattern row, parse_shard_rule_pattern(text));
+    user.push_back(std::move(row));
+  }
+  return shard_rules_with_defaults(user);
+}
+
+StatusOr<ModelChoice> open_model_choice(const std::string& preset_or_path, int layers,
+                                        const std::vector<std::string>& rules) {
+  ModelChoice choice;
+  const std::vector<std::string> presets = model_presets();
+  if (std::find(presets.begin(), presets.end(), preset_or_path) != presets.end()) {
+    if (!rules.empty()) {
+      return InvalidArgument("--rule applies to checkpoints; the preset '" + preset_or_path +
+                             "' has its own shard rules");
+    }
+    ASSIGN_OR_RETURN(choice.model, make_model(preset_or_path, layers));
+    return choice;
+  }
+  if (layers >= 0) {
+    return InvalidArgument("--layers " + std::to_string(layers) + " applies to presets, not to the checkpoint '" +
+                           preset_or_path + "'");
+  }
+  auto checkpoint = Checkpoint::Open(preset_or_path);
+  if (!checkpoint.ok()) {
+    return Status(checkpoint.status().code(),
+                  "--model '" + preset_or_path + "' is not a preset (" + [&] {
+                    std::string names;
+                    for (const auto& p : presets) names += (names.empty() ? "" : ", ") + p;
+                    return names;
+                  }() + ") and not a readable checkpoint: " + checkpoint.status().message());
+  }
+  ASSIGN_OR_RETURN(std::vector<ShardRulePattern> table, shard_rules_from_text(rules));
+  ASSIGN_OR_RETURN(choice.model, model_from_checkpoint(*checkpoint, table));
+  choice.checkpoint = std::make_unique<Checkpoint>(std::move(*checkpoint));
+  return choice;
+}
+
+}  // namespace refit

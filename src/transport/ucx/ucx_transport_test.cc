@@ -1,0 +1,480 @@
+// ucx specifics beyond the conformance suite (which runs over ucx with
+// UCX_TLS=tcp and =sm): a killed peer, an unreachable one, direct mode into
+// exposed memory, capabilities and options. Engine and trainer sides run in
+// separate processes (fork) so that puts really cross a process boundary.
+//
+// Every test skips with the reason when refit was built without UCX. Each
+// says which broken implementation it catches ("Catches: ...").
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "refit/link.h"
+#include "refit/transport.h"
+#if REFIT_HAVE_UCX
+#include "transport/ucx/ucx_transport.h"
+#endif
+
+namespace refit {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+#define SKIP_WITHOUT_UCX()                                                                              \
+  do {                                                                                                  \
+    if (!REFIT_HAVE_UCX) GTEST_SKIP() << "refit was built without UCX (pkg-config found no ucx: install " \
+                                         "libucx-dev, see scripts/setup.sh)";                           \
+  } while (0)
+
+#define EXPECT_HAS(haystack, needle)                               \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) \
+      << "expected \"" << (needle) << "\" in: " << (haystack)
+
+// Sets UCX_TLS for the test's lifetime (forked children inherit it).
+class ScopedUcxTls {
+ public:
+  explicit ScopedUcxTls(const std::string& value) {
+    if (const char* old = std::getenv("UCX_TLS")) saved_ = old;
+    ::setenv("UCX_TLS", value.c_str(), 1);
+  }
+  ~ScopedUcxTls() {
+    if (saved_) {
+      ::setenv("UCX_TLS", saved_->c_str(), 1);
+    } else {
+      ::unsetenv("UCX_TLS");
+    }
+  }
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+// A forked child running `body` (its return value is the exit code);
+// killed and reaped if the test leaves early. `to_parent` / `from_parent`
+// are pipe ends for short messages.
+class ChildProcess {
+ public:
+  explicit ChildProcess(const std::function<int(int to_parent, int from_parent)>& body) {
+    int up[2], down[2];
+    if (::pipe(up) != 0 || ::pipe(down) != 0) std::abort();
+    std::fflush(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(up[0]);
+      ::close(down[1]);
+      ::_exit(body(up[1], down[0]));
+    }
+    ::close(up[1]);
+    ::close(down[0]);
+    from_child_ = up[0];
+    to_child_ = down[1];
+  }
+  ~ChildProcess() {
+    if (pid_ > 0) Kill();
+    ::close(from_child_);
+    ::close(to_child_);
+  }
+  void Kill() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  int Wait() {
+    int status = 0;
+    if (::waitpid(pid_, &status, 0) != pid_) return -1000;
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+  int from_child() const { return from_child_; }
+  int to_child() const { return to_child_; }
+
+ private:
+  pid_t pid_ = -1;
+  int from_child_ = -1, to_child_ = -1;
+};
+
+bool WriteAll(int fd, const void* data, std::size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+bool ReadAll(int fd, void* data, std::size_t n) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    ssize_t r = ::read(fd, p, n);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+bool SendString(int fd, const std::string& s) {
+  const std::uint64_t n = s.size();
+  return WriteAll(fd, &n, sizeof n) && WriteAll(fd, s.data(), s.size());
+}
+std::string ReceiveString(int fd) {
+  std::uint64_t n = 0;
+  if (!ReadAll(fd, &n, sizeof n) || n > (1u << 20)) return {};
+  std::string s(n, '\0');
+  return ReadAll(fd, s.data(), n) ? s : std::string();
+}
+
+// A Link whose only job is to name the peer ("engine rank 3 at ...").
+struct NamingLink {
+  std::unique_ptr<Link> link;
+  int other = -1;
+  explicit NamingLink(const std::string& peer) {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) std::abort();
+    link = std::make_unique<Link>(sv[0], peer);
+    other = sv[1];
+  }
+  ~NamingLink() { ::close(other); }
+};
+
+// Child body: hosts a ucx pool (the engine side), sends its descriptor, then
+// waits for a byte from the parent (or its death) before it exits.
+int HostPool(int to_parent, int from_parent, int slots, std::uint64_t slot_bytes) {
+  auto t = make_transport("ucx");
+  if (!t.ok()) return 2;
+  PoolOptions o;
+  o.slots = slots;
+  o.slot_bytes = slot_bytes;
+  o.owner = "engine rank 3";
+  auto target = (*t)->create_target(o);
+  if (!target.ok()) {
+    std::fprintf(stderr, "child: %s\n", target.status().ToString().c_str());
+    return 3;
+  }
+  if (!SendString(to_parent, (*target)->descriptor())) return 4;
+  char byte = 0;
+  (void)ReadAll(from_parent, &byte, 1);
+  return 0;
+}
+
+// Submits and polls until done, an error, or `deadline`.
+Status WriteAndWait(RemoteTarget& remote, int slot, std::uint64_t offset, std::span<const std::byte> bytes,
+                    Deadline deadline) {
+  ASSIGN_OR_RETURN(Ticket ticket, remote.submit(slot, offset, bytes, 1, deadline));
+  for (;;) {
+    ASSIGN_OR_RETURN(bool done, remote.poll(ticket));
+    if (done) return Status::Ok();
+    if (deadline.expired()) return DeadlineExceeded("write never completed");
+  }
+}
+
+// Catches: an endpoint created without peer error handling (a dead engine
+// then hangs or aborts the trainer instead of failing the refit), errors
+// that do not name the peer, and a code other than kUnavailable (the runtime
+// reports it as a lost peer).
+TEST(UcxTransport, KilledPeerFailsTheNextWriteWithUnavailableNamingThePeer) {
+  SKIP_WITHOUT_UCX();
+  ScopedUcxTls tls("tcp");
+  constexpr std::uint64_t kSlotBytes = 1 << 20;
+  ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
+  const std::string descriptor = ReceiveString(engine.from_child());
+  ASSERT_EQ(descriptor.rfind("ucx:", 0), 0u) << "the engine process sent no descriptor";
+
+  auto t = make_transport("ucx");
+  ASSERT_TRUE(t.ok());
+  NamingLink link("engine rank 3 at 10.1.2.3:4567");
+  auto remote = (*t)->open_target(descriptor, link.link.get());
+  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+  std::vector<std::byte> bytes(kSlotBytes, std::byte{0x42});
+  Status first = WriteAndWait(**remote, 0, 0, bytes, Deadline::After(20s));
+  ASSERT_TRUE(first.ok()) << first.ToString();
+
+  engine.Kill();
+  const auto killed = Clock::now();
+  Status failed;
+  const Deadline deadline = Deadline::After(20s);
+  for (int slot = 0; failed.ok() && !deadline.expired(); slot ^= 1) {
+    failed = WriteAndWait(**remote, slot, 0, bytes, deadline);
+  }
+  ASSERT_FALSE(failed.ok()) << "writes into a killed engine kept succeeding for 20 s";
+  EXPECT_EQ(failed.code(), StatusCode::kUnavailable) << failed.ToString();
+  EXPECT_HAS(failed.message(), "engine rank 3 at 10.1.2.3:4567");
+  EXPECT_HAS(failed.message(), "UCX_TLS=tcp");
+  EXPECT_LT(Clock::now() - killed, 10s) << "took too long to notice: " << failed.ToString();
+  // Once failed, it stays failed (the next write does not pretend success).
+  auto again = (*remote)->submit(0, 0, bytes, 2, Deadline::After(1s));
+  EXPECT_FALSE(again.ok());
+}
+
+// A trainer killed in the middle of its writes must not take the engine
+// down: the engine's worker still owes it acknowledgements, whose failure
+// UCX may treat as fatal. The engine process must outlive it and exit
+// cleanly when told to.
+// Catches: a target whose worker aborts the engine process when a peer dies
+// mid-write (UCX's "Fatal: unexpected error" on an internal request).
+TEST(UcxTransport, TrainerKilledMidWriteLeavesTheEngineRunning) {
+  SKIP_WITHOUT_UCX();
+  ScopedUcxTls tls("tcp");
+  constexpr std::uint64_t kSlotBytes = 8 << 20;
+  ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
+  const std::string descriptor = ReceiveString(engine.from_child());
+  ASSERT_EQ(descriptor.rfind("ucx:", 0), 0u);
+  ChildProcess trainer([&](int up, int) {
+    auto ct = make_transport("ucx");
+    if (!ct.ok()) return 2;
+    auto remote = (*ct)->open_target(descriptor, nullptr);
+    if (!remote.ok()) return 3;
+    std::vector<std::byte> src(kSlotBytes, std::byte{7});
+    for (int i = 0;; ++i) {
+      auto ticket = (*remote)->submit(i % 2, 0, src, 1, Deadline::After(60s));
+      if (!ticket.ok()) return 4;
+      if (i == 4) {
+        char started = 1;
+        if (!WriteAll(up, &started, 1)) return 5;
+      }
+      for (int k = 0; k < 8; ++k) (void)(*remote)->poll(*ticket);  // leave most writes in flight
+    }
+  });
+  char started = 0;
+  ASSERT_TRUE(ReadAll(trainer.from_child(), &started, 1)) << "the trainer process failed";
+  trainer.Kill();
+  std::this_thread::sleep_for(3s);  // the engine's worker notices the dead peer
+  char bye = 0;
+  ASSERT_TRUE(WriteAll(engine.to_child(), &bye, 1)) << "the engine process died with the trainer";
+  EXPECT_EQ(engine.Wait(), 0) << "the engine process did not exit cleanly after its trainer was killed";
+}
+
+// Catches: an open_target that returns before the endpoint is wired up (the
+// first write of the first refit would then fail instead of setup), and an
+// error that does not name the peer.
+TEST(UcxTransport, UnreachableEngineFailsAtOpenNamingIt) {
+  SKIP_WITHOUT_UCX();
+  ScopedUcxTls tls("tcp");
+  ChildProcess engine([&](int up, int down) {
+    ::close(down);  // exit at once after sending the descriptor
+    return HostPool(up, -1, 2, 4096);
+  });
+  const std::string descriptor = ReceiveString(engine.from_child());
+  ASSERT_EQ(descriptor.rfind("ucx:", 0), 0u);
+  ASSERT_EQ(engine.Wait(), 0);  // its worker is gone
+  auto t = make_transport("ucx");
+  ASSERT_TRUE(t.ok());
+  NamingLink link("engine rank 3 at 10.1.2.3:4567");
+  const auto start = Clock::now();
+  auto remote = (*t)->open_target(descriptor, link.link.get());
+  ASSERT_FALSE(remote.ok()) << "opened a target whose process has exited";
+  EXPECT_EQ(remote.status().code(), StatusCode::kUnavailable) << remote.status().ToString();
+  EXPECT_HAS(remote.status().message(), "engine rank 3 at 10.1.2.3:4567");
+  EXPECT_LT(Clock::now() - start, kUcxConnectTimeout + 5s);
+}
+
+// Direct mode: writes into EXISTING memory registered by expose_memory land
+// at the right addresses, bit-exact, and nothing outside the exposed range
+// is touched. Over tcp and over shared memory.
+// Catches: a descriptor addr that is not the exposed base (writes land
+// elsewhere or fail), a registration of the wrong length (the last bytes
+// refused), and an offset computed per slot instead of from the base.
+class UcxExpose : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(UcxExpose, WritesFromAnotherProcessLandInTheExposedRange) {
+  SKIP_WITHOUT_UCX();
+  ScopedUcxTls tls(GetParam());
+  constexpr std::uint64_t kBytes = (1 << 20) + 13, kGuard = 4096;
+  std::vector<std::byte> arena(kBytes + 2 * kGuard, std::byte{0x5A});
+  std::byte* base = arena.data() + kGuard;
+  auto t = make_transport("ucx");
+  ASSERT_TRUE(t.ok());
+  auto exposed = (*t)->expose_memory(base, kBytes, MemoryKind::kHost, -1);
+  ASSERT_TRUE(exposed.ok()) << exposed.status().ToString();
+  EXPECT_EQ((*exposed)->slots(), 1);
+  EXPECT_EQ((*exposed)->slot_bytes(), kBytes);
+  EXPECT_EQ((*exposed)->slot(0), base);
+  const std::string descriptor = (*exposed)->descriptor();
+
+  struct Write {
+    std::uint64_t offset, bytes;
+  };
+  const std::vector<Write> writes = {{0, 1000}, {kBytes - 77, 77}, {4097, 300000}, {777777, 3}};
+  auto byte_of = [](std::uint64_t pos) { return static_cast<std::byte>((pos * 131 + 7) % 251); };
+  ChildProcess trainer([&](int up, int) {
+    auto ct = make_transport("ucx");
+    if (!ct.ok()) return 2;
+    auto remote = (*ct)->open_target(descriptor, nullptr);
+    if (!remote.ok()) {
+      std::fprintf(stderr, "child: %s\n", remote.status().ToString().c_str());
+      return 3;
+    }
+    if ((*remote)->mapped_slot(0) != nullptr) return 4;  // ucx never maps
+    for (const Write& w : writes) {
+      std::vector<std::byte> src(w.bytes);
+      for (std::uint64_t i = 0; i < w.bytes; ++i) src[i] = byte_of(w.offset + i);
+      Status s = WriteAndWait(**remote, 0, w.offset, src, Deadline::After(20s));
+      if (!s.ok()) {
+        std::fprintf(stderr, "child: %s\n", s.ToString().c_str());
+        return 5;
+      }
+    }
+    // One past the end is refused.
+    std::vector<std::byte> one(1);
+    if ((*remote)->submit(0, kBytes, one, 1, Deadline::After(1s)).ok()) return 6;
+    char done = 1;
+    return WriteAll(up, &done, 1) ? 0 : 7;
+  });
+  char done = 0;
+  ASSERT_TRUE(ReadAll(trainer.from_child(), &done, 1)) << "the trainer process failed (see its stderr)";
+  // poll returned true in the child: the bytes are here now.
+  std::vector<std::byte> want(kBytes, std::byte{0x5A});
+  for (const Write& w : writes) {
+    for (std::uint64_t i = 0; i < w.bytes; ++i) want[w.offset + i] = byte_of(w.offset + i);
+  }
+  for (std::uint64_t i = 0; i < kBytes; ++i) {
+    ASSERT_EQ(base[i], want[i]) << "exposed byte " << i << " differs";
+  }
+  for (std::uint64_t i = 0; i < kGuard; ++i) {
+    ASSERT_EQ(arena[i], std::byte{0x5A}) << "guard byte before the range was written";
+    ASSERT_EQ(arena[kGuard + kBytes + i], std::byte{0x5A}) << "guard byte after the range was written";
+  }
+  EXPECT_EQ(trainer.Wait(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, UcxExpose, ::testing::Values("tcp", "sm"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// The completion contract: once poll returned true, every byte is in the
+// target's memory, with nothing more for the target to do. A 32 MiB write
+// over tcp is still partly in socket buffers (and in the target's receive
+// path) when UCX reports the put complete locally; the engine checks the
+// slot the moment the trainer says so, as it does on kLanded.
+// Catches: poll returning true on local completion of the put, without the
+// endpoint flush (remote completion).
+TEST(UcxTransport, LargeWriteIsInTheTargetsMemoryWhenPollReturnsTrue) {
+  SKIP_WITHOUT_UCX();
+  ScopedUcxTls tls("tcp");
+  constexpr std::uint64_t kSlotBytes = 32 << 20;
+  constexpr int kRounds = 3;
+  auto t = make_transport("ucx");
+  ASSERT_TRUE(t.ok());
+  PoolOptions o;
+  o.slots = 1;
+  o.slot_bytes = kSlotBytes;
+  auto target = (*t)->create_target(o);
+  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  std::memset((*target)->slot(0), 0, kSlotBytes);
+  const std::string descriptor = (*target)->descriptor();
+  ChildProcess trainer([&](int up, int down) {
+    auto ct = make_transport("ucx");
+    if (!ct.ok()) return 2;
+    auto remote = (*ct)->open_target(descriptor, nullptr);
+    if (!remote.ok()) return 3;
+    for (int round = 1; round <= kRounds; ++round) {
+      std::vector<std::byte> src(kSlotBytes, static_cast<std::byte>(round));
+      if (!WriteAndWait(**remote, 0, 0, src, Deadline::After(60s)).ok()) return 4;
+      char r = static_cast<char>(round);
+      if (!WriteAll(up, &r, 1) || !ReadAll(down, &r, 1)) return 5;  // "landed", then wait for the check
+    }
+    return 0;
+  });
+  for (int round = 1; round <= kRounds; ++round) {
+    char r = 0;
+    ASSERT_TRUE(ReadAll(trainer.from_child(), &r, 1)) << "the trainer process failed";
+    const std::byte* slot = (*target)->slot(0);
+    // Last bytes first: they are the ones still in flight without a flush.
+    for (std::uint64_t i = kSlotBytes; i-- > 0;) {
+      ASSERT_EQ(slot[i], static_cast<std::byte>(round)) << "round " << round << ": byte " << i << " not there yet";
+    }
+    ASSERT_TRUE(WriteAll(trainer.to_child(), &r, 1));
+  }
+  EXPECT_EQ(trainer.Wait(), 0);
+}
+
+// Catches: capabilities that send the runtime down the wrong path: a
+// mapped_slot the trainer would pack into (one_sided), direct mode refused,
+// or device memory claimed by a UCX build that cannot register it.
+TEST(UcxTransport, CapabilitiesMatchWhatItDoes) {
+  SKIP_WITHOUT_UCX();
+  auto t = make_transport("ucx");
+  ASSERT_TRUE(t.ok());
+  const TransportCapabilities c = (*t)->capabilities();
+  EXPECT_FALSE(c.one_sided);
+  EXPECT_TRUE(c.remote_write);
+  EXPECT_TRUE(c.cross_host);
+  EXPECT_TRUE(c.host_memory);
+  EXPECT_TRUE(c.direct);
+  PoolOptions o;
+  o.slots = 2;
+  o.slot_bytes = 4096;
+  o.owner = "engine rank 5";
+  o.memory = MemoryKind::kCuda;
+  o.device = 0;
+  auto cuda = (*t)->create_target(o);
+  if (!c.device_memory) {
+    ASSERT_FALSE(cuda.ok());
+    EXPECT_EQ(cuda.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_HAS(cuda.status().message(), "does not support CUDA memory");
+    EXPECT_HAS(cuda.status().message(), "engine rank 5");
+  }
+}
+
+#if REFIT_HAVE_UCX
+// Catches: UcxOptions ignored (the environment's UCX_TLS used instead), and
+// the environment ignored when no option is set.
+TEST(UcxTransport, OptionsOverrideTheEnvironmentWhichIsOtherwiseRespected) {
+  PoolOptions o;
+  o.slots = 2;
+  o.slot_bytes = 4096;
+  {
+    ScopedUcxTls tls("tcp");
+    UcxOptions options;
+    options.tls = "no_such_transport";
+    auto target = make_ucx_transport_with(options)->create_target(o);
+    ASSERT_FALSE(target.ok()) << "UCX_TLS=no_such_transport from the options was not applied";
+    EXPECT_HAS(target.status().message(), "UCX_TLS=no_such_transport");
+    auto from_env = make_ucx_transport()->create_target(o);
+    EXPECT_TRUE(from_env.ok()) << from_env.status().ToString();
+  }
+  {
+    ScopedUcxTls tls("no_such_transport");
+    auto target = make_ucx_transport()->create_target(o);
+    ASSERT_FALSE(target.ok()) << "UCX_TLS=no_such_transport from the environment was not respected";
+    EXPECT_HAS(target.status().message(), "UCX_TLS=no_such_transport");
+  }
+}
+#endif
+
+// Catches: a destructor that waits forever for writes that never complete,
+// or crashes on outstanding requests (a trainer torn down mid-refit).
+TEST(UcxTransport, DestroyingARemoteWithWritesInFlightIsClean) {
+  SKIP_WITHOUT_UCX();
+  ScopedUcxTls tls("tcp");
+  constexpr std::uint64_t kSlotBytes = 8 << 20;
+  ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
+  const std::string descriptor = ReceiveString(engine.from_child());
+  ASSERT_EQ(descriptor.rfind("ucx:", 0), 0u);
+  auto t = make_transport("ucx");
+  ASSERT_TRUE(t.ok());
+  auto remote = (*t)->open_target(descriptor, nullptr);
+  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+  std::vector<std::byte> bytes(kSlotBytes, std::byte{1});
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE((*remote)->submit(i % 2, 0, bytes, 1, Deadline::After(1s)).ok());
+  const auto start = Clock::now();
+  remote->reset();
+  EXPECT_LT(Clock::now() - start, 12s);
+  char byte = 0;
+  ASSERT_TRUE(WriteAll(engine.to_child(), &byte, 1));
+  EXPECT_EQ(engine.Wait(), 0);
+}
+
+}  // namespace
+}  // namespace refit

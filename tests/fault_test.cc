@@ -1,0 +1,503 @@
+// Fault tests (issue 4): hostile or broken input on the control plane and
+// the data plane, a wrong secret, a second coordinator on the same port, a
+// full /dev/shm. Each fault ends in a clear error naming what was wrong; no
+// process is left running and nothing is left in /dev/shm. Where the fault
+// only touches an intruder, the real job must still complete and verify.
+// (Kill -9 of each role, a stalled peer and a lost coordinator are in
+// failure_test.cc.) Each test names the mutation it catches.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "control/auth.h"
+#include "control/control_message.h"
+#include "job.h"
+#include "refit/link.h"
+
+namespace refit {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::JobSpec;
+using testing::ProcessGroup;
+using testing::start_job;
+
+#define EXPECT_HAS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "expected \"" << (needle) << "\" in:\n" << (haystack)
+
+// ---- helpers ---------------------------------------------------------------
+
+std::string CoordinatorAddress(const ProcessGroup& group) {
+  std::string port = testing::read_file(group.dir() + "/port");
+  port.erase(port.find_last_not_of("\n") + 1);
+  return "127.0.0.1:" + port;
+}
+
+// Writes a secret file (mode 0600) into the group's folder.
+std::string SecretFile(const ProcessGroup& group, const std::string& name, const std::string& secret) {
+  std::string path = group.dir() + "/" + name;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(::write(fd, secret.data(), secret.size()), static_cast<ssize_t>(secret.size()));
+  ::close(fd);
+  return path;
+}
+
+// Gives the coordinator and every rank of `spec` the secret file.
+void WithSecret(JobSpec& spec, const std::string& path) {
+  spec.coordinator_args.insert(spec.coordinator_args.end(), {"--secret-file", path});
+  for (int e = 0; e < spec.engine_ranks; ++e) {
+    auto& x = spec.extra["engine rank " + std::to_string(e)];
+    x.insert(x.end(), {"--secret-file", path});
+  }
+  for (int t = 0; t < spec.trainer_ranks; ++t) {
+    auto& x = spec.extra["trainer rank " + std::to_string(t)];
+    x.insert(x.end(), {"--secret-file", path});
+  }
+}
+
+// Every process exited (none left) and left nothing in /dev/shm.
+void ExpectNoLeftovers(ProcessGroup& group, const std::vector<pid_t>& pids) {
+  ASSERT_TRUE(group.wait_all(60)) << "processes left running:\n" << group.all_stderr();
+  for (pid_t pid : pids) EXPECT_TRUE(testing::shm_segments_of(pid).empty()) << "shm left by pid " << pid;
+}
+
+std::vector<pid_t> Pids(const ProcessGroup& group) {
+  std::vector<pid_t> pids;
+  for (const auto& n : group.names()) pids.push_back(group.proc(n).pid);
+  return pids;
+}
+
+// The job committed `refits` refits and verified every byte.
+void ExpectJobVerified(const ProcessGroup& group, int refits) {
+  for (const auto& name : group.names()) {
+    if (name.rfind("intruder", 0) == 0) continue;
+    EXPECT_EQ(group.exit_code(name), 0) << name << "\n" << group.all_stderr();
+  }
+  auto report = nlohmann::json::parse(group.report(), nullptr, false);
+  ASSERT_TRUE(report.is_object()) << group.report();
+  EXPECT_TRUE(report.value("verified", false)) << report.dump();
+  EXPECT_EQ(report["refits"].size(), static_cast<std::size_t>(refits)) << report.dump();
+}
+
+// A connection to the coordinator made by the test itself.
+std::unique_ptr<Link> Dial(const std::string& address) {
+  auto link = Link::Connect(address, "the coordinator", Deadline::After(5s));
+  EXPECT_TRUE(link.ok()) << link.status().ToString();
+  return link.ok() ? std::move(*link) : nullptr;
+}
+
+// A frame header in the documented wire layout (link.h), written by hand.
+std::string WireHeader(std::uint32_t magic, std::uint16_t type, std::uint64_t payload) {
+  std::string out;
+  auto put = [&](std::uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+  };
+  put(magic, 4);
+  put(type, 2);
+  put(0, 2);
+  for (int i = 0; i < 4; ++i) put(0, 8);
+  put(payload, 8);
+  return out;
+}
+
+void SendRaw(Link& link, const std::string& bytes) {
+  ASSERT_TRUE(link.send_bytes(std::as_bytes(std::span(bytes.data(), bytes.size())), Deadline::After(5s)).ok());
+}
+
+// What the coordinator answered before closing: the "error" message's text,
+// or "" when it closed without one.
+std::string RefusalOf(Link& link) {
+  for (;;) {
+    auto m = recv_control(link, Deadline::After(10s));
+    if (!m.ok()) return "";
+    if ((*m)["type"] == "error") return status_from_json((*m)["error"]).message();
+  }
+}
+
+// A stray client: what it does after connecting, and what the coordinator
+// must log about it.
+struct Stray {
+  std::string what;
+  std::function<void(Link&)> act;  // may authenticate (no secret) first
+  std::string logged;              // in the coordinator's log
+  std::string told;                // in the refusal sent to it ("" : none expected)
+};
+
+void Authenticate(Link& link) {
+  Status s = authenticate_as_client(link, Secret(), kControlAuthContext, Deadline::After(5s));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+}
+
+std::vector<Stray> Strays() {
+  const std::string join_text = R"({"type":"join","role":"engine","rank":0,"pid":1})";
+  return {
+      {"garbage instead of authenticating", [](Link& l) { SendRaw(l, std::string(64, 'G')); },
+       "bad frame from 127.0.0.1:", ""},
+      {"a truncated frame, then nothing", [](Link& l) { SendRaw(l, WireHeader(0x54494652, 5, 100).substr(0, 20)); },
+       "(got 20 of 48 header bytes)", ""},
+      {"a truncated join after authenticating",
+       [join_text](Link& l) {
+         Authenticate(l);
+         SendRaw(l, WireHeader(0x54494652, 5, join_text.size()) + join_text.substr(0, 10));
+         l.shutdown();
+       },
+       "closed mid-payload", ""},
+      {"a corrupted join after authenticating",
+       [](Link& l) {
+         Authenticate(l);
+         std::string text = R"({"type":"join","role":"engine","rank":)";
+         SendRaw(l, WireHeader(0x54494652, 5, text.size()) + text);
+       },
+       "not a JSON object", "not a JSON object"},
+      {"a join whose rank is a string",
+       [](Link& l) {
+         Authenticate(l);
+         ASSERT_TRUE(send_control(l, Json{{"type", "join"}, {"role", "engine"}, {"rank", "zero"}}, Deadline::After(5s)).ok());
+       },
+       "'join' field 'rank'", "'join' field 'rank'"},
+      {"a join for an absurd rank",
+       [](Link& l) {
+         Authenticate(l);
+         ASSERT_TRUE(send_control(l, Json{{"type", "join"}, {"role", "trainer"}, {"rank", 99}}, Deadline::After(5s)).ok());
+       },
+       "trainer rank 99 is out of range", "trainer rank 99 is out of range"},
+      {"a join for an unknown role",
+       [](Link& l) {
+         Authenticate(l);
+         ASSERT_TRUE(send_control(l, Json{{"type", "join"}, {"role", "spy"}, {"rank", 0}}, Deadline::After(5s)).ok());
+       },
+       "unknown role 'spy'", "unknown role 'spy'"},
+  };
+}
+
+// ---- control plane -----------------------------------------------------------
+
+// Stray connections that break the protocol in every way arrive while the
+// coordinator waits for the ranks. Each is refused with its reason (logged,
+// and told to it where it got that far), and the job, started meanwhile,
+// completes and verifies.
+// Catches: a coordinator that reads a join with no size bound or no
+// validation (the string rank throws; the absurd rank indexes out of range),
+// one that lets a malformed connection abort setup, and one whose setup
+// waits on a stray's half-sent frame (handshakes on the main thread).
+TEST(ControlPlaneFault, MalformedConnectionsDuringSetupAreRefusedAndTheJobCompletes) {
+  ProcessGroup group;
+  JobSpec spec;
+  spec.refits = 5;
+  spec.skip = {"engine rank 0", "engine rank 1", "trainer rank 0", "trainer rank 1"};
+  ASSERT_TRUE(start_job(group, spec));  // the coordinator alone
+  const std::string address = CoordinatorAddress(group);
+  std::vector<std::unique_ptr<Link>> strays;
+  for (const Stray& s : Strays()) {
+    strays.push_back(Dial(address));
+    ASSERT_NE(strays.back(), nullptr);
+    s.act(*strays.back());
+  }
+  // Now the real ranks (same flags as start_job gives them).
+  spec.skip.clear();
+  for (const char* role : {"engine", "trainer"}) {
+    for (int r = 0; r < 2; ++r) {
+      group.spawn(std::string(role) + " rank " + std::to_string(r),
+                  {role, "--coordinator", address, "--rank", std::to_string(r), "--trainer-ranks", "2",
+                   "--engine-ranks", "2", "--model", "tiny", "--bucket-size", "1MiB", "--setup-timeout", "20",
+                   "--timeout", "20"});
+    }
+  }
+  auto strays_list = Strays();
+  for (std::size_t i = 0; i < strays.size(); ++i) {
+    if (!strays_list[i].told.empty()) EXPECT_HAS(RefusalOf(*strays[i]), strays_list[i].told) << strays_list[i].what;
+  }
+  std::vector<pid_t> pids = Pids(group);
+  ASSERT_TRUE(group.wait_all(60)) << group.all_stderr();
+  ExpectJobVerified(group, spec.refits);
+  const std::string log = group.err("coordinator");
+  for (const Stray& s : strays_list) EXPECT_HAS(log, s.logged) << s.what;
+  ExpectNoLeftovers(group, pids);
+}
+
+// The same strays arrive while refits run: refused and logged, and the
+// refits go on (the job verifies every one of them).
+// Catches: a coordinator that reads a latecomer's bytes on its refit loop
+// (the truncated frame would then stall every refit for the handshake
+// timeout, and the slow one below would miss the refit deadline).
+TEST(ControlPlaneFault, MalformedConnectionsDuringRefitsDoNotDisturbThem) {
+  ProcessGroup group;
+  JobSpec spec;
+  spec.refits = 40;
+  spec.refit_timeout_s = 3;  // a refit stalled by a stray for the 5 s handshake timeout would fail
+  ASSERT_TRUE(start_job(group, spec));
+  ASSERT_TRUE(testing::wait_for_setup(group)) << group.all_stderr();
+  const std::string address = CoordinatorAddress(group);
+  std::vector<std::unique_ptr<Link>> strays;
+  auto list = Strays();
+  for (const Stray& s : list) {
+    strays.push_back(Dial(address));
+    ASSERT_NE(strays.back(), nullptr);
+    s.act(*strays.back());
+  }
+  for (std::size_t i = 0; i < strays.size(); ++i) {
+    if (!list[i].told.empty()) EXPECT_HAS(RefusalOf(*strays[i]), list[i].told) << list[i].what;
+  }
+  std::vector<pid_t> pids = Pids(group);
+  ASSERT_TRUE(group.wait_all(120)) << group.all_stderr();
+  ExpectJobVerified(group, spec.refits);
+  // Truncated strays are still mid-handshake when the job ends: only the
+  // complete refusals are logged for sure.
+  const std::string log = group.err("coordinator");
+  for (const Stray& s : list) {
+    if (!s.told.empty()) EXPECT_HAS(log, s.logged) << s.what;
+  }
+  EXPECT_HAS(log, "bad frame from 127.0.0.1:");
+  ExpectNoLeftovers(group, pids);
+}
+
+// Catches: a coordinator that listens on a non-loopback address with no
+// secret (anyone on the network could join and replace the weights).
+TEST(ControlPlaneFault, NonLoopbackListenWithoutASecretIsRefused) {
+  auto r = testing::run_refit({"coordinator", "--listen", "0.0.0.0:0", "--setup-timeout", "5"}, 30);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_HAS(r.err, "refusing to listen on 0.0.0.0:0 without a secret");
+  EXPECT_HAS(r.err, "--secret-file");
+}
+
+// Catches: a second coordinator that silently shares the port (SO_REUSEPORT)
+// or fails with an error that does not name the address; and a first
+// coordinator disturbed by the attempt.
+TEST(ControlPlaneFault, SecondCoordinatorOnTheSamePortFailsNamingIt) {
+  ProcessGroup group;
+  JobSpec spec;
+  spec.refits = 5;
+  ASSERT_TRUE(start_job(group, spec));
+  const std::string address = CoordinatorAddress(group);
+  group.spawn("intruder coordinator", {"coordinator", "--listen", address, "--trainer-ranks", "2", "--engine-ranks",
+                                       "2", "--setup-timeout", "5"});
+  ASSERT_TRUE(group.wait_one("intruder coordinator", 30));
+  EXPECT_EQ(group.exit_code("intruder coordinator"), 1);
+  const std::string err = group.err("intruder coordinator");
+  EXPECT_HAS(err, "cannot listen on " + address);
+  EXPECT_HAS(err, "Address already in use");
+  std::vector<pid_t> pids = Pids(group);
+  ASSERT_TRUE(group.wait_all(60)) << group.all_stderr();
+  ExpectJobVerified(group, spec.refits);
+  ExpectNoLeftovers(group, pids);
+}
+
+// ---- secrets -----------------------------------------------------------------
+
+// The job authenticates with one secret; intruders come with another
+// secret and with none, during the refits. Both are refused, each is told
+// why and the coordinator logs it; the job completes.
+// Catches: a coordinator that accepts a wrong MAC or a peer without one,
+// and ranks that ignore --secret-file.
+TEST(SecretFault, WrongOrMissingSecretIsRefusedNamingWhyAndTheJobCompletes) {
+  ProcessGroup group;
+  JobSpec spec;
+  spec.refits = 30;
+  const std::string good = SecretFile(group, "good-secret", "the-good-secret-0123456789");
+  const std::string bad = SecretFile(group, "bad-secret", "a-wrong-secret-9876543210");
+  WithSecret(spec, good);
+  ASSERT_TRUE(start_job(group, spec));
+  ASSERT_TRUE(testing::wait_for_setup(group)) << group.all_stderr();
+  const std::string address = CoordinatorAddress(group);
+  const std::vector<std::string> rank = {"engine", "--coordinator", address, "--rank", "1", "--trainer-ranks", "2",
+                                         "--engine-ranks", "2", "--bucket-size", "1MiB", "--setup-timeout", "10"};
+  auto with = [&](std::vector<std::string> args, std::vector<std::string> more) {
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  group.spawn("intruder wrong secret", with(rank, {"--secret-file", bad}));
+  group.spawn("intruder no secret", rank);
+  std::vector<pid_t> pids = Pids(group);
+  ASSERT_TRUE(group.wait_all(90)) << group.all_stderr();
+  ExpectJobVerified(group, spec.refits);
+  EXPECT_NE(group.exit_code("intruder wrong secret"), 0);
+  EXPECT_HAS(group.err("intruder wrong secret"), "refused this side's authentication: wrong secret");
+  EXPECT_NE(group.exit_code("intruder no secret"), 0);
+  EXPECT_HAS(group.err("intruder no secret"), "requires authentication, but this side has no secret");
+  const std::string log = group.err("coordinator");
+  EXPECT_HAS(log, "wrong secret: the response's MAC does not match");
+  EXPECT_HAS(log, "the peer has no secret");
+  ExpectNoLeftovers(group, pids);
+}
+
+// A coordinator without the secret (a fake one on the ranks' address) is
+// refused by every rank that has one: they exit naming it, before they
+// send anything.
+// Catches: ranks that trust a coordinator that does not authenticate.
+TEST(SecretFault, RanksRefuseACoordinatorWithoutTheSecret) {
+  ProcessGroup group;
+  JobSpec spec;
+  spec.setup_timeout_s = 5;
+  const std::string good = SecretFile(group, "good-secret", "the-good-secret-0123456789");
+  WithSecret(spec, good);
+  spec.coordinator_args.clear();  // the coordinator has no secret
+  ASSERT_TRUE(start_job(group, spec));
+  std::vector<pid_t> pids = Pids(group);
+  ASSERT_TRUE(group.wait_all(60)) << group.all_stderr();
+  for (const auto& name : group.names()) {
+    EXPECT_NE(group.exit_code(name), 0) << name;
+    if (name == "coordinator") continue;
+    EXPECT_HAS(group.err(name), "does not authenticate (it has no secret) but this side has one");
+  }
+  EXPECT_HAS(group.err("coordinator"), "refused to authenticate");
+  ExpectNoLeftovers(group, pids);
+}
+
+// ---- data plane --------------------------------------------------------------
+
+// TCP ports `pid` listens on (its sockets in LISTEN state, from /proc).
+std::vector<int> ListeningPorts(pid_t pid) {
+  std::set<std::string> inodes;
+  const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
+  if (DIR* dir = ::opendir(fd_dir.c_str())) {
+    while (dirent* e = ::readdir(dir)) {
+      char target[256];
+      ssize_t n = ::readlink((fd_dir + "/" + e->d_name).c_str(), target, sizeof target - 1);
+      if (n <= 0) continue;
+      target[n] = '\0';
+      std::string t = target;
+      if (t.rfind("socket:[", 0) == 0) inodes.insert(t.substr(8, t.size() - 9));
+    }
+    ::closedir(dir);
+  }
+  std::vector<int> ports;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+      if (state != "0A" || !inodes.count(inode)) continue;  // 0A: LISTEN
+      ports.push_back(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
+    }
+  }
+  return ports;
+}
+
+struct DataFault {
+  std::string name;
+  std::string bytes;     // what the intruder sends on the engine's data port
+  std::string expected;  // in engine rank 0's error
+};
+
+class DataPlaneFault : public ::testing::TestWithParam<DataFault> {};
+
+// A stranger reaches engine rank 0's data port before its trainers and
+// sends a corrupted or a truncated frame. The engine fails setup with an
+// error naming the peer and what was wrong, every process of the job exits
+// non-zero with it, nothing is committed, nothing is left in /dev/shm.
+// (Until data links authenticate, a stranger on the data port fails setup;
+// with data-plane authentication it will be refused instead.)
+// Catches: an engine that reads a frame's fields before checking its magic
+// and type, or waits forever for a truncated header (no deadline).
+TEST_P(DataPlaneFault, FailsSetupNamingThePeer) {
+  const DataFault& fault = GetParam();
+  ProcessGroup group;
+  JobSpec spec;
+  spec.setup_timeout_s = 10;
+  spec.skip = {"trainer rank 0", "trainer rank 1"};
+  ASSERT_TRUE(start_job(group, spec));
+  // Engine rank 0 listens for data before it joins.
+  std::vector<int> ports;
+  for (int i = 0; i < 500 && ports.empty(); ++i) {
+    ports = ListeningPorts(group.proc("engine rank 0").pid);
+    if (ports.empty()) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(ports.size(), 1u) << "engine rank 0's data port not found";
+  auto stranger = Link::Connect("127.0.0.1:" + std::to_string(ports[0]), "engine rank 0", Deadline::After(5s));
+  ASSERT_TRUE(stranger.ok()) << stranger.status().ToString();
+  SendRaw(**stranger, fault.bytes);
+  (*stranger)->shutdown();
+  // Now the trainers: their connections queue behind the stranger's.
+  const std::string address = CoordinatorAddress(group);
+  for (int t = 0; t < 2; ++t) {
+    group.spawn("trainer rank " + std::to_string(t),
+                {"trainer", "--coordinator", address, "--rank", std::to_string(t), "--trainer-ranks", "2",
+                 "--engine-ranks", "2", "--model", "tiny", "--bucket-size", "1MiB", "--setup-timeout", "10",
+                 "--timeout", "20"});
+  }
+  std::vector<pid_t> pids = Pids(group);
+  ASSERT_TRUE(group.wait_all(60)) << group.all_stderr();
+  for (const auto& name : group.names()) EXPECT_NE(group.exit_code(name), 0) << name << "\n" << group.all_stderr();
+  EXPECT_HAS(group.err("engine rank 0"), fault.expected);
+  EXPECT_HAS(group.err("engine rank 0"), "127.0.0.1:");
+  EXPECT_HAS(group.err("coordinator"), "engine rank 0");
+  auto report = nlohmann::json::parse(group.report(), nullptr, false);
+  ASSERT_TRUE(report.is_object());
+  EXPECT_TRUE(report["refits"].empty());
+  ExpectNoLeftovers(group, pids);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Frames, DataPlaneFault,
+    ::testing::Values(DataFault{"corrupted", std::string(48, 'Z'), "magic 0x5a5a5a5a"},
+                      DataFault{"truncated", WireHeader(0x54494652, 1, 0).substr(0, 30), "(got 30 of 48 header bytes)"},
+                      DataFault{"wrong_type", WireHeader(0x54494652, 3, 0), "not a hello"}),
+    [](const auto& info) { return info.param.name; });
+
+// ---- /dev/shm ----------------------------------------------------------------
+
+// Engine rank 0 runs in a private mount namespace whose /dev/shm is a 1 MiB
+// tmpfs; its receive pool (2 slots of 1 MiB) cannot fit. It fails at setup
+// with kResourceExhausted naming the pool size and /dev/shm (not a SIGBUS
+// mid-refit), every process of the job exits non-zero, nothing is left.
+// Needs root (mount namespaces); skipped otherwise.
+// Catches: a pool whose pages are not allocated up front (the job would
+// start and die of SIGBUS at the first write), and an error without the size.
+TEST(ShmFault, FullDevShmFailsSetupNamingThePoolAndDevShm) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for a private mount namespace (unshare -m)";
+  if (::access("/usr/bin/unshare", X_OK) != 0) GTEST_SKIP() << "needs /usr/bin/unshare (util-linux)";
+  ProcessGroup group;
+  JobSpec spec;
+  spec.setup_timeout_s = 10;
+  spec.skip = {"engine rank 0"};
+  ASSERT_TRUE(start_job(group, spec));
+  const char* binary = std::getenv("REFIT_BINARY");
+  const std::string refit = binary != nullptr && *binary ? binary : REFIT_BINARY;
+  const std::string command = "mount -t tmpfs -o size=1M tmpfs /dev/shm && exec " + refit +
+                              " engine --coordinator " + CoordinatorAddress(group) +
+                              " --rank 0 --trainer-ranks 2 --engine-ranks 2 --model tiny --bucket-size 1MiB"
+                              " --setup-timeout 10 --timeout 20";
+  const std::string err_path = group.dir() + "/engine0-ns.err";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(err, 2);
+    ::dup2(err, 1);
+    ::execl("/usr/bin/unshare", "unshare", "-m", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  int st = 0;
+  auto until = std::chrono::steady_clock::now() + 60s;
+  while (::waitpid(pid, &st, WNOHANG) == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+  std::vector<pid_t> pids = Pids(group);
+  ASSERT_TRUE(group.wait_all(60)) << group.all_stderr();
+  const std::string err = testing::read_file(err_path);
+  std::remove(err_path.c_str());
+  ASSERT_TRUE(WIFEXITED(st)) << err;
+  EXPECT_NE(WEXITSTATUS(st), 0) << err;
+  EXPECT_HAS(err, "resource_exhausted");
+  EXPECT_HAS(err, "no space in /dev/shm");
+  EXPECT_HAS(err, "2097152 bytes");
+  for (const auto& name : group.names()) EXPECT_NE(group.exit_code(name), 0) << name;
+  pids.push_back(pid);
+  ExpectNoLeftovers(group, pids);
+}
+
+}  // namespace
+}  // namespace refit
