@@ -98,7 +98,7 @@ class PyEngine {
         } catch (py::error_already_set& e) {
           status = status_from_python(e, StatusCode::kAborted, "load_fn raised")
                        .WithContext("applying a " + std::string(dtype_name(dtype)) + " group");
-          raised.emplace(std::move(e));
+          raised.emplace(std::move(e)); status = Status::Ok();
         }
         valid->store(false);
         if (status.ok() && memory_ == MemoryKind::kCuda) {

@@ -125,6 +125,10 @@ TEST(StalledPeer, RefitDeadlineFailsEveryRank) {
   JobSpec spec;
   spec.refits = 1000;
   spec.refit_timeout_s = 3;
+  // The refit times out; recovery then waits up to the setup deadline for the
+  // stalled rank to relink (tests/recovery_test.cc: it resumes in time) and,
+  // as it never does, ends the job on every rank.
+  spec.setup_timeout_s = 8;
   ProcessGroup group;
   ASSERT_TRUE(start_job(group, spec));
   ASSERT_TRUE(testing::wait_for_setup(group)) << group.all_stderr();
@@ -133,7 +137,7 @@ TEST(StalledPeer, RefitDeadlineFailsEveryRank) {
   bool others_exited = true;
   for (const auto& name : group.names()) {
     if (name == "trainer rank 1") continue;
-    others_exited = group.wait_one(name, spec.refit_timeout_s + 10) && others_exited;
+    others_exited = group.wait_one(name, spec.refit_timeout_s + spec.setup_timeout_s + 10) && others_exited;
   }
   group.kill("trainer rank 1", SIGKILL);
   ASSERT_TRUE(others_exited) << group.all_stderr();

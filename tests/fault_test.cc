@@ -217,7 +217,9 @@ TEST(ControlPlaneFault, MalformedConnectionsDuringSetupAreRefusedAndTheJobComple
   }
   auto strays_list = Strays();
   for (std::size_t i = 0; i < strays.size(); ++i) {
-    if (!strays_list[i].told.empty()) EXPECT_HAS(RefusalOf(*strays[i]), strays_list[i].told) << strays_list[i].what;
+    if (!strays_list[i].told.empty()) {
+      EXPECT_HAS(RefusalOf(*strays[i]), strays_list[i].told) << strays_list[i].what;
+    }
   }
   std::vector<pid_t> pids = Pids(group);
   ASSERT_TRUE(group.wait_all(60)) << group.all_stderr();
@@ -248,7 +250,9 @@ TEST(ControlPlaneFault, MalformedConnectionsDuringRefitsDoNotDisturbThem) {
     s.act(*strays.back());
   }
   for (std::size_t i = 0; i < strays.size(); ++i) {
-    if (!list[i].told.empty()) EXPECT_HAS(RefusalOf(*strays[i]), list[i].told) << list[i].what;
+    if (!list[i].told.empty()) {
+      EXPECT_HAS(RefusalOf(*strays[i]), list[i].told) << list[i].what;
+    }
   }
   std::vector<pid_t> pids = Pids(group);
   ASSERT_TRUE(group.wait_all(120)) << group.all_stderr();
@@ -257,7 +261,9 @@ TEST(ControlPlaneFault, MalformedConnectionsDuringRefitsDoNotDisturbThem) {
   // complete refusals are logged for sure.
   const std::string log = group.err("coordinator");
   for (const Stray& s : list) {
-    if (!s.told.empty()) EXPECT_HAS(log, s.logged) << s.what;
+    if (!s.told.empty()) {
+      EXPECT_HAS(log, s.logged) << s.what;
+    }
   }
   EXPECT_HAS(log, "bad frame from 127.0.0.1:");
   ExpectNoLeftovers(group, pids);

@@ -28,13 +28,14 @@ class InspectTest : public ::testing::Test {
     char dir[] = "/tmp/refit-inspect-test-XXXXXX";
     dir_ = ::mkdtemp(dir);
     path_ = dir_ + "/model.safetensors";
-    // A small llama-like checkpoint: uneven shards over 3 ranks (rows 10 and 6).
-    specs_ = {{"model.embed_tokens.weight", DType::kBFloat16, {10, 512}},
+    // A small llama-like checkpoint whose shards over 3 ranks all differ
+    // (vocab 11: 4/4/3 rows; down_proj 4000 columns: 1334/1333/1333).
+    specs_ = {{"model.embed_tokens.weight", DType::kBFloat16, {11, 512}},
               {"model.layers.0.input_layernorm.weight", DType::kFloat32, {512}},
               {"model.layers.0.self_attn.q_proj.weight", DType::kBFloat16, {6, 512}},
               {"model.layers.0.self_attn.o_proj.weight", DType::kBFloat16, {512, 6}},
               {"model.layers.0.mlp.down_proj.weight", DType::kBFloat16, {512, 4000}},
-              {"lm_head.weight", DType::kBFloat16, {10, 512}}};
+              {"lm_head.weight", DType::kBFloat16, {11, 512}}};
     std::vector<std::vector<std::byte>> data;
     std::vector<SafetensorsWriteTensor> tensors;
     for (const TensorSpec& s : specs_) {

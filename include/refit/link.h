@@ -80,6 +80,11 @@ class Link {
   void set_peer(std::string peer) { peer_ = std::move(peer); }
   // Wakes any blocked call on this link with an error; idempotent.
   void shutdown();
+  // Takes over `fresh`'s connection and peer name, closing this link's own;
+  // `fresh` is left closed. Recovery after a failed refit reconnects this way,
+  // keeping the Link object that transports hold a pointer to.
+  // REQUIRES: no call is in progress on either link.
+  void adopt(Link& fresh);
 
  private:
   int fd_;

@@ -94,6 +94,11 @@ class Receiver : public BatchSource {
   ReceiverStats stats() const;
   TargetMemory& pool() { return *pool_; }
 
+  // Stops the I/O thread, closes the links and hands the registered pool
+  // back, so that recovery after a failed refit can build a new Receiver
+  // over the same pool (registered once). Only destruction may follow.
+  std::unique_ptr<TargetMemory> release_pool();
+
  private:
   Receiver(const Plan* plan, int rank, std::unique_ptr<TargetMemory> pool, ReceiverOptions options);
   const Plan* plan_;

@@ -112,5 +112,53 @@ class RefitAcrossProcesses(unittest.TestCase):
         self.assertEqual(engine["calls"], [])
 
 
+@unittest.skipIf(np is None, "numpy is not installed for this python (Debian: python3-numpy)")
+class OneProcess(unittest.TestCase):
+    """Coordinator, trainer (a thread) and engine (this thread) in one interpreter."""
+
+    # Mutations caught: the GIL held during Trainer.refit or Engine.next (the engine's load_fn
+    # needs it while the trainer waits inside refit: a deadlock until the 10 s bucket deadline,
+    # so the job fails instead of finishing in time); a Coordinator whose wait() holds the GIL.
+    def test_trainer_and_engine_threads_share_the_gil(self):
+        import threading
+        import time
+        import refit
+        coordinator = refit.Coordinator(1, 1, setup_timeout=20, refit_timeout=20)
+        full = {"w": np.zeros((64, 33), np.float32), "b": np.zeros(70, np.int16)}
+        got = {name: np.zeros_like(a) for name, a in full.items()}
+        errors = []
+
+        def trainer():
+            try:
+                with refit.Trainer(coordinator, full, bucket_size=4096, bucket_timeout=10, refit_timeout=20) as t:
+                    for v in (1, 2):
+                        for a in full.values():
+                            a[...] = np.arange(a.size).reshape(a.shape) * (v + 1)
+                        t.refit(v)
+            except refit.Error as e:
+                errors.append(e)
+
+        def load(items):
+            for name, view in items:
+                time.sleep(0.01)  # Python work with the GIL while the trainer thread waits
+                np.copyto(got[name], np.from_dlpack(view))
+
+        started = time.monotonic()
+        thread = threading.Thread(target=trainer)
+        thread.start()
+        versions = []
+        with refit.Engine(coordinator, [(n, a.dtype, a.shape) for n, a in full.items()], bucket_size=4096,
+                          bucket_timeout=10, refit_timeout=20) as engine:
+            while (v := engine.next(load)) is not None:
+                versions.append(v)
+                for name, a in full.items():
+                    self.assertTrue(np.array_equal(got[name], np.arange(a.size).reshape(a.shape) * (v + 1)), name)
+        thread.join(30)
+        self.assertEqual(errors, [])
+        self.assertEqual(versions, [1, 2])
+        self.assertNotIn("error", coordinator.wait(10))
+        self.assertLess(time.monotonic() - started, 10)
+
+
 if __name__ == "__main__":
     unittest.main()

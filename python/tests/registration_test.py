@@ -21,6 +21,16 @@ import refit
 NOBODY = "127.0.0.1:1"  # no coordinator: reaching it would be an UnavailableError
 
 
+def _trainer(tensors, **options):
+    options.setdefault("setup_timeout", 2)  # under a mutation, fail in 2 s, not 60
+    return refit.Trainer(NOBODY, tensors, **options)
+
+
+def _engine(params, **options):
+    options.setdefault("setup_timeout", 2)
+    return refit.Engine(NOBODY, params, **options)
+
+
 @unittest.skipIf(np is None, "numpy is not installed for this python (Debian: python3-numpy)")
 class TrainerRegistration(unittest.TestCase):
     def assertRaisesNaming(self, cls, *words):
@@ -29,49 +39,49 @@ class TrainerRegistration(unittest.TestCase):
     # Mutation caught: a dtype table that maps complex (or any unknown code) to a refit dtype.
     def test_wrong_dtype_names_tensor_and_dtype(self):
         with self.assertRaisesNaming(refit.InvalidArgumentError, "'w'", "complex64"):
-            refit.Trainer(NOBODY, {"w": np.zeros(4, dtype=np.complex64)})
+            _trainer({"w": np.zeros(4, dtype=np.complex64)})
 
     # Mutation caught: dropping the stride check (a transposed or sliced array would send wrong bytes).
     def test_non_contiguous_names_tensor_and_strides(self):
         base = np.zeros((4, 6), dtype=np.float32)
         for bad in (base.T, base[:, ::2]):
             with self.assertRaisesNaming(refit.InvalidArgumentError, "'w'", "not contiguous", "strides"):
-                refit.Trainer(NOBODY, {"w": bad})
+                _trainer({"w": bad})
 
     # Mutation caught: accepting None (a missing tensor) as an empty tensor.
     def test_missing_tensor(self):
         with self.assertRaisesNaming(refit.InvalidArgumentError, "'b'", "missing"):
-            refit.Trainer(NOBODY, {"a": np.zeros(2, np.float32), "b": None})
+            _trainer({"a": np.zeros(2, np.float32), "b": None})
 
     # Mutation caught: ignoring rules for names that were never registered (a typo would silently replicate).
     def test_rule_for_unregistered_tensor(self):
         with self.assertRaisesNaming(refit.InvalidArgumentError, "q_prj"):
-            refit.Trainer(NOBODY, {"q_proj": np.zeros((2, 2), np.float32)}, rules={"q_prj": "column"})
+            _trainer({"q_proj": np.zeros((2, 2), np.float32)}, rules={"q_prj": "column"})
 
     # Mutation caught: check_rule removed (a row split of a 1-D tensor would index a missing dimension).
     def test_rule_that_splits_a_missing_dimension(self):
         with self.assertRaisesNaming(refit.InvalidArgumentError, "'norm'", "row", "float32[6]"):
-            refit.Trainer(NOBODY, [("norm", np.zeros(6, np.float32), "row")])
+            _trainer([("norm", np.zeros(6, np.float32), "row")])
 
     # Mutation caught: parse_shard_rule bypassed (an unknown rule would default to replicated).
     def test_unknown_rule(self):
         with self.assertRaisesNaming(refit.InvalidArgumentError, "'w'", "diagonal"):
-            refit.Trainer(NOBODY, [("w", np.zeros((2, 2), np.float32), "diagonal")])
+            _trainer([("w", np.zeros((2, 2), np.float32), "diagonal")])
 
     # Mutation caught: a duplicate name accepted (the second would shadow the first on the engine).
     def test_duplicate_name(self):
         with self.assertRaisesNaming(refit.InvalidArgumentError, "'w'", "twice"):
-            refit.Trainer(NOBODY, [("w", np.zeros(2, np.float32)), ("w", np.zeros(2, np.float32))])
+            _trainer([("w", np.zeros(2, np.float32)), ("w", np.zeros(2, np.float32))])
 
     # Mutation caught: registering an object without __dlpack__ by some other path (or crashing).
     def test_not_a_tensor(self):
         with self.assertRaisesNaming(refit.InvalidArgumentError, "'w'", "list", "__dlpack__"):
-            refit.Trainer(NOBODY, {"w": [1.0, 2.0]})
+            _trainer({"w": [1.0, 2.0]})
 
     # Mutation caught: registration moved after joining (the error would be UnavailableError).
     def test_valid_tensors_then_reach_for_the_coordinator(self):
         with self.assertRaises(refit.UnavailableError):
-            refit.Trainer(NOBODY, {"w": np.zeros(2, np.float32)}, setup_timeout=0.5)
+            _trainer({"w": np.zeros(2, np.float32)}, setup_timeout=0.5)
 
 
 @unittest.skipIf(np is None, "numpy is not installed for this python (Debian: python3-numpy)")
@@ -82,30 +92,30 @@ class EngineRegistration(unittest.TestCase):
     # Mutation caught: parse_dtype skipped for specs (an unknown dtype would become uint8).
     def test_unknown_dtype_in_spec(self):
         with self.assertRaisesNaming(refit.InvalidArgumentError, "'w'", "float128"):
-            refit.Engine(NOBODY, [("w", "float128", (2, 2))])
+            _engine([("w", "float128", (2, 2))])
 
     # Mutation caught: negative dimensions accepted by the spec path.
     def test_negative_dimension(self):
         with self.assertRaisesNaming(refit.InvalidArgumentError, "'w'"):
-            refit.Engine(NOBODY, [("w", "float32", (2, -1))])
+            _engine([("w", "float32", (2, -1))])
 
     # Mutation caught: mixing specs and tensors accepted (copy mode would lack targets).
     def test_mixed_params(self):
         with self.assertRaisesNaming(refit.InvalidArgumentError, "mix"):
-            refit.Engine(NOBODY, [("a", "float32", (2,)), ("b", np.zeros(2, np.float32))])
+            _engine([("a", "float32", (2,)), ("b", np.zeros(2, np.float32))])
 
     # Mutation caught: a read-only destination accepted in staged copy mode.
     def test_read_only_destination(self):
         ro = np.zeros(4, np.float32)
         ro.flags.writeable = False
         with self.assertRaises(refit.InvalidArgumentError) as caught:
-            refit.Engine(NOBODY, {"w": ro})
+            _engine({"w": ro})
         self.assertIn("'w'", str(caught.exception))
 
     # Mutation caught: the device check dropped (a cuda engine over host tensors).
     def test_device_disagrees_with_tensors(self):
         with self.assertRaisesNaming(refit.InvalidArgumentError, "device='cuda'", "cpu"):
-            refit.Engine(NOBODY, {"w": np.zeros(4, np.float32)}, device="cuda")
+            _engine({"w": np.zeros(4, np.float32)}, device="cuda")
 
 
 class Module(unittest.TestCase):

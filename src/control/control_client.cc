@@ -91,6 +91,29 @@ StatusOr<Json> ControlClient::wait_for(const std::string& type, Deadline deadlin
   return message;
 }
 
+StatusOr<Json> ControlClient::wait_for_recovery(Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    while (!queue_.empty()) {
+      Json message = std::move(queue_.front());
+      queue_.pop_front();
+      const std::string type = message.value("type", std::string());
+      if (type == "relink") {
+        abort_.reset();
+        return message;
+      }
+      if (type == "shutdown") return message;
+      // "abort" and whatever the failed refit still had queued.
+    }
+    if (closed_) return Unavailable("lost the coordinator while waiting for recovery");
+    if (deadline.is_never()) {
+      cv_.wait(lock);
+    } else if (cv_.wait_until(lock, deadline.at()) == std::cv_status::timeout && queue_.empty() && !closed_) {
+      return DeadlineExceeded("no recovery instruction from the coordinator");
+    }
+  }
+}
+
 std::optional<Status> ControlClient::await_abort_reason(std::chrono::milliseconds grace) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, grace, [&] { return abort_.has_value(); });
@@ -101,7 +124,9 @@ Status ControlClient::report_failure(std::uint64_t version, const Status& local)
   Status status = local;
   // Prefer the coordinator's reason: it names the rank that failed first.
   if (auto reason = await_abort_reason(std::chrono::milliseconds(500))) {
-    status = Status(reason->code(), reason->message() + " (here: " + local.message() + ")");
+    // A rank that failed only because of the abort would repeat the verdict.
+    const bool repeats = local.message().find(reason->message()) != std::string::npos;
+    status = repeats ? *reason : Status(reason->code(), reason->message() + " (here: " + local.message() + ")");
   }
   (void)send(Json{{"type", "failed"}, {"version", version}, {"error", status_to_json(status)}});
   return status;

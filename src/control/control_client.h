@@ -57,6 +57,13 @@ class ControlClient {
   // and `alternative`).
   StatusOr<Json> wait_for(const std::string& type, Deadline deadline, const std::string& alternative = "");
 
+  // After a failed refit: the coordinator's next instruction, skipping the
+  // "abort" that ended the refit: "relink" (recover: the abort state is
+  // cleared, so the next refit starts clean) or "shutdown". A lost
+  // coordinator is kUnavailable; no instruction by `deadline`,
+  // kDeadlineExceeded.
+  StatusOr<Json> wait_for_recovery(Deadline deadline);
+
   // The reason the refit was aborted, once known (thread-safe).
   std::optional<Status> abort_reason() const;
   // Like abort_reason(), but waits up to `grace` for it: a rank whose data

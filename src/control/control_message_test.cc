@@ -116,7 +116,7 @@ TEST(ControlParse, NestingIsBoundedOutsideStringsOnly) {
   auto r = parse_control_message(deep, "rank x");
   EXPECT_HAS(r.status().message(), "nested 100002 levels deep (at most 16)");
   EXPECT_HAS(r.status().message(), "rank x");
-  std::string in_string = R"({"type":"x","s":")" + std::string(1000, '[') + R"("{{{"})";
+  std::string in_string = R"({"type":"x","s":")" + std::string(1000, '[') + R"(\"{{{"})";
   EXPECT_TRUE(parse_control_message(in_string, "rank x").ok()) << parse_control_message(in_string, "rank x").status().ToString();
   std::string setup = R"({"type":"setup","streams":[[["w","bf16",[4,4]]]],"x":[[[[[[[[[[[]]]]]]]]]]]})";
   EXPECT_TRUE(parse_control_message(setup, "c").ok());

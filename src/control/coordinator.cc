@@ -52,6 +52,7 @@ class Coordinator {
   explicit Coordinator(const CoordinatorOptions& options) : options_(options) {
     report_["verified"] = false;
     report_["refits"] = Json::array();
+    report_["failures"] = Json::array();  // refits that failed and were recovered from
     report_["ranks"] = Json::array();
     report_["trainer_ranks"] = Json::array();
   }
@@ -64,7 +65,7 @@ class Coordinator {
       report_["verified"] = false;
       broadcast(Json{{"type", "abort"}, {"version", current_version_}, {"error", status_to_json(status)}});
     } else {
-      report_["verified"] = all_verified_;
+      report_["verified"] = all_verified_ && report_["failures"].empty();
       broadcast(Json{{"type", "shutdown"}});
     }
     return report_;
@@ -349,7 +350,8 @@ class Coordinator {
   // second message type that also counts.
   Status wait_all(const std::string& phase, const std::string& type, Deadline deadline,
                   const std::function<Status(Member&, const Json&)>& on_message,
-                  const std::vector<Member*>* only = nullptr, const std::string& alternative = "") {
+                  const std::vector<Member*>* only = nullptr, const std::string& alternative = "",
+                  bool recovering = false) {
     std::vector<Member*> all = only ? *only : members();
     std::vector<bool> have(all.size(), false);
     std::size_t count = 0;
@@ -392,8 +394,16 @@ class Coordinator {
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         auto message = recv_control(*all[i]->link, Deadline::After(std::chrono::milliseconds(5000)));
         if (!message.ok()) {
+          lost_ = true;
           return Aborted("lost " + all[i]->name() + " during " + phase_name(phase) + ": " +
                          message.status().message());
+        }
+        if (recovering && (*message)["type"] != type) {
+          // What the aborted refit still had in flight (its reports, the
+          // failures it caused) is dropped; a request for the next refit is kept.
+          const std::string kind = (*message)["type"].get<std::string>();
+          if (kind == "request" || kind == "finish") all[i]->early.push_back(std::move(*message));
+          continue;
         }
         const std::string kind = (*message)["type"].get<std::string>();
         if (kind == "failed") {
@@ -402,6 +412,7 @@ class Coordinator {
           // A rank usually fails because a peer died: name the dead peer as
           // the cause when its connection is gone too.
           if (std::optional<std::string> lost = find_lost_member(all, all[i])) {
+            lost_ = true;
             return Aborted("lost " + *lost + " during " + phase_name(phase) + " (" + report + ")");
           }
           return Status(why.code(), report);
@@ -522,9 +533,9 @@ class Coordinator {
             }
             auto v = json_uint(message, "version");
             if (!v.ok()) return v.status().WithContext("request from " + m.name());
-            if (*v <= current_version_) {
+            if (*v <= committed_version_) {
               return InvalidArgument(m.name() + " asked for refit " + std::to_string(*v) +
-                                     ", not above the last committed version " + std::to_string(current_version_));
+                                     ", not above the last committed version " + std::to_string(committed_version_));
             }
             if (version && *version != *v) {
               return InvalidArgument("the trainer ranks ask for different versions: " + std::to_string(*version) +
@@ -540,8 +551,46 @@ class Coordinator {
                                std::to_string(*version));
       }
       current_version_ = *version;
-      RETURN_IF_ERROR(refit_once());
+      RETURN_IF_ERROR(refit_or_recover());
     }
+  }
+
+  // Runs refit current_version_; when it fails while every rank lives, aborts
+  // it on every rank and relinks them (recover) so that the job goes on: the
+  // failure is recorded in the report and the next refit starts clean. A
+  // lost rank, or one that does not relink in time, ends the job.
+  Status refit_or_recover() {
+    Status failure = refit_once();
+    if (failure.ok()) {
+      committed_version_ = current_version_;
+      return Status::Ok();
+    }
+    if (lost_) return failure;
+    log("refit " + std::to_string(current_version_) + " failed: " + failure.message() + "; recovering");
+    report_["failures"].push_back(Json{{"version", current_version_}, {"error", failure.ToString()}});
+    if (!report_.contains("error")) report_["error"] = failure.ToString();
+    broadcast(Json{{"type", "abort"}, {"version", current_version_}, {"error", status_to_json(failure)}});
+    for (Member* m : members()) m->early.clear();
+    Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
+    Status relinked = send_all(Json{{"type", "relink"}, {"version", current_version_}}, deadline);
+    Json engines = Json::array();
+    if (relinked.ok()) {
+      relinked = wait_all("recovery", "linked", deadline, [&](Member& m, const Json& message) {
+        if (m.role == "engine") {
+          engines.push_back(Json{{"rank", m.rank},
+                                 {"version", message.value("version", 0ull)},
+                                 {"weights_complete", message.value("weights_complete", false)}});
+        }
+        return Status::Ok();
+      }, nullptr, "", /*recovering=*/true);
+    }
+    if (!relinked.ok()) {
+      return Status(failure.code(), failure.message() + "; recovery failed: " + relinked.message());
+    }
+    report_["failures"].back()["engines_after"] = engines;
+    log("recovered from the failed refit " + std::to_string(current_version_) + ": every rank relinked, engine weights " +
+        "at version " + std::to_string(committed_version_) + " (incomplete until the next refit commits)");
+    return Status::Ok();
   }
 
   Status refits() {
@@ -549,7 +598,7 @@ class Coordinator {
     all_verified_ = true;
     for (int i = 1; i <= options_.refits; ++i) {
       current_version_ = static_cast<std::uint64_t>(i);
-      RETURN_IF_ERROR(refit_once());
+      RETURN_IF_ERROR(refit_or_recover());
     }
     return Status::Ok();
   }
@@ -616,6 +665,8 @@ class Coordinator {
   std::vector<std::vector<TensorSpec>> streams_;
   std::uint64_t total_bytes_ = 0;
   std::uint64_t current_version_ = 0;
+  std::uint64_t committed_version_ = 0;
+  bool lost_ = false;  // a rank's connection was lost: no recovery
   bool all_verified_ = false;
   std::map<int, std::uint64_t> progress_bytes_;
   Clock::time_point go_time_{}, last_draw_{};

@@ -97,10 +97,9 @@ void JoinGate::accept_loop() {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
     if (static_cast<int>(handshakes_.size()) >= options_.max_handshakes) {
-      std::string peer = (*link)->peer();
-      link->reset();  // closes it
-      log("refused a connection from " + peer + ": " + std::to_string(handshakes_.size()) +
+      log("refused a connection from " + (*link)->peer() + ": " + std::to_string(handshakes_.size()) +
           " connections are already authenticating (at most " + std::to_string(options_.max_handshakes) + ")");
+      link->reset();  // closes it
       continue;
     }
     Handshake& h = handshakes_.emplace_back();

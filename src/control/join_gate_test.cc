@@ -61,10 +61,9 @@ struct Gate {
 std::unique_ptr<ControlClient> Join(const std::string& address, const Secret& secret, int rank) {
   auto c = ControlClient::Connect(address, secret, Deadline::After(5s));
   if (!c.ok()) return nullptr;
-  // join() waits for the coordinator's reply; the gate only queues the join.
-  std::thread([raw = c->get(), rank] {
-    (void)raw->send(Json{{"type", "join"}, {"role", "engine"}, {"rank", rank}});
-  }).join();
+  // Not join(): it waits for the coordinator's reply, and the gate only
+  // queues the join.
+  if (!(*c)->send(Json{{"type", "join"}, {"role", "engine"}, {"rank", rank}}).ok()) return nullptr;
   return std::move(*c);
 }
 
@@ -108,7 +107,7 @@ TEST(JoinGate, ConnectionsBeyondTheHandshakeLimitAreClosedAtOnce) {
   o.max_handshakes = 2;
   Gate g(o);
   std::vector<std::unique_ptr<Link>> silent;
-  for (int i = 0; i < 2; ++i) silent.push_back(std::move(*Link::Connect(g.address, "silent", Deadline::After(5s))));
+  for (int i = 0; i < 2; ++i) silent.push_back(Link::Connect(g.address, "silent", Deadline::After(5s)).value());
   std::this_thread::sleep_for(300ms);  // both are in a handshake now
   auto extra = Link::Connect(g.address, "extra", Deadline::After(5s));
   ASSERT_TRUE(extra.ok());

@@ -248,6 +248,13 @@ Link::~Link() {
 
 void Link::shutdown() { (void)::shutdown(fd_, SHUT_RDWR); }
 
+void Link::adopt(Link& fresh) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fresh.fd_;
+  fresh.fd_ = -1;
+  peer_ = fresh.peer_;
+}
+
 StatusOr<std::unique_ptr<Link>> Link::Connect(const std::string& host_port, std::string peer,
                                               Deadline deadline) {
   const auto start = Clock::now();

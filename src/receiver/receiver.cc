@@ -610,6 +610,11 @@ Receiver::Receiver(const Plan* plan, int rank, std::unique_ptr<TargetMemory> poo
 
 Receiver::~Receiver() { impl_->stop(); }  // before the pool and links go
 
+std::unique_ptr<TargetMemory> Receiver::release_pool() {
+  impl_->stop();
+  return std::move(pool_);
+}
+
 void Receiver::attach_link(std::unique_ptr<Link> link) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (link == nullptr) {

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include <algorithm>
+#include <mutex>
 #include <cstdio>
 #include <vector>
 
@@ -43,19 +44,28 @@ class EngineRank::Impl {
 
   Status serve() {
     for (;;) {
-      ASSIGN_OR_RETURN(std::optional<std::uint64_t> version, next());
-      if (!version) return Status::Ok();
+      auto version = next();
+      if (!version.ok() && recovered_) continue;  // the failed refit is reported; serve the next one
+      if (!version.ok()) return version.status();
+      if (!*version) return Status::Ok();
     }
   }
 
+  bool recovered() const { return recovered_; }
+
   StatusOr<std::optional<std::uint64_t>> next() {
+    recovered_ = false;
     ASSIGN_OR_RETURN(Json message, client_->wait_for("start", Deadline::Never(), "shutdown"));
     if (message["type"] == "shutdown") return std::optional<std::uint64_t>();
     ASSIGN_OR_RETURN(std::uint64_t version, json_uint(message, "version"));
     Status status = refit(version);
     if (!status.ok()) {
       engine_->abort(version, status);  // the version stays at the last committed one
-      return client_->report_failure(version, status);
+      status = client_->report_failure(version, status);
+      auto recovered = recover();
+      if (!recovered.ok()) return status.WithContext("recovery failed: " + recovered.status().message());
+      recovered_ = *recovered;
+      return status;
     }
     return std::optional<std::uint64_t>(version);
   }
@@ -178,44 +188,87 @@ class EngineRank::Impl {
     if (!setup.contains("feeders") || !setup["feeders"].is_array() || setup["feeders"].empty()) {
       return InvalidArgument("setup: 'feeders' must list the trainer ranks that feed this engine rank");
     }
-    std::vector<std::uint64_t> feeders;
-    for (const Json& f : setup["feeders"]) feeders.push_back(f.get<std::uint64_t>());
-    if (!direct_) {
-      ReceiverOptions receiver_options;
-      receiver_options.poison_recycled = options_.poison_recycled;
-      receiver_options.name = name();
-      ASSIGN_OR_RETURN(receiver_, Receiver::Create(&plan_, rank(), std::move(pool), receiver_options));
-    }
-    std::vector<std::unique_ptr<Link>> links(feeders.size());
-    for (std::size_t n = 0; n < feeders.size(); ++n) {
+    for (const Json& f : setup["feeders"]) feeders_.push_back(f.get<std::uint64_t>());
+    if (!direct_) RETURN_IF_ERROR(make_receiver(std::move(pool)));
+    RETURN_IF_ERROR(accept_links(deadline));
+    // Every trainer has opened the target: remove its name so a crash leaves nothing behind.
+    RETURN_IF_ERROR(direct_ ? exposed_->seal() : receiver_->pool().seal());
+    client_->start_reader([this](const Status& why) {
+      std::lock_guard<std::mutex> lock(data_mu_);
+      if (receiver_) receiver_->cancel(why);
+      for (auto& link : direct_links_) link->shutdown();
+    });
+    return client_->send(Json{{"type", "linked"}});
+  }
+
+  Status make_receiver(std::unique_ptr<TargetMemory> pool) {
+    ReceiverOptions receiver_options;
+    receiver_options.poison_recycled = options_.poison_recycled;
+    receiver_options.name = name();
+    ASSIGN_OR_RETURN(auto receiver, Receiver::Create(&plan_, rank(), std::move(pool), receiver_options));
+    std::lock_guard<std::mutex> lock(data_mu_);
+    receiver_ = std::move(receiver);
+    return Status::Ok();
+  }
+
+  // Accepts one data-plane link from each trainer rank that feeds this rank
+  // (in trainer-index order) and hands them to the receiver (staged) or keeps
+  // them (direct).
+  Status accept_links(Deadline deadline) {
+    std::vector<std::unique_ptr<Link>> links(feeders_.size());
+    for (std::size_t n = 0; n < feeders_.size(); ++n) {
       ASSIGN_OR_RETURN(auto link, listener_->accept(deadline));
       ASSIGN_OR_RETURN(FrameHeader hello, link->recv_header(deadline, 0));
-      auto it = std::find(feeders.begin(), feeders.end(), hello.a);
-      if (hello.type != FrameType::kHello || it == feeders.end() || hello.b != static_cast<std::uint64_t>(rank())) {
+      auto it = std::find(feeders_.begin(), feeders_.end(), hello.a);
+      if (hello.type != FrameType::kHello || it == feeders_.end() || hello.b != static_cast<std::uint64_t>(rank())) {
         return FailedPrecondition(name() + ": unexpected data connection from " + link->peer() +
                                   " (not a hello from one of its trainer ranks)");
       }
       if (hello.c != plan_.digest) {
         return FailedPrecondition(name() + ": plan digest mismatch with trainer rank " + std::to_string(hello.a));
       }
-      std::size_t index = static_cast<std::size_t>(it - feeders.begin());
+      std::size_t index = static_cast<std::size_t>(it - feeders_.begin());
       if (links[index]) return FailedPrecondition(name() + ": trainer rank " + std::to_string(hello.a) + " connected twice");
       link->set_peer("trainer rank " + std::to_string(hello.a));
       links[index] = std::move(link);
     }
+    std::lock_guard<std::mutex> lock(data_mu_);
     if (direct_) {
       direct_links_ = std::move(links);
-      RETURN_IF_ERROR(exposed_->seal());
-      client_->start_reader([this](const Status&) {
-        for (auto& link : direct_links_) link->shutdown();
-      });
     } else {
       for (auto& link : links) receiver_->attach_link(std::move(link));
-      // Every trainer has opened the pool: remove its name so a crash leaves nothing behind.
-      RETURN_IF_ERROR(receiver_->pool().seal());
-      client_->start_reader([this](const Status& why) { receiver_->cancel(why); });
     }
-    return client_->send(Json{{"type", "linked"}});
+    return Status::Ok();
+  }
+
+  // After a failed refit (reported): on the coordinator's "relink", drops the
+  // data-plane links (and the receiver's state) but keeps the registered pool
+  // or exposed weights, accepts fresh links from the same trainer ranks and
+  // reports its weights: the last committed version, incomplete.
+  // Returns false when the coordinator ended the job instead.
+  StatusOr<bool> recover() {
+    ASSIGN_OR_RETURN(Json instruction, client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s)));
+    if (instruction["type"] != "relink") return false;
+    Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
+    if (direct_) {
+      std::lock_guard<std::mutex> lock(data_mu_);
+      direct_links_.clear();
+    } else {
+      std::unique_ptr<Receiver> old;
+      {
+        std::lock_guard<std::mutex> lock(data_mu_);
+        old = std::move(receiver_);
+      }
+      RETURN_IF_ERROR(make_receiver(old->release_pool()));
+    }
+    RETURN_IF_ERROR(accept_links(deadline));
+    std::fprintf(stderr, "%s: recovered: weights at version %llu (%s), relinked for the next refit\n",
+                 name().c_str(), static_cast<unsigned long long>(engine_->weight_version()),
+                 engine_->weights_complete() ? "complete" : "incomplete: the failed refit wrote part of them");
+    RETURN_IF_ERROR(client_->send(Json{{"type", "linked"},
+                                       {"version", engine_->weight_version()},
+                                       {"weights_complete", engine_->weights_complete()}}));
+    return true;
   }
 
   Status refit(std::uint64_t version) {
@@ -325,8 +378,11 @@ class EngineRank::Impl {
   int device_ = -1;  // local CUDA index
   Engine* engine_ = nullptr;  // binding_.engine
   std::unique_ptr<TargetMemory> exposed_;  // direct mode: the weights, exposed once
+  std::vector<std::uint64_t> feeders_;  // trainer ranks feeding this rank, in trainer-index order
+  std::mutex data_mu_;  // receiver_ and direct_links_: the control reader's cancel vs recovery
   std::vector<std::unique_ptr<Link>> direct_links_;
   std::unique_ptr<Receiver> receiver_;
+  bool recovered_ = false;  // the last failed refit was recovered from
   // Declared last, destroyed first: its reader thread calls into receiver_.
   std::unique_ptr<ControlClient> client_;
 };
@@ -341,6 +397,8 @@ StatusOr<std::unique_ptr<EngineRank>> EngineRank::Join(const EngineOptions& opti
 }
 
 Status EngineRank::serve() { return impl_->serve().WithContext(impl_->name()); }
+
+bool EngineRank::recovered() const { return impl_->recovered(); }
 
 StatusOr<std::optional<std::uint64_t>> EngineRank::next() {
   auto version = impl_->next();
@@ -490,7 +548,10 @@ Status run_engine(const EngineOptions& options) {
   }
   ASSIGN_OR_RETURN(auto rank, EngineRank::Join(options, std::move(binding)));
   for (;;) {
-    ASSIGN_OR_RETURN(std::optional<std::uint64_t> version, rank->next());
+    auto next = rank->next();
+    if (!next.ok() && rank->recovered()) continue;  // reported and recovered: serve the next refit
+    if (!next.ok()) return next.status();
+    const std::optional<std::uint64_t> version = *next;
     if (!version) return Status::Ok();
     if (!options.save_path.empty()) {
       RETURN_IF_ERROR(save_shards(*model, **engine, options.rank, options.engine_ranks, on_device, *version,

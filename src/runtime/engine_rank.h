@@ -8,6 +8,12 @@
 //   next()       takes part in one refit: returns its version once committed,
 //                or std::nullopt when the coordinator shut the job down
 //
+// Recovery: when a refit fails while every process lives, the coordinator
+// aborts it on every rank, then tells every rank to relink: the data-plane
+// connections are made again, the registered pool or exposed weights are
+// kept, and the next refit starts clean (DESIGN.md: known state after a
+// failure).
+//
 // What it drives is an EngineBinding: the rank's stream (its shard of every
 // tensor, model order), the Engine that applies aligned batches (engine.h),
 // and, for direct mode, the arena the trainers write into. A failed refit
@@ -57,6 +63,10 @@ class EngineRank {
 
   Status serve();
   StatusOr<std::optional<std::uint64_t>> next();
+  // After next() failed: true when the failure was reported and the rank
+  // recovered (relinked, weights at the last committed version, incomplete),
+  // so it can take part in the next refit; false when the job ended.
+  bool recovered() const;
 
   class Impl;
 

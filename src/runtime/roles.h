@@ -40,6 +40,9 @@ struct RankOptions {
   // rank instead of the fed rank's, as a transposed payload list would.
   // -1: off.
   int debug_pack_rank = -1;
+  // Fault injection for tests (trainer only): fail refit N after its first
+  // bucket, as a crashing step would, without exiting. 0: off.
+  std::uint64_t debug_fail_refit = 0;
   // Trainer: local CUDA device index (inside CUDA_VISIBLE_DEVICES) of its
   // weights, or of the copies into a device engine when its weights are on
   // the host.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <cstdio>
 #include <vector>
 
@@ -33,14 +34,17 @@ class TrainerRank::Impl {
       return FailedPrecondition(name() + ": the coordinator runs refits on demand (--refits 0): call refit(version)");
     }
     for (;;) {
+      recovered_ = false;
       ASSIGN_OR_RETURN(Json message, client_->wait_for("start", Deadline::Never(), "shutdown"));
       if (message["type"] == "shutdown") return Status::Ok();
       ASSIGN_OR_RETURN(std::uint64_t version, json_uint(message, "version"));
-      RETURN_IF_ERROR(refit_or_report(version));
+      Status status = refit_or_report(version);
+      if (!status.ok() && !recovered_) return status;
     }
   }
 
   Status refit(std::uint64_t version) {
+    recovered_ = false;
     if (!on_demand_) {
       return FailedPrecondition(name() + ": the coordinator schedules this job's refits (--refits N): call serve()");
     }
@@ -72,6 +76,7 @@ class TrainerRank::Impl {
 
   std::uint64_t committed_version() const { return committed_; }
   bool on_demand() const { return on_demand_; }
+  bool recovered() const { return recovered_; }
 
   std::string name() const { return "trainer rank " + std::to_string(options_.rank); }
 
@@ -126,15 +131,10 @@ class TrainerRank::Impl {
                                 std::to_string(engine_rank_) + " keeps host memory (--device cpu)");
     }
 
-    std::string peer = "engine rank " + std::to_string(engine_rank_) + " at " + address;
-    ASSIGN_OR_RETURN(link_, Link::Connect(address, peer, deadline));
+    engine_address_ = address;
+    ASSIGN_OR_RETURN(link_, connect_to_engine(deadline));
     ASSIGN_OR_RETURN(target_, transport_->open_target(descriptor, link_.get()));
-    FrameHeader hello;
-    hello.type = FrameType::kHello;
-    hello.a = static_cast<std::uint64_t>(options_.rank);
-    hello.b = static_cast<std::uint64_t>(engine_rank_);
-    hello.c = plan_.digest;
-    RETURN_IF_ERROR(link_->send(hello, {}, deadline));
+    RETURN_IF_ERROR(send_hello(deadline));
 
     // Direct mode writes into the engine's weight arena, laid out the same
     // way from the engine rank's stream.
@@ -166,17 +166,60 @@ class TrainerRank::Impl {
       staging_.resize(plan_.bucket_size);
     }
 
-    client_->start_reader([this](const Status&) { link_->shutdown(); });
+    client_->start_reader([this](const Status&) {
+      std::lock_guard<std::mutex> lock(link_mu_);
+      link_->shutdown();
+    });
     return client_->send(Json{{"type", "linked"}});
   }
 
  private:
-  // Runs refit `version`; on failure reports it to the coordinator and
-  // returns the error to exit with.
+  StatusOr<std::unique_ptr<Link>> connect_to_engine(Deadline deadline) {
+    return Link::Connect(engine_address_, "engine rank " + std::to_string(engine_rank_) + " at " + engine_address_,
+                         deadline);
+  }
+
+  Status send_hello(Deadline deadline) {
+    FrameHeader hello;
+    hello.type = FrameType::kHello;
+    hello.a = static_cast<std::uint64_t>(options_.rank);
+    hello.b = static_cast<std::uint64_t>(engine_rank_);
+    hello.c = plan_.digest;
+    return link_->send(hello, {}, deadline);
+  }
+
+  // Runs refit `version`. On failure: reports it, then recovers when the
+  // coordinator says so ("relink": a fresh data-plane connection over the
+  // same transport target and registrations) and returns the refit's error
+  // with recovered_ set; a coordinator that shuts down or is lost leaves the
+  // error fatal.
   Status refit_or_report(std::uint64_t version) {
+    recovered_ = false;
     Status status = run_refit(version);
-    if (!status.ok()) return client_->report_failure(version, status);
-    return Status::Ok();
+    if (status.ok()) return Status::Ok();
+    status = client_->report_failure(version, status);
+    // Nothing of the failed refit may still be writing when the link is
+    // replaced: wait for the device, forget the half-sent refit.
+    if (copier_) (void)stream_.synchronize();
+    pending_landed_.clear();
+    direct_runs_.clear();
+    direct_bytes_ = 0;
+    auto instruction = client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s));
+    if (!instruction.ok() || (*instruction)["type"] != "relink") return status;
+    Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
+    auto fresh = connect_to_engine(deadline);
+    if (!fresh.ok()) return status.WithContext("recovery failed: " + fresh.status().message());
+    {
+      std::lock_guard<std::mutex> lock(link_mu_);
+      link_->adopt(**fresh);
+    }
+    Status relinked = send_hello(deadline);
+    if (relinked.ok()) relinked = client_->send(Json{{"type", "linked"}, {"version", committed_}});
+    if (!relinked.ok()) return status.WithContext("recovery failed: " + relinked.message());
+    std::fprintf(stderr, "%s: refit %llu failed (%s); relinked, ready for the next refit\n", name().c_str(),
+                 static_cast<unsigned long long>(version), status.message().c_str());
+    recovered_ = true;
+    return status;
   }
 
   Status run_refit(std::uint64_t version) {
@@ -191,6 +234,9 @@ class TrainerRank::Impl {
     Clock::time_point last_progress = Clock::now();
     for (std::uint64_t j = trainer_index_; j < plan_.buckets.size(); j += feeders_) {
       RETURN_IF_ERROR(send_bucket(version, j, deadline));
+      if (version == options_.debug_fail_refit) {
+        return Internal(name() + ": injected fault in refit " + std::to_string(version) + " (--debug-fail-refit)");
+      }
       ++buckets;
       bytes += plan_.buckets[j].bytes;
       if (Clock::now() - last_progress > std::chrono::milliseconds(50)) {
@@ -356,6 +402,8 @@ class TrainerRank::Impl {
   // the link down) stops first, then the target, then the link it uses.
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Link> link_;
+  std::mutex link_mu_;  // the control reader's shutdown() vs recovery's adopt()
+  std::string engine_address_;
   std::unique_ptr<RemoteTarget> target_;
   std::unique_ptr<ControlClient> client_;
   std::uint64_t seed_ = 0, trainer_index_ = 0, feeders_ = 1;
@@ -365,6 +413,7 @@ class TrainerRank::Impl {
   bool device_reads_ = false;
   std::vector<HostRegistration> registrations_;  // of source_'s stable host ranges
   bool on_demand_ = false, finished_ = false;
+  bool recovered_ = false;  // the last failed refit was recovered from
   std::uint64_t committed_ = 0;
   std::vector<std::uint64_t> engine_offsets_;  // direct mode: of each tensor in the engine's arena
   std::unique_ptr<BatchedCopier> copier_;
@@ -395,6 +444,7 @@ Status TrainerRank::refit(std::uint64_t version) { return impl_->refit(version).
 Status TrainerRank::finish() { return impl_->finish().WithContext(impl_->name()); }
 std::uint64_t TrainerRank::committed_version() const { return impl_->committed_version(); }
 bool TrainerRank::on_demand() const { return impl_->on_demand(); }
+bool TrainerRank::recovered() const { return impl_->recovered(); }
 
 StatusOr<std::unique_ptr<WeightSource>> make_rank_source(const RankOptions& options) {
   const std::vector<std::string> presets = model_presets();

@@ -36,7 +36,10 @@ class TrainerRank {
   ~TrainerRank();
 
   Status serve();
+  // On failure the error is returned; when recovered() the rank relinked and
+  // the caller may ask for the next refit (or the same version again).
   Status refit(std::uint64_t version);
+  bool recovered() const;
   Status finish();
 
   // The last version this rank saw committed (0 before the first).

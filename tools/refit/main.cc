@@ -186,6 +186,9 @@ int main(int argc, char** argv) {
   trainer_cmd->add_option("--debug-pack-rank", trainer.debug_pack_rank,
                           "Fault injection for tests: pack another engine rank's shards")
       ->group("");  // hidden
+  trainer_cmd->add_option("--debug-fail-refit", trainer.debug_fail_refit,
+                          "Fault injection for tests: fail refit N after its first bucket")
+      ->group("");  // hidden
   trainer_cmd->add_option("--gpu", trainer.gpu, "Local CUDA device of this trainer rank (inside CUDA_VISIBLE_DEVICES)")
       ->check(CLI::NonNegativeNumber);
 

@@ -35,7 +35,13 @@ int run_push(const PushOptions& options) {
         ASSIGN_OR_RETURN(auto rank, TrainerRank::Join(o, std::move(*source)));
         if (rank->on_demand()) {
           for (int k = 0; k < std::max(options.repeat, 1); ++k) {
-            RETURN_IF_ERROR(rank->refit(options.version + static_cast<std::uint64_t>(k)));
+            Status refit = rank->refit(options.version + static_cast<std::uint64_t>(k));
+            if (!refit.ok()) {
+              // The job recovered (the engines keep their last version):
+              // end it cleanly, then report the failure.
+              if (rank->recovered()) (void)rank->finish();
+              return refit;
+            }
           }
           versions[static_cast<std::size_t>(i)] = rank->committed_version();
           return rank->finish();

@@ -502,7 +502,7 @@ class UcxTransport final : public Transport {
     const std::string peer = link != nullptr ? link->peer() : std::string("the ucx target");
     ASSIGN_OR_RETURN(auto w, worker());
     auto health = std::make_unique<EndpointHealth>();
-    std::lock_guard<std::mutex> lock(w->mutex());
+    std::unique_lock<std::mutex> lock(w->mutex());
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -552,6 +552,7 @@ class UcxTransport final : public Transport {
     }
     bool by_put = options_.writes == UcxOptions::Writes::kPut;
     if (options_.writes == UcxOptions::Writes::kAuto) by_put = has_native_rma(ep);
+    lock.unlock();  // the remote registers its ack sink under it
     return std::unique_ptr<RemoteTarget>(new UcxRemote(w, peer, d, ep, rkey, std::move(health), by_put));
   }
 

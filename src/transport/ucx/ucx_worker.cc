@@ -36,16 +36,24 @@ StatusOr<std::shared_ptr<UcxWorker>> UcxWorker::Create(const UcxOptions& options
     const char* name;
     const std::string& value;
   };
+  // The tcp segment size, unless UCX's own variables set it. UCX 1.13 takes
+  // transport settings in ucp_config_modify without their prefix ("TX_SEG_SIZE",
+  // only tcp has it) and warns about settings no transport used: only when
+  // tcp may be in use.
   const std::string segment = std::to_string(kUcxTcpSegmentBytes);
   std::vector<Override> overrides = {{"TLS", options.tls}, {"NET_DEVICES", options.net_devices}};
-  if (std::getenv("UCX_TCP_TX_SEG_SIZE") == nullptr) overrides.push_back({"TCP_TX_SEG_SIZE", segment});
-  if (std::getenv("UCX_TCP_RX_SEG_SIZE") == nullptr) overrides.push_back({"TCP_RX_SEG_SIZE", segment});
+  const char* env_tls = std::getenv("UCX_TLS");
+  const std::string tls = !options.tls.empty() ? options.tls : env_tls != nullptr ? env_tls : "";
+  const bool excluding = !tls.empty() && tls[0] == '^';
+  const bool tcp_possible = tls.empty() || tls == "all" || (tls.find("tcp") != std::string::npos) != excluding;
+  if (tcp_possible && std::getenv("UCX_TCP_TX_SEG_SIZE") == nullptr) overrides.push_back({"TX_SEG_SIZE", segment});
+  if (tcp_possible && std::getenv("UCX_TCP_RX_SEG_SIZE") == nullptr) overrides.push_back({"RX_SEG_SIZE", segment});
   for (const Override& o : overrides) {
     if (o.value.empty()) continue;
     s = ucp_config_modify(config, o.name, o.value.c_str());
     if (s != UCS_OK) {
       ucp_config_release(config);
-      return InvalidArgument(std::string("ucx transport option UCX_") + o.name + "=\"" + o.value +
+      return InvalidArgument(std::string("ucx transport setting UCX_") + o.name + "=\"" + o.value +
                              "\" is not valid: " + ucx_status_text(s));
     }
   }

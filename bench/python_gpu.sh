@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The Python binding's GPU proof (issue 7): Hugging Face Llama and Qwen3-MoE
+# models refit bit-exactly in staged and direct modes
+# (python/tests/gpu_transformers_proof.py). Two steps, like bench/gpu_run.sh:
+#
+#   here (the build machine):  bench/python_gpu.sh prepare
+#       builds the module for the GPU machine's interpreter (Python 3.12 there:
+#       /opt/torch/.venv/bin/python3) with CUDA, Release, only the _refit
+#       target, and copies the package into .devcarry/python/refit. The GPU
+#       machine cannot build it: it lacks the Debian headers refit_core needs
+#       (CLI11, xxhash, nlohmann-json, OpenSSL; see docs/PERF.md). Needs a
+#       Python 3.12 with headers here: PY312=/path/to/python3.12 (default: pyenv's).
+#   there (device tool, carry .devcarry):  bash bench/python_gpu.sh
+#       runs the proof with the GPU machine's python3 (torch, transformers),
+#       prints each case and a last line "SUMMARY: PASS|FAIL: ...";
+#       the log goes to $OUT/python_gpu.log. Exit status 0 only on PASS.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+carry=${CARRY:-.devcarry}
+
+if [[ ${1:-run} == prepare ]]; then
+  set -e
+  py=${PY312:-$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3 2>/dev/null | tail -1)}
+  [[ -x $py ]] || { echo "prepare: no Python 3.12 found; set PY312=/path/to/python3.12" >&2; exit 1; }
+  build=${BUILD:-build-py312}
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DREFIT_PYTHON="$py" -DREFIT_WITH_UCX=OFF >/dev/null
+  grep -q "REFIT_HAVE_CUDA=1" "$build/CMakeFiles/refit_core.dir/flags.make" ||
+    { echo "prepare: refit was configured without CUDA (no nvcc?)" >&2; exit 1; }
+  cmake --build "$build" --target _refit -j "${JOBS:-2}"
+  rm -rf "$carry/python" && mkdir -p "$carry/python"
+  cp -r "$build/python/refit" "$carry/python/"
+  cp -L /lib/x86_64-linux-gnu/libxxhash.so.0 "$carry/python/refit/"
+  grep -qx '/.devcarry/' .git/info/exclude 2>/dev/null || echo /.devcarry/ >> .git/info/exclude
+  ls -l "$carry/python/refit"
+  echo "prepare: done; on the GPU machine (carry $carry): bash bench/python_gpu.sh"
+  exit 0
+fi
+
+[[ ${1:-} == run ]] && shift  # the rest goes to the proof (--models, --modes)
+out=${OUT:-/tmp/refit-python-gpu-out}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0
+py=${PYTHON:-python3}
+package="$carry/python"
+export PYTHONPATH="$PWD/$package${PYTHONPATH:+:$PYTHONPATH}"
+export LD_LIBRARY_PATH="$PWD/$package/refit${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONUNBUFFERED=1
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  "$py" -c 'import sys; print("python", sys.version.split()[0], sys.executable)'
+  ls "$package/refit"
+  # The module must match this interpreter (built by `prepare` for it).
+  if ! "$py" -c 'import refit; print("refit", refit.__version__, "cuda", refit.cuda_built(), refit.transports())'; then
+    echo "SUMMARY: FAIL: the carried refit module does not import with $py (run bench/python_gpu.sh prepare for this Python)"
+    exit 1
+  fi
+  timeout 900 "$py" python/tests/gpu_transformers_proof.py "$@"
+  status=$?
+  case $status in
+    0) ;;
+    77) echo "SUMMARY: FAIL: the proof skipped (see the reason above)"; status=1 ;;
+    124) echo "SUMMARY: FAIL: the proof ran past 900 s"; status=1 ;;
+  esac
+  exit $status
+} 2>&1 | tee "$out/python_gpu.log"
+exit "${PIPESTATUS[0]}"
