@@ -16,27 +16,33 @@ ranks=${5:-1}
 bucket=${6:-64MiB}
 repeat=${7:-5}
 refit=${REFIT_BINARY:-$build/refit}
+limit=${TIMEOUT:-120}  # seconds allowed for each process
 work=$(mktemp -d /tmp/refit-push-bench-XXXXXX)
 out=${OUT:-$work}
 cleanup() { [[ ${KEEP:-0} == 1 ]] || rm -rf "$work"; }
 trap cleanup EXIT
 
-"$refit" make-checkpoint --model "$model" --layers "$layers" --files 4 --out "$work/ckpt"
+fail() { echo "push_bench: $*" >&2; tail -n 5 "$work"/*.err >&2 || true; exit 1; }
+echo "push_bench: writing $model ($layers layers)" >&2
+timeout "$limit" "$refit" make-checkpoint --model "$model" --layers "$layers" --files 4 --out "$work/ckpt" ||
+  fail "make-checkpoint failed"
 cat "$work"/ckpt/*.safetensors >/dev/null  # into the page cache
+echo "push_bench: pushing" >&2
 transport=shm
 [[ $device == cuda ]] && transport=cuda_ipc
-"$refit" coordinator --refits 0 --trainer-ranks "$ranks" --engine-ranks "$ranks" --port-file "$work/port" \
-  --report "$work/report.json" --quiet --timeout 600 2>"$work/coordinator.err" &
+timeout "$limit" "$refit" coordinator --refits 0 --trainer-ranks "$ranks" --engine-ranks "$ranks" --port-file "$work/port" \
+  --report "$work/report.json" --quiet --timeout "$limit" 2>"$work/coordinator.err" &
 for _ in $(seq 100); do [[ -s $work/port ]] && break; sleep 0.1; done
 address=127.0.0.1:$(cat "$work/port")
 for ((r = 0; r < ranks; r++)); do
-  "$refit" engine --coordinator "$address" --rank "$r" --engine-ranks "$ranks" --trainer-ranks "$ranks" \
-    --model "$work/ckpt" --device "$device" --transport "$transport" --bucket-size "$bucket" --timeout 600 \
+  timeout "$limit" "$refit" engine --coordinator "$address" --rank "$r" --engine-ranks "$ranks" --trainer-ranks "$ranks" \
+    --model "$work/ckpt" --device "$device" --transport "$transport" --bucket-size "$bucket" --timeout "$limit" \
     2>"$work/engine-$r.err" &
 done
-"$refit" push "$work/ckpt" --coordinator "$address" --engine-ranks "$ranks" --transport "$transport" \
-  --bucket-size "$bucket" --repeat "$repeat" --timeout 600 2>"$work/push.err" || { cat "$work"/*.err >&2; exit 1; }
-wait
+timeout "$limit" "$refit" push "$work/ckpt" --coordinator "$address" --engine-ranks "$ranks" \
+  --transport "$transport" --bucket-size "$bucket" --repeat "$repeat" --timeout "$limit" 2>"$work/push.err" ||
+  fail "push failed"
+wait || fail "a process failed"
 bytes=$(python3 -c "import json;print(json.load(open('$work/report.json'))['bytes_per_refit'])")
 kind=memcpy
 [[ $device == cuda ]] && kind=h2d

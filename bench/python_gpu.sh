@@ -43,14 +43,14 @@ export NCCL_NVLS_ENABLE=0
 py=${PYTHON:-python3}
 package="$carry/python"
 export PYTHONPATH="$PWD/$package${PYTHONPATH:+:$PYTHONPATH}"
-export LD_LIBRARY_PATH="$PWD/$package/refit${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$PWD/$package/refit:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONUNBUFFERED=1
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   "$py" -c 'import sys; print("python", sys.version.split()[0], sys.executable)'
   ls "$package/refit"
   # The module must match this interpreter (built by `prepare` for it).
-  if ! "$py" -c 'import refit; print("refit", refit.__version__, "cuda", refit.cuda_built(), refit.transports())'; then
+  if ! "$py" -c 'import torch, refit; print("refit", refit.__version__, "cuda", refit.cuda_built(), refit.transports())'; then
     echo "SUMMARY: FAIL: the carried refit module does not import with $py (run bench/python_gpu.sh prepare for this Python)"
     exit 1
   fi

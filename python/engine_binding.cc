@@ -75,6 +75,7 @@ class PyEngine {
 
   std::optional<std::uint64_t> next(py::object load_fn) {
     EngineRank& rank = joined();
+    if (shut_down_) return std::nullopt;  // the job ended: nothing more will come
     if (direct_ && !load_fn.is_none()) {
       throw_status(InvalidArgument(name_ + ": direct mode takes no load_fn (the trainers write the weights in place)"));
     }
@@ -98,7 +99,7 @@ class PyEngine {
         } catch (py::error_already_set& e) {
           status = status_from_python(e, StatusCode::kAborted, "load_fn raised")
                        .WithContext("applying a " + std::string(dtype_name(dtype)) + " group");
-          raised.emplace(std::move(e)); status = Status::Ok();
+          raised.emplace(std::move(e));
         }
         valid->store(false);
         if (status.ok() && memory_ == MemoryKind::kCuda) {
@@ -125,6 +126,7 @@ class PyEngine {
       }
       throw_status(version.status(), raised ? raised->value() : py::none());
     }
+    if (!version->has_value()) shut_down_ = true;
     return *version;
   }
 
@@ -263,6 +265,7 @@ class PyEngine {
 
   std::string name_;
   bool direct_;
+  bool shut_down_ = false;  // next() returned None once
   std::vector<TensorSpec> stream_;
   std::vector<ImportedTensor> tensors_;
   MemoryKind memory_ = MemoryKind::kHost;

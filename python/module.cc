@@ -71,6 +71,15 @@ PYBIND11_MODULE(_refit, m) {
       },
       "The dtypes refit moves (torch names).");
   m.def(
+      "tensor_spec",
+      [](py::handle tensor, const std::string& name) {
+        ImportedTensor t = value_or_throw(ImportedTensor::Import(tensor, name, /*writable=*/false));
+        return py::make_tuple(std::string(dtype_name(t.spec().dtype)), py::tuple(py::cast(t.spec().shape)),
+                              t.device_name());
+      },
+      py::arg("tensor"), py::arg("name") = "tensor",
+      "How refit reads a tensor: (dtype, shape, device); raises what registering it would.");
+  m.def(
       "shard_rule",
       [](const std::string& name) {
         const auto& rules = default_shard_rules();

@@ -35,6 +35,7 @@ from ._refit import (
     cuda_built,
     dtypes,
     shard_rule,
+    tensor_spec,
     transports,
 )
 
@@ -44,7 +45,7 @@ __all__ = [
     "AbortedError", "Coordinator", "DataLossError", "DeadlineExceededError", "Engine", "Error",
     "FailedPreconditionError", "InternalError", "InvalidArgumentError", "NotFoundError",
     "ResourceExhaustedError", "TensorView", "Trainer", "UnavailableError", "cuda_built", "dtypes",
-    "parse_bytes", "shard_rule", "transports",
+    "parse_bytes", "shard_rule", "tensor_spec", "transports",
 ]
 
 RULES = ("replicated", "column", "row", "vocab")

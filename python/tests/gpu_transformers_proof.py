@@ -16,6 +16,8 @@ CUDA device 0. For each model and each mode:
                    direct: the parameters adopt refit's weight arena
                            (param.data = torch.from_dlpack(view)); the trainer
                            writes straight into them (cuda_ipc)
+                   copy:   staged, no load_fn: refit copies each tensor into the
+                           registered parameter (one launch per dtype group)
                    and after each version computes the probe's logits
 
 Passes when, for every version, the engine's logits and every parameter are
@@ -24,7 +26,7 @@ refit (different seeds) and between versions (the optimizer step moved the
 weights), and the trainer's forward repeats bit for bit (deterministic
 kernels, so a mismatch is refit's doing).
 
-Usage: python3 gpu_transformers_proof.py [--models llama,qwen3_moe] [--modes staged,direct]
+Usage: python3 gpu_transformers_proof.py [--models llama,qwen3_moe] [--modes staged,direct,copy]
 Exit status: 0 PASS, 1 FAIL, 77 skipped (no torch, transformers or CUDA
 device, or refit built without CUDA), with the reason printed.
 """
@@ -111,7 +113,8 @@ def run_trainer(args):
     params = dict(model.named_parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     save(os.path.join(args.out, "trainer_v0.pt"), {"logits": probe_logits(model)})
-    with refit.Trainer(args.address, params, transport="cuda_ipc", mode=args.mode, bucket_size=BUCKET,
+    mode = "direct" if args.mode == "direct" else "staged"
+    with refit.Trainer(args.address, params, transport="cuda_ipc", mode=mode, bucket_size=BUCKET,
                        setup_timeout=180, refit_timeout=120) as trainer:
         for v in VERSIONS:
             model.train()
@@ -150,6 +153,9 @@ def run_engine(args):
         engine = refit.Engine(args.address, [(n, p.dtype, tuple(p.shape)) for n, p in params.items()],
                               transport="cuda_ipc", device="cuda", gpu=0, bucket_size=BUCKET,
                               setup_timeout=180, refit_timeout=120)
+    elif args.mode == "copy":  # staged, no load_fn: refit copies each tensor into the parameter itself
+        engine = refit.Engine(args.address, {n: p.detach() for n, p in params.items()}, transport="cuda_ipc",
+                              bucket_size=BUCKET, setup_timeout=180, refit_timeout=120)
     else:
         engine = refit.Engine(args.address, {n: p.detach() for n, p in params.items()}, mode="direct",
                               transport="cuda_ipc", bucket_size=BUCKET, setup_timeout=180, refit_timeout=120)
@@ -188,21 +194,30 @@ def prove(model, mode, out):
     coordinator = refit.Coordinator(trainer_ranks=1, engine_ranks=1, refits=0, setup_timeout=180, refit_timeout=120)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     common = ["--model", model, "--mode", mode, "--out", out, "--address", coordinator.address]
-    procs = {role: subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", role] + common, env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for role in ("engine", "trainer")}
+    procs = {}
+    for role in ("engine", "trainer"):
+        with open(os.path.join(out, role + ".log"), "w") as log:  # a file, never a pipe that could fill
+            procs[role] = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", role] + common,
+                                           env=env, stdout=log, stderr=subprocess.STDOUT)
     ok = True
+    deadline = time.monotonic() + 480
     for role, p in procs.items():
         try:
-            text, _ = p.communicate(timeout=480)
+            p.wait(timeout=max(1, deadline - time.monotonic()))
+            killed = ""
         except subprocess.TimeoutExpired:
             p.kill()
-            text, _ = p.communicate()
-            text = "[killed after 480 s: a hang]\n" + text
+            p.wait()
+            killed = "[killed after 480 s: a hang]\n"
+        with open(os.path.join(out, role + ".log")) as log:
+            text = killed + log.read()
         if p.returncode != 0:
             ok = False
             lines.append(f"  {role} process exited {p.returncode}:\n" + "\n".join("    " + l for l in text.splitlines()[-40:]))
-    report = coordinator.wait(60)
+    try:
+        report = coordinator.wait(60)
+    except refit.DeadlineExceededError as e:
+        report = {"error": str(e)}
     if "error" in report:
         ok = False
         lines.append(f"  coordinator: {report['error']}")
@@ -224,7 +239,7 @@ def prove(model, mode, out):
         diff = (t["logits"] - e["logits"]).abs().max().item()
         status = "ok" if logits_equal and not wrong and moved and t["deterministic"] else "MISMATCH"
         ok = ok and status == "ok"
-        extra = f" loads={e['loads']['calls']} posts={e['posts']}" if mode == "staged" else ""
+        extra = f" load_fn calls={e['loads']['calls']} posts={e['posts']}" if mode != "direct" else ""
         lines.append(f"  v{v}: logits bit-exact={logits_equal} (max |diff| {diff:.3g}), params bit-exact="
                      f"{len(t['params']) - len(wrong)}/{len(t['params'])}, weights moved={moved}, "
                      f"trainer deterministic={t['deterministic']}, refit {t['seconds'] * 1e3:.1f} ms, "
@@ -242,7 +257,7 @@ def main():
     parser.add_argument("--out")
     parser.add_argument("--address")
     parser.add_argument("--models", default="llama,qwen3_moe")
-    parser.add_argument("--modes", default="staged,direct")
+    parser.add_argument("--modes", default="staged,direct,copy")
     args = parser.parse_args()
     if args.role == "trainer":
         return run_trainer(args)

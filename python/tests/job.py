@@ -184,16 +184,22 @@ class Job:
         self.processes = {}
         coordinator = self._start("coordinator", self.config)
         line = coordinator.stdout.readline().strip()
+        coordinator.stdout.close()
         if not line:
-            raise AssertionError("the coordinator process printed no address: " + coordinator.stderr.read())
+            coordinator.wait()
+            raise AssertionError("the coordinator process printed no address: " + self.log("coordinator"))
         self.config["address"] = line
 
     def _start(self, name, config):
         path = os.path.join(self.out, name + ".config.json")
         _write(path, config)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        process = subprocess.Popen([sys.executable, os.path.join(HERE, "job.py"), name.rstrip("0123456789"), path],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        # Output goes to files (a pipe nobody reads could fill and block the role); only the
+        # coordinator's stdout is a pipe: it prints its address there.
+        with open(os.path.join(self.out, name + ".log"), "w") as log:
+            stdout = subprocess.PIPE if name == "coordinator" else log
+            process = subprocess.Popen([sys.executable, os.path.join(HERE, "job.py"), name.rstrip("0123456789"),
+                                        path], stdout=stdout, stderr=log, text=True, env=env)
         self.processes[name] = process
         return process
 
@@ -201,17 +207,22 @@ class Job:
         return self._start(f"{role}{rank}", dict(self.config, rank=rank, **overrides))
 
     def wait(self):
-        """{name: (exit status, stderr)}; kills whatever outlives the deadline."""
+        """{name: (exit status, its output)}; kills whatever outlives the deadline."""
         results = {}
         for name, process in self.processes.items():
             try:
-                _, err = process.communicate(timeout=max(1, self.deadline - time.monotonic()))
+                process.wait(timeout=max(1, self.deadline - time.monotonic()))
+                killed = ""
             except subprocess.TimeoutExpired:
                 process.kill()
-                _, err = process.communicate()
-                err = f"[killed at the test's deadline: a hang]\n{err}"
-            results[name] = (process.returncode, err)
+                process.wait()
+                killed = "[killed at the test's deadline: a hang]\n"
+            results[name] = (process.returncode, killed + self.log(name))
         return results
+
+    def log(self, name):
+        with open(os.path.join(self.out, name + ".log")) as f:
+            return f.read()
 
     def result(self, name):
         path = os.path.join(self.out, name + ".json")

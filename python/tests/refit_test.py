@@ -41,6 +41,9 @@ class RefitAcrossProcesses(unittest.TestCase):
         exits = j.wait()
         for name, (code, err) in exits.items():
             self.assertEqual(code, 0, f"{name} exited {code}:\n{err}")
+            result = j.result(name)
+            self.assertIsNotNone(result, f"{name} wrote no result:\n{err}")
+            self.assertNotIn("error_class", result, f"{name} failed: {result.get('message')}")
         return j
 
     def check_bytes(self, j, trainer_ranks, engine_ranks, versions):
@@ -153,6 +156,7 @@ class OneProcess(unittest.TestCase):
                 versions.append(v)
                 for name, a in full.items():
                     self.assertTrue(np.array_equal(got[name], np.arange(a.size).reshape(a.shape) * (v + 1)), name)
+            self.assertIsNone(engine.next(load))  # after the end, next() keeps saying so
         thread.join(30)
         self.assertEqual(errors, [])
         self.assertEqual(versions, [1, 2])

@@ -221,7 +221,7 @@ bool glob_match(std::string_view pattern, std::string_view name) {
     } else if (p < pattern.size() && pattern[p] == name[n]) {
       ++p;
       ++n;
-    } else if (false) {
+    } else if (star != std::string_view::npos) {
       p = star + 1;
       n = ++star_n;
     } else {

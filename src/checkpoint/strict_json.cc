@@ -9,54 +9,70 @@ namespace {
 
 using Json = nlohmann::json;
 
-// Thrown from the parser callback to stop parsing at the first violation;
-// caught in parse_json_strict, never escapes it.
-struct StrictJsonViolation {
-  std::string message;
-};
-
-// Tracks the keys of every open object. For each open object or array, its
-// key in the enclosing object ("" for array elements and the root).
-class KeyTracker {
+// A SAX pass over the text that builds nothing: it tracks the keys of every
+// open object and the nesting depth, and stops at the first violation. (A
+// parser callback on the DOM parser would do the same in one pass, but
+// nlohmann's callback parser rescans the parent object at the end of every
+// child object: quadratic in the tensor count, seconds for a large header.)
+class KeyChecker {
  public:
-  bool operator()(int /*depth*/, Json::parse_event_t event, Json& parsed) {
-    switch (event) {
-      case Json::parse_event_t::object_start:
-      case Json::parse_event_t::array_start:
-        if (open_.size() >= static_cast<std::size_t>(kMaxJsonDepth)) {
-          throw StrictJsonViolation{"nested deeper than " + std::to_string(kMaxJsonDepth) + " levels"};
-        }
-        open_.push_back(Open{event == Json::parse_event_t::object_start, pending_key_, {}});
-        pending_key_.clear();
-        break;
-      case Json::parse_event_t::object_end:
-      case Json::parse_event_t::array_end:
-        open_.pop_back();
-        break;
-      case Json::parse_event_t::key: {
-        // Keys only occur inside objects, so open_ is not empty here.
-        std::string key = parsed.get<std::string>();
-        Open& object = open_.back();
-        if (!object.keys.insert(key).second) {
-          std::string where = open_.size() == 1 ? " at the top level" : " inside \"" + object.key + "\"";
-          throw StrictJsonViolation{"duplicate key \"" + key + "\"" + where};
-        }
-        pending_key_ = std::move(key);
-        break;
-      }
-      case Json::parse_event_t::value:
-        pending_key_.clear();
-        break;
+  bool null() { return value(); }
+  bool boolean(bool) { return value(); }
+  bool number_integer(Json::number_integer_t) { return value(); }
+  bool number_unsigned(Json::number_unsigned_t) { return value(); }
+  bool number_float(Json::number_float_t, const Json::string_t&) { return value(); }
+  bool string(Json::string_t&) { return value(); }
+  bool binary(Json::binary_t&) { return value(); }
+  bool start_object(std::size_t) { return open(); }
+  bool start_array(std::size_t) { return open(); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(Json::string_t& key) {
+    // Keys only occur inside objects, so open_ is not empty here.
+    Open& object = open_.back();
+    if (!object.keys.insert(key).second) {
+      violation = "duplicate key \"" + key + "\"" +
+                  (open_.size() == 1 ? std::string(" at the top level") : " inside \"" + object.key + "\"");
+      return false;
     }
+    pending_key_ = key;
     return true;
   }
+  bool parse_error(std::size_t, const std::string&, const Json::exception& e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 5: ..."
+    std::string what = e.what();
+    if (auto close = what.find("] "); what.starts_with("[json.exception.") && close != std::string::npos) {
+      what.erase(0, close + 2);
+    }
+    violation = "not valid JSON: " + what;
+    return false;
+  }
+
+  std::string violation;  // set when the pass stopped early
 
  private:
   struct Open {
-    bool object = false;
     std::string key;  // this value's key in its parent object ("" otherwise)
     std::unordered_set<std::string> keys;
   };
+  bool value() {
+    pending_key_.clear();
+    return true;
+  }
+  bool open() {
+    if (open_.size() >= static_cast<std::size_t>(kMaxJsonDepth)) {
+      violation = "nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+      return false;
+    }
+    open_.push_back(Open{std::move(pending_key_), {}});
+    pending_key_.clear();
+    return true;
+  }
+  bool close() {
+    open_.pop_back();
+    return true;
+  }
+
   std::vector<Open> open_;
   std::string pending_key_;  // the key whose value comes next
 };
@@ -70,22 +86,14 @@ StatusOr<Json> parse_json_strict(std::string_view text) {
   if (const std::size_t nul = text.find('\0'); nul != std::string_view::npos) {
     return InvalidArgument("not valid JSON: NUL byte at offset " + std::to_string(nul));
   }
-  KeyTracker tracker;
+  KeyChecker checker;
+  const bool clean = Json::sax_parse(text.begin(), text.end(), &checker, Json::input_format_t::json,
+                                     /*strict=*/true, /*ignore_comments=*/false);
+  if (!clean) return InvalidArgument(checker.violation.empty() ? std::string("not valid JSON") : checker.violation);
   try {
-    // The callback is copied into the parser; a reference wrapper keeps one tracker.
-    Json::parser_callback_t cb = [&tracker](int depth, Json::parse_event_t event, Json& parsed) {
-      return tracker(depth, event, parsed);
-    };
-    return Json::parse(text.begin(), text.end(), cb, /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const StrictJsonViolation& v) {
-    return InvalidArgument(v.message);
-  } catch (const Json::exception& e) {
-    // e.what(): "[json.exception.parse_error.101] parse error at line 1, column 5: ..."
-    std::string what = e.what();
-    if (auto close = what.find("] "); what.starts_with("[json.exception.") && close != std::string::npos) {
-      what.erase(0, close + 2);
-    }
-    return InvalidArgument("not valid JSON: " + what);
+    return Json::parse(text.begin(), text.end());
+  } catch (const Json::exception& e) {  // not expected: the SAX pass accepted the same text
+    return InvalidArgument(std::string("not valid JSON: ") + e.what());
   }
 }
 

@@ -47,6 +47,12 @@ struct RankOptions {
   // weights, or of the copies into a device engine when its weights are on
   // the host.
   int gpu = 0;
+  // Trainer, host weights with stable ranges (a mapped checkpoint) feeding
+  // device engines: register them with the device (cudaHostRegister) and let
+  // kernels read them directly instead of packing through pinned memory.
+  // Off by default: on the H200 machine the registration of a file mapping
+  // did not return (seen 2026-11-29, bench/push_bench.sh); kept for study.
+  bool register_host_weights = false;
 };
 
 struct EngineOptions : RankOptions {

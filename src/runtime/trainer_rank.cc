@@ -146,7 +146,7 @@ class TrainerRank::Impl {
       ASSIGN_OR_RETURN(stream_, CudaStream::Create(gpu));
       // Host weights that never move (a mapped checkpoint): registered once,
       // then the device reads them directly, with no host-side copy.
-      if (!source_on_device_) {
+      if (!source_on_device_ && options_.register_host_weights) {
         for (const auto& [data, bytes] : source_->stable_host_ranges()) {
           ASSIGN_OR_RETURN(HostRegistration r, HostRegistration::Register(data, bytes));
           registrations_.push_back(std::move(r));

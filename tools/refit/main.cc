@@ -248,6 +248,9 @@ int main(int argc, char** argv) {
   push_cmd->add_option("--timeout", push.rank.refit_timeout_s, "Seconds allowed for one refit")
       ->check(CLI::PositiveNumber);
   push_cmd->add_option("--secret-file", push_secret_file, kSecretFileHelp);
+  push_cmd->add_flag("--register-host-weights", push.rank.register_host_weights,
+                     "Experimental: register the mapped checkpoint with the GPU instead of packing through pinned memory")
+      ->group("");  // hidden: see roles.h
 
   // inspect
   refit::InspectOptions inspect;

@@ -32,6 +32,8 @@ using Clock = std::chrono::steady_clock;
 constexpr std::uint64_t kMaxPoolBytes = std::numeric_limits<std::size_t>::max() / 2;
 // How long a destructor waits for UCX to finish a flush or an endpoint close.
 constexpr std::chrono::seconds kTeardownWait{5};
+// The longest sleep of one poll call on the worker's events.
+constexpr std::chrono::milliseconds kPollWait{1};
 
 bool supports(std::uint64_t memory_types, ucs_memory_type_t type) {
   return (memory_types & (std::uint64_t{1} << static_cast<unsigned>(type))) != 0;
@@ -272,13 +274,14 @@ class UcxRemote final : public RemoteTarget {
   std::byte* mapped_slot(int) override { return nullptr; }
 
   StatusOr<Ticket> submit(int slot, std::uint64_t offset, std::span<const std::byte> bytes, std::uint64_t version,
-                          Deadline) override {
+                          Deadline deadline) override {
     if (!in_range(slot, offset, bytes.size(), slots_, slot_bytes_)) {
       return InvalidArgument("write of " + std::to_string(bytes.size()) + " bytes at offset " +
                              std::to_string(offset) + " into slot " + std::to_string(slot) + " of ucx target " +
                              peer_ + " is out of range " + pool_shape(slots_, slot_bytes_));
     }
     RETURN_IF_ERROR(health());
+    RETURN_IF_ERROR(finish_cancelled(deadline));
     const Ticket ticket = next_ticket_++;
     if (bytes.empty()) return ticket;  // nothing to move: complete at once
     const std::uint64_t remote = addr_ + static_cast<std::uint64_t>(slot) * slot_bytes_ + offset;
@@ -319,6 +322,7 @@ class UcxRemote final : public RemoteTarget {
         }
         if (failed != UCS_OK) {
           for (void* send : op.sends) release_request(send);  // released when the failed endpoint cancels them
+          retired_headers_.push_back(std::move(op.headers));
         }
       }
     }
@@ -336,44 +340,13 @@ class UcxRemote final : public RemoteTarget {
     }
     auto it = ops_.find(ticket);
     if (it == ops_.end()) return true;  // completed (or empty) before
-    Op& op = it->second;
-    ucs_status_t s = UCS_OK;   // first error seen
-    bool pending = false;
-    int refused = UCS_OK;      // the target's answer (active-message writes)
-    {
-      std::lock_guard<std::mutex> lock(worker_->mutex());
-      for (int i = 0; i < 64 && ucp_worker_progress(worker_->worker()) != 0; ++i) {
-      }
-      auto check = [&](void*& request) {
-        const ucs_status_t r = request_status(request);
-        if (r == UCS_INPROGRESS) {
-          pending = true;
-          return;
-        }
-        if (r != UCS_OK && s == UCS_OK) s = r;
-        release_request(request);
-        request = nullptr;
-      };
-      check(op.put);
-      check(op.flush);
-      for (void*& send : op.sends) check(send);
-      if (!by_put_ && s == UCS_OK) {
-        auto ack = acks_.done.find(ticket);
-        if (ack == acks_.done.end()) {
-          pending = true;
-        } else {
-          refused = ack->second;
-          acks_.done.erase(ack);
-        }
-      }
-      if (s != UCS_OK && pending) {
-        // Leave the rest to UCX (released when the failed endpoint cancels them).
-        release_request(op.put);
-        release_request(op.flush);
-        for (void* send : op.sends) release_request(send);
-        pending = false;
-      }
-    }
+    // Progress and look; when the write is still on its way, sleep on the
+    // worker's event fd (at most kPollWait) and look once more, so a caller
+    // that polls in a loop does not spin a core the engine may need.
+    ucs_status_t s = UCS_OK;  // first error seen
+    int refused = UCS_OK;     // the target's answer (active-message writes)
+    bool pending = check(it->second, ticket, &s, &refused);
+    if (pending && worker_->wait_for_event(kPollWait)) pending = check(it->second, ticket, &s, &refused);
     if (pending) {
       // The error handler may have fired while requests still wait for UCX
       // to cancel them.
@@ -390,14 +363,87 @@ class UcxRemote final : public RemoteTarget {
     return true;
   }
 
-  void cancel(Ticket) override {}  // a write cannot be withdrawn: poll it or destroy the remote
+  // A write cannot be withdrawn: a cancelled one may still land. The next
+  // submit waits until it has (or failed), so a cancelled write (of a failed
+  // refit) never lands after, and over, a later one.
+  void cancel(Ticket ticket) override {
+    if (auto it = ops_.find(ticket); it != ops_.end()) it->second.cancelled = true;
+  }
 
  private:
+  struct Op;
+
+  // Waits until every cancelled write completed or failed.
+  Status finish_cancelled(Deadline deadline) {
+    for (auto it = ops_.begin(); it != ops_.end();) {
+      if (!it->second.cancelled) {
+        ++it;
+        continue;
+      }
+      ucs_status_t s = UCS_OK;
+      int refused = UCS_OK;
+      while (check(it->second, it->first, &s, &refused)) {
+        RETURN_IF_ERROR(health());
+        if (deadline.expired()) {
+          return DeadlineExceeded("a cancelled write (ticket " + std::to_string(it->first) + ") to " + peer_ +
+                                  " did not finish before the next write's deadline");
+        }
+        (void)worker_->wait_for_event(kPollWait);
+      }
+      it = ops_.erase(it);  // done or failed: either way it writes no more
+    }
+    return Status::Ok();
+  }
+
+  // Progresses the worker and looks at `op`: true while it is still on its
+  // way; otherwise its requests are released and *s / *refused say how it
+  // ended (a failed endpoint ends it at once: UCX releases what is left).
+  bool check(Op& op, Ticket ticket, ucs_status_t* s, int* refused) {
+    std::lock_guard<std::mutex> lock(worker_->mutex());
+    for (int i = 0; i < 64 && ucp_worker_progress(worker_->worker()) != 0; ++i) {
+    }
+    bool pending = false;
+    auto look = [&](void*& request) {
+      const ucs_status_t r = request_status(request);
+      if (r == UCS_INPROGRESS) {
+        pending = true;
+        return;
+      }
+      if (r != UCS_OK && *s == UCS_OK) *s = r;
+      release_request(request);
+      request = nullptr;
+    };
+    look(op.put);
+    look(op.flush);
+    for (void*& send : op.sends) look(send);
+    if (!by_put_ && *s == UCS_OK) {
+      auto ack = acks_.done.find(ticket);
+      if (ack == acks_.done.end()) {
+        pending = true;
+      } else {
+        *refused = ack->second;
+        acks_.done.erase(ack);
+      }
+    }
+    if (*s != UCS_OK && pending) {
+      release_request(op.put);
+      release_request(op.flush);
+      for (void* send : op.sends) release_request(send);
+      // Unsent messages may still point at their headers until the
+      // endpoint is closed (the destructor): keep them until then.
+      if (op.headers) retired_headers_.push_back(std::move(op.headers));
+      op = Op();
+      pending = false;
+    }
+    return pending;
+  }
+
   struct Op {
     void* put = nullptr;    // request or status pointer of ucp_put_nbx
     void* flush = nullptr;  // ... of ucp_ep_flush_nbx
     std::vector<void*> sends;                             // active-message writes: one per chunk
     std::unique_ptr<std::vector<AmWriteHeader>> headers;  // ... and their headers, stable until sent
+    bool cancelled = false;
   };
 
   Status failure(ucs_status_t s) const {
@@ -420,6 +466,7 @@ class UcxRemote final : public RemoteTarget {
   AmAcks acks_;          // guarded by the worker's mutex (the ack handler writes it)
   std::uint64_t sink_ = 0;
   std::map<Ticket, Op> ops_;  // submitted, not yet seen complete by poll
+  std::vector<std::unique_ptr<std::vector<AmWriteHeader>>> retired_headers_;  // of failed writes
   Ticket next_ticket_ = 0;
 };
 
@@ -439,7 +486,11 @@ class UcxTransport final : public Transport {
     c.host_memory = true;
     auto w = worker();
     c.device_memory = w.ok() && supports((*w)->memory_types(), UCS_MEMORY_TYPE_CUDA);
-    c.direct = true;
+    // expose_memory works (ucx_transport_test's UcxExpose), but the trainer's
+    // direct path packs through mapped_slot(0), which ucx does not have: with
+    // direct on, it would pack at arena offsets into its bucket-sized staging
+    // buffer. Off until the runtime submits direct writes per entry.
+    c.direct = false;
     return c;
   }
 
@@ -511,7 +562,11 @@ class UcxTransport final : public Transport {
     params.err_handler.cb = &on_endpoint_error;
     params.err_handler.arg = health.get();
     ucp_ep_h ep = nullptr;
-    ucs_status_t s = ucp_ep_create(w->worker(), &params, &ep);
+    ucs_status_t s;
+    {
+      UcxQuietLogs quiet;  // "no peer failure handler" is handled below
+      s = ucp_ep_create(w->worker(), &params, &ep);
+    }
     if (s == UCS_ERR_UNREACHABLE) {
       // Shared-memory transports cannot detect a dead peer: without peer
       // error handling they can reach it.

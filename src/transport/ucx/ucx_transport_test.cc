@@ -400,8 +400,10 @@ TEST(UcxTransport, LargeWriteIsInTheTargetsMemoryWhenPollReturnsTrue) {
 }
 
 // Catches: capabilities that send the runtime down the wrong path: a
-// mapped_slot the trainer would pack into (one_sided), direct mode refused,
-// or device memory claimed by a UCX build that cannot register it.
+// mapped_slot the trainer would pack into (one_sided), direct mode offered
+// to a trainer that can only reach it through mapped_slot (it would pack at
+// arena offsets into its staging buffer), or device memory claimed by a UCX
+// build that cannot register it.
 TEST(UcxTransport, CapabilitiesMatchWhatItDoes) {
   SKIP_WITHOUT_UCX();
   auto t = make_transport("ucx");
@@ -411,7 +413,7 @@ TEST(UcxTransport, CapabilitiesMatchWhatItDoes) {
   EXPECT_TRUE(c.remote_write);
   EXPECT_TRUE(c.cross_host);
   EXPECT_TRUE(c.host_memory);
-  EXPECT_TRUE(c.direct);
+  EXPECT_FALSE(c.direct);
   PoolOptions o;
   o.slots = 2;
   o.slot_bytes = 4096;

@@ -3,10 +3,13 @@
 #if REFIT_HAVE_UCX
 
 #include <poll.h>
+#include <ucs/debug/log_def.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
 
 namespace refit {
 namespace {
@@ -21,13 +24,38 @@ constexpr int kSleepMs = 100;
 // tcp segment: one write chunk (kAmChunkBytes) plus headers per message.
 constexpr std::uint64_t kUcxTcpSegmentBytes = kAmChunkBytes + 4096;
 
+thread_local int t_quiet_logs = 0;
+
+ucs_log_func_rc_t log_to_stderr(const char* file, unsigned line, const char*, ucs_log_level_t level,
+                                const ucs_log_component_config_t*, const char* format, va_list ap) {
+  if (level == UCS_LOG_LEVEL_FATAL) return UCS_LOG_FUNC_RC_CONTINUE;  // UCX's own handling
+  if (t_quiet_logs > 0) return UCS_LOG_FUNC_RC_STOP;
+  char message[1024];
+  std::vsnprintf(message, sizeof message, format, ap);
+  const char* base = std::strrchr(file, '/');
+  std::fprintf(stderr, "refit ucx: UCX %s %s:%u: %s\n", ucs_log_level_names[level], base ? base + 1 : file, line,
+               message);
+  return UCS_LOG_FUNC_RC_STOP;
+}
+
+void route_logs_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (std::getenv("UCX_LOG_FILE") == nullptr) ucs_log_push_handler(&log_to_stderr);
+  });
+}
+
 }  // namespace
+
+UcxQuietLogs::UcxQuietLogs() { ++t_quiet_logs; }
+UcxQuietLogs::~UcxQuietLogs() { --t_quiet_logs; }
 
 std::string ucx_status_text(ucs_status_t status) {
   return std::string(ucs_status_string(status)) + " (UCX status " + std::to_string(static_cast<int>(status)) + ")";
 }
 
 StatusOr<std::shared_ptr<UcxWorker>> UcxWorker::Create(const UcxOptions& options) {
+  route_logs_once();
   std::shared_ptr<UcxWorker> w(new UcxWorker());
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
@@ -109,6 +137,18 @@ void UcxWorker::progress(int rounds) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (int i = 0; i < rounds && ucp_worker_progress(worker_) != 0; ++i) {
   }
+}
+
+bool UcxWorker::wait_for_event(std::chrono::milliseconds wait) {
+  ucs_status_t armed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    armed = ucp_worker_arm(worker_);
+  }
+  if (armed == UCS_ERR_BUSY) return true;  // events are waiting: look again at once
+  if (armed != UCS_OK) return false;
+  pollfd fd{event_fd_, POLLIN, 0};
+  return ::poll(&fd, 1, static_cast<int>(wait.count())) > 0;
 }
 
 UcxWorker::ProgressLease::ProgressLease(std::shared_ptr<UcxWorker> worker) : worker_(std::move(worker)) {

@@ -17,6 +17,7 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -32,6 +33,20 @@ namespace refit {
 
 // "Destination is unreachable (UCS_ERR_UNREACHABLE)": the UCX status in words.
 std::string ucx_status_text(ucs_status_t status);
+
+// UCX logs to stdout, where refit prints reports (demo --json): the first
+// worker of a process routes UCX's log lines to stderr, prefixed "refit ucx:",
+// unless UCX_LOG_FILE says where they go. While a UcxQuietLogs lives, this
+// thread's UCX log lines below fatal are dropped: for calls whose failure
+// refit handles and reports itself (an endpoint tried with peer error
+// handling first).
+class UcxQuietLogs {
+ public:
+  UcxQuietLogs();
+  ~UcxQuietLogs();
+  UcxQuietLogs(const UcxQuietLogs&) = delete;
+  UcxQuietLogs& operator=(const UcxQuietLogs&) = delete;
+};
 
 class UcxWorker {
  public:
@@ -75,6 +90,11 @@ class UcxWorker {
   // Progresses the worker on the calling thread until it reports no more
   // work (at most `rounds` calls). Takes mutex().
   void progress(int rounds = 64);
+
+  // Sleeps until the worker has an event or `wait` passed; false when it
+  // did not sleep because events are already waiting (progress first).
+  // Takes mutex() only to arm.
+  bool wait_for_event(std::chrono::milliseconds wait);
 
  private:
   UcxWorker() = default;

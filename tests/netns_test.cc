@@ -1,0 +1,390 @@
+// Multi-host refits on one machine: the coordinator, every engine rank and
+// every trainer rank run in their own network namespace ("host"), each with
+// one veth interface (eth0, 10.213.0.<i+1>/24) plugged into a bridge in a hub
+// namespace, so every byte of the refit really crosses network interfaces
+// (UCX's tcp transport: UCX_TLS=tcp, as namespaces share /dev/shm and UCX
+// would otherwise take shared memory between "hosts" of one machine). The
+// test makes the namespaces itself (`ip netns add`, `ip link add ... type
+// veth`, `ip addr`, `ip link set up`) and removes them afterwards, also when
+// it fails (RAII). Names carry the test process's pid and a counter, so
+// parallel ctest runs do not collide.
+//
+// Skips with the reason where namespaces cannot be made (not root, no `ip`,
+// no veth/bridge support) or refit was built without UCX.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "process_harness.h"
+#include "refit/transport.h"
+
+namespace refit {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+// Runs argv[0] (found on PATH) to completion; exit code 127: not found.
+CommandResult RunCommand(const std::vector<std::string>& argv) {
+  int out[2];
+  if (::pipe(out) != 0) return {};
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(out[1], 2);
+    ::close(out[0]);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  CommandResult r;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(out[0], buf, sizeof buf)) > 0) r.output.append(buf, static_cast<std::size_t>(n));
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+bool UcxBuilt() {
+  for (const std::string& name : transport_names()) {
+    if (name == "ucx") return true;
+  }
+  return false;
+}
+
+// The namespaces: hosts 0..n-1 plus the hub. ok() false: skip_reason() says
+// why they could not be made (everything made so far is removed).
+class NetnsTopology {
+ public:
+  explicit NetnsTopology(int hosts) {
+    static int counter = 0;
+    prefix_ = "rft" + std::to_string(::getpid()) + "x" + std::to_string(counter++);
+    if (::geteuid() != 0) {
+      skip_ = "needs root (CAP_NET_ADMIN) to create network namespaces";
+      return;
+    }
+    if (!Ip({"netns", "add", hub()})) return;
+    made_.push_back(hub());
+    if (!Ip({"-n", hub(), "link", "add", "br0", "type", "bridge"}) || !Ip({"-n", hub(), "link", "set", "br0", "up"})) {
+      return;
+    }
+    for (int i = 0; i < hosts; ++i) {
+      const std::string ns = host(i), port = "p" + std::to_string(i);
+      if (!Ip({"netns", "add", ns})) return;
+      made_.push_back(ns);
+      // eth0 in the host, its peer in the hub's bridge. lo stays down: UCX
+      // must not take 127.0.0.1 for a peer's address on a "different host".
+      if (!Ip({"link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", port, "netns", hub()}) ||
+          !Ip({"-n", hub(), "link", "set", port, "master", "br0"}) || !Ip({"-n", hub(), "link", "set", port, "up"}) ||
+          !Ip({"-n", ns, "addr", "add", address(i) + "/24", "dev", "eth0"}) ||
+          !Ip({"-n", ns, "link", "set", "eth0", "up"})) {
+        return;
+      }
+    }
+    ok_ = true;
+  }
+  ~NetnsTopology() { Remove(); }
+  NetnsTopology(const NetnsTopology&) = delete;
+  NetnsTopology& operator=(const NetnsTopology&) = delete;
+
+  // Deletes every namespace (their veth ends go with them). Idempotent.
+  void Remove() {
+    for (auto it = made_.rbegin(); it != made_.rend(); ++it) RunCommand({"ip", "netns", "del", *it});
+    made_.clear();
+  }
+
+  bool ok() const { return ok_; }
+  const std::string& skip_reason() const { return skip_; }
+  const std::string& prefix() const { return prefix_; }
+  std::string host(int i) const { return prefix_ + "h" + std::to_string(i); }
+  std::string hub() const { return prefix_ + "hub"; }
+  static std::string address(int i) { return "10.213.0." + std::to_string(i + 1); }
+
+  // Bytes received on host i's eth0 (its veth), or -1.
+  long long RxBytes(int i) const {
+    CommandResult r = RunCommand({"ip", "-n", host(i), "-s", "-j", "link", "show", "eth0"});
+    json j = json::parse(r.output, nullptr, false);
+    if (r.exit_code != 0 || j.is_discarded() || !j.is_array() || j.empty()) return -1;
+    return j[0]["stats64"]["rx"]["bytes"].get<long long>();
+  }
+
+ private:
+  bool Ip(std::vector<std::string> args) {
+    args.insert(args.begin(), "ip");
+    CommandResult r = RunCommand(args);
+    if (r.exit_code == 0) return true;
+    std::string cmd;
+    for (const auto& a : args) cmd += (cmd.empty() ? "" : " ") + a;
+    skip_ = r.exit_code == 127 ? "no `ip` command (install iproute2)"
+                               : "cannot make network namespaces here: `" + cmd + "` failed: " + r.output;
+    Remove();
+    return false;
+  }
+
+  std::string prefix_, skip_;
+  std::vector<std::string> made_;
+  bool ok_ = false;
+};
+
+// The job's processes, each `ip netns exec <host> refit ...` (which execs,
+// so the pid is refit's), with UCX_TLS=tcp; output captured in files. The
+// destructor kills (by pid) whatever still runs.
+class NetnsJob {
+ public:
+  explicit NetnsJob(const NetnsTopology& net) : net_(net) {
+    char dir[] = "/tmp/refit-netns-XXXXXX";
+    dir_ = ::mkdtemp(dir);
+    secret_ = "netns-test-" + net.prefix() + "-" + std::to_string(Clock::now().time_since_epoch().count());
+  }
+  ~NetnsJob() {
+    for (auto& [name, p] : procs_) {
+      if (p.exit_code < 0) {
+        ::kill(p.pid, SIGKILL);
+        ::waitpid(p.pid, nullptr, 0);
+      }
+      std::remove(Path(name, "err").c_str());
+    }
+    std::remove((dir_ + "/port").c_str());
+    std::remove((dir_ + "/report.json").c_str());
+    ::rmdir(dir_.c_str());
+  }
+
+  void Spawn(const std::string& name, int host, std::vector<std::string> args) {
+    const char* binary = std::getenv("REFIT_BINARY");
+    args.insert(args.begin(), {"ip", "netns", "exec", net_.host(host), binary && *binary ? binary : REFIT_BINARY});
+    const std::string err = Path(name, "err");
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 2);
+      ::dup2(fd, 1);
+      ::setenv("UCX_TLS", "tcp", 1);
+      // The coordinator listens on a non-loopback address: ranks authenticate.
+      ::setenv("REFIT_SECRET", secret_.c_str(), 1);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execvp(argv[0], argv.data());
+      ::_exit(127);
+    }
+    procs_[name] = {pid, -1};
+  }
+
+  // Starts the coordinator on host 0, engine ranks on hosts 1..E and trainer
+  // ranks on hosts E+1..E+T; false if the coordinator did not listen.
+  bool Start(int engines, int trainers, int refits, double refit_timeout_s) {
+    const std::vector<std::string> counts = {"--trainer-ranks", std::to_string(trainers), "--engine-ranks",
+                                             std::to_string(engines), "--setup-timeout", "30", "--timeout",
+                                             std::to_string(refit_timeout_s)};
+    std::vector<std::string> coord = {"coordinator", "--listen", NetnsTopology::address(0) + ":0", "--port-file",
+                                      dir_ + "/port", "--report", dir_ + "/report.json", "--refits",
+                                      std::to_string(refits), "--seed", "7"};
+    coord.insert(coord.end(), counts.begin(), counts.end());
+    Spawn("coordinator", 0, coord);
+    std::string port;
+    for (int i = 0; i < 1000 && port.empty(); ++i) {
+      std::ifstream(dir_ + "/port") >> port;
+      if (port.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (port.empty()) return false;
+    auto rank = [&](const std::string& role, int r) {
+      std::vector<std::string> a = {role, "--coordinator", NetnsTopology::address(0) + ":" + port, "--rank",
+                                    std::to_string(r), "--model", "tiny", "--transport", "ucx", "--bucket-size",
+                                    "1MiB"};
+      a.insert(a.end(), counts.begin(), counts.end());
+      return a;
+    };
+    for (int e = 0; e < engines; ++e) {
+      auto a = rank("engine", e);
+      a.insert(a.end(), {"--listen-host", NetnsTopology::address(1 + e), "--poison-recycled"});
+      Spawn("engine rank " + std::to_string(e), 1 + e, a);
+    }
+    for (int t = 0; t < trainers; ++t) Spawn("trainer rank " + std::to_string(t), 1 + engines + t, rank("trainer", t));
+    return true;
+  }
+
+  bool WaitAll(double seconds) {
+    const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+    for (;;) {
+      bool all = true;
+      for (auto& [name, p] : procs_) {
+        int status = 0;
+        if (p.exit_code < 0 && ::waitpid(p.pid, &status, WNOHANG) == p.pid) {
+          p.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        }
+        all = all && p.exit_code >= 0;
+      }
+      if (all) return true;
+      if (Clock::now() > until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  bool WaitForSetup() {
+    for (int i = 0; i < 12000; ++i) {
+      if (Err("coordinator").find("setup complete") != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
+  void Kill(const std::string& name) { ::kill(procs_.at(name).pid, SIGKILL); }
+  int ExitCode(const std::string& name) const { return procs_.at(name).exit_code; }
+  std::string Err(const std::string& name) const { return testing::read_file(Path(name, "err")); }
+  std::string Report() const { return testing::read_file(dir_ + "/report.json"); }
+  std::vector<std::string> Names() const {
+    std::vector<std::string> n;
+    for (const auto& [k, v] : procs_) n.push_back(k);
+    return n;
+  }
+  std::string AllStderr() const {
+    std::string s;
+    for (const auto& [k, v] : procs_) s += "--- " + k + " (exit " + std::to_string(v.exit_code) + ")\n" + Err(k);
+    return s;
+  }
+
+ private:
+  struct Proc {
+    pid_t pid;
+    int exit_code;
+  };
+  std::string Path(const std::string& name, const std::string& what) const {
+    std::string file = name;
+    for (char& c : file) {
+      if (c == ' ') c = '_';
+    }
+    return dir_ + "/" + file + "." + what;
+  }
+  const NetnsTopology& net_;
+  std::string dir_, secret_;
+  std::map<std::string, Proc> procs_;
+};
+
+#define SKIP_UNLESS_NETNS(net)                                                                          \
+  do {                                                                                                  \
+    if (!UcxBuilt()) GTEST_SKIP() << "refit was built without UCX (pkg-config found no ucx: install "  \
+                                     "libucx-dev, see scripts/setup.sh)";                               \
+    if (!(net).ok()) GTEST_SKIP() << (net).skip_reason();                                              \
+  } while (0)
+
+bool NamespacesLeft(const std::string& prefix) {
+  return RunCommand({"ip", "netns", "list"}).output.find(prefix) != std::string::npos;
+}
+
+// DESIGN.md rule 2 across hosts: 2 engine ranks and 2 trainer ranks, each
+// in its own namespace, refit 3 times over UCX's tcp transport through the
+// veth links; every engine rank verifies every byte; the bytes crossed each
+// engine's interface (its rx counter grew by at least its shards of every
+// refit); nothing of the topology is left afterwards.
+// Catches: a transport that only works on one host (a descriptor carrying
+// a loopback or local-only address, a worker address not reachable from
+// another namespace), data taking a shortcut around the network (shared
+// memory), and namespaces left behind.
+TEST(Netns, RefitAcrossNamespacesOverUcxTcpIsBitExact) {
+  constexpr int kEngines = 2, kTrainers = 2, kRefits = 3;
+  auto net = std::make_unique<NetnsTopology>(1 + kEngines + kTrainers);
+  SKIP_UNLESS_NETNS(*net);
+  const std::string prefix = net->prefix();
+  std::vector<long long> rx_before;
+  for (int e = 0; e < kEngines; ++e) rx_before.push_back(net->RxBytes(1 + e));
+  {
+    NetnsJob job(*net);
+    ASSERT_TRUE(job.Start(kEngines, kTrainers, kRefits, 60)) << job.AllStderr();
+    ASSERT_TRUE(job.WaitAll(180)) << "the job hung:\n" << job.AllStderr();
+    for (const auto& name : job.Names()) EXPECT_EQ(job.ExitCode(name), 0) << name << ":\n" << job.Err(name);
+    json report = json::parse(job.Report(), nullptr, false);
+    ASSERT_FALSE(report.is_discarded()) << job.AllStderr();
+    EXPECT_TRUE(report.value("verified", false)) << report.dump();
+    ASSERT_EQ(report["refits"].size(), static_cast<std::size_t>(kRefits)) << report.dump();
+    for (int i = 0; i < kRefits; ++i) EXPECT_EQ(report["refits"][i]["version"], i + 1);
+    ASSERT_EQ(report["ranks"].size(), static_cast<std::size_t>(kEngines));
+    for (const auto& rank : report["ranks"]) {
+      const int e = rank["rank"].get<int>();
+      const long long shard = rank["bytes"].get<long long>();
+      const long long received = net->RxBytes(1 + e) - rx_before[static_cast<std::size_t>(e)];
+      EXPECT_GE(received, kRefits * shard) << "engine rank " << e << " received " << received
+                                           << " bytes on its veth for " << kRefits << " refits of " << shard;
+    }
+  }
+  net->Remove();
+  EXPECT_FALSE(NamespacesLeft(prefix)) << "namespaces " << prefix << "* left behind";
+}
+
+struct NetnsKillCase {
+  std::string victim;
+  int delay_ms;
+};
+
+class NetnsKill : public ::testing::TestWithParam<NetnsKillCase> {};
+
+// A rank killed (SIGKILL) mid-job on its own "host": every survivor, on
+// the others, exits non-zero within the refit deadline, naming the victim,
+// without dying of a signal itself; no refit past the failure is committed;
+// the namespaces are removed.
+// Catches: a survivor that waits forever for a peer behind a dead network
+// endpoint (no peer error handling, no deadline), an engine aborted by UCX
+// when its trainer dies mid-write, errors that do not name the lost rank.
+TEST_P(NetnsKill, EverySurvivorFailsNamingTheLostRank) {
+  const NetnsKillCase& c = GetParam();
+  constexpr int kEngines = 2, kTrainers = 2;
+  constexpr double kRefitTimeout = 10;
+  auto net = std::make_unique<NetnsTopology>(1 + kEngines + kTrainers);
+  SKIP_UNLESS_NETNS(*net);
+  const std::string prefix = net->prefix();
+  {
+    NetnsJob job(*net);
+    ASSERT_TRUE(job.Start(kEngines, kTrainers, 1000, kRefitTimeout)) << job.AllStderr();
+    ASSERT_TRUE(job.WaitForSetup()) << job.AllStderr();
+    std::this_thread::sleep_for(std::chrono::milliseconds(c.delay_ms));
+    job.Kill(c.victim);
+    ASSERT_TRUE(job.WaitAll(kRefitTimeout + 15)) << "a survivor hung:\n" << job.AllStderr();
+    for (const auto& name : job.Names()) {
+      if (name == c.victim) continue;
+      EXPECT_NE(job.ExitCode(name), 0) << name << " exited 0 after " << c.victim << " died\n" << job.AllStderr();
+      EXPECT_LT(job.ExitCode(name), 128) << name << " died of a signal:\n" << job.Err(name);
+      EXPECT_NE(job.Err(name).find(c.victim), std::string::npos) << name << ":\n" << job.Err(name);
+    }
+    json report = json::parse(job.Report(), nullptr, false);
+    ASSERT_FALSE(report.is_discarded()) << job.AllStderr();
+    EXPECT_FALSE(report.value("verified", true));
+    for (std::size_t i = 0; i < report["refits"].size(); ++i) EXPECT_EQ(report["refits"][i]["version"], i + 1);
+  }
+  net->Remove();
+  EXPECT_FALSE(NamespacesLeft(prefix)) << "namespaces " << prefix << "* left behind";
+}
+
+INSTANTIATE_TEST_SUITE_P(Roles, NetnsKill,
+                         ::testing::Values(NetnsKillCase{"engine rank 1", 300}, NetnsKillCase{"trainer rank 0", 300},
+                                           NetnsKillCase{"trainer rank 1", 50}),
+                         [](const auto& info) {
+                           std::string v = info.param.victim;
+                           for (char& ch : v) {
+                             if (ch == ' ') ch = '_';
+                           }
+                           return v + "_" + std::to_string(info.param.delay_ms) + "ms";
+                         });
+
+}  // namespace
+}  // namespace refit
