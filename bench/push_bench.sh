@@ -4,7 +4,8 @@
 #   --device cpu   engines in host memory; ceiling: memcpy of one refit's bytes
 #   --device cuda  engines on GPU 0;       ceiling: pinned host-to-device copy
 # Usage: bench/push_bench.sh BUILD_DIR [cpu|cuda] [MODEL] [LAYERS] [ENGINE_RANKS] [BUCKET] [REPEAT]
-# Env: OUT (where results go; default a temp dir), KEEP=1 keeps the checkpoint.
+# Env: OUT (where results go; default a temp dir), KEEP=1 keeps the checkpoint,
+# MODE=staged|direct, TIMEOUT (seconds per process, default 120).
 # Prints one JSON line: bytes, per-refit GB/s (median of refits 2..N), the
 # ceiling and the ratio.
 set -euo pipefail
@@ -17,6 +18,7 @@ bucket=${6:-64MiB}
 repeat=${7:-5}
 refit=${REFIT_BINARY:-$build/refit}
 limit=${TIMEOUT:-120}  # seconds allowed for each process
+mode=${MODE:-staged}   # staged or direct
 work=$(mktemp -d /tmp/refit-push-bench-XXXXXX)
 out=${OUT:-$work}
 cleanup() { [[ ${KEEP:-0} == 1 ]] || rm -rf "$work"; }
@@ -36,11 +38,12 @@ for _ in $(seq 100); do [[ -s $work/port ]] && break; sleep 0.1; done
 address=127.0.0.1:$(cat "$work/port")
 for ((r = 0; r < ranks; r++)); do
   timeout "$limit" "$refit" engine --coordinator "$address" --rank "$r" --engine-ranks "$ranks" --trainer-ranks "$ranks" \
-    --model "$work/ckpt" --device "$device" --transport "$transport" --bucket-size "$bucket" --timeout "$limit" \
+    --model "$work/ckpt" --device "$device" --transport "$transport" --mode "$mode" --bucket-size "$bucket" \
+    --timeout "$limit" \
     2>"$work/engine-$r.err" &
 done
 timeout "$limit" "$refit" push "$work/ckpt" --coordinator "$address" --engine-ranks "$ranks" \
-  --transport "$transport" --bucket-size "$bucket" --repeat "$repeat" --timeout "$limit" 2>"$work/push.err" ||
+  --transport "$transport" --mode "$mode" --bucket-size "$bucket" --repeat "$repeat" --timeout "$limit" 2>"$work/push.err" ||
   fail "push failed"
 wait || fail "a process failed"
 bytes=$(python3 -c "import json;print(json.load(open('$work/report.json'))['bytes_per_refit'])")
@@ -52,7 +55,7 @@ import json, statistics, sys
 report, ceiling = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 rates = [r["gbps"] for r in report["refits"]]
 steady = statistics.median(rates[1:] if len(rates) > 1 else rates)
-print(json.dumps({"bench": "push", "device": sys.argv[3], "model": sys.argv[4], "layers": int(sys.argv[5]),
+print(json.dumps({"bench": "push", "device": sys.argv[3], "mode": report.get("mode"), "model": sys.argv[4], "layers": int(sys.argv[5]),
                   "engine_ranks": int(sys.argv[6]), "bucket": sys.argv[7], "verified": report["verified"],
                   "bytes": report["bytes_per_refit"], "refit_gbps": rates, "median_gbps": steady,
                   "ceiling": ceiling["ceiling"], "ceiling_gbps": ceiling["gbps"],

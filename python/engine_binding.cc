@@ -102,9 +102,10 @@ class PyEngine {
           raised.emplace(std::move(e));
         }
         valid->store(false);
-        if (status.ok() && memory_ == MemoryKind::kCuda) {
+        if (memory_ == MemoryKind::kCuda) {  // copies load_fn queued finish before the slot is reused
           py::gil_scoped_release release;
-          status = synchronize_device(device_).WithContext("after load_fn");
+          Status synced = synchronize_device(device_).WithContext("after load_fn");
+          if (status.ok()) status = synced;
         }
         return status;
       });

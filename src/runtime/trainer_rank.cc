@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <thread>
 #include <cstdio>
 #include <vector>
 
@@ -157,7 +158,10 @@ class TrainerRank::Impl {
         // Host weights into device memory: pack into pinned memory, copy it
         // to the device (the slot itself; in direct mode a device bucket
         // that one launch scatters into the weights).
-        ASSIGN_OR_RETURN(pinned_, PinnedBuffer::Allocate(plan_.bucket_size));
+        for (int b = 0; b < 2; ++b) {
+          ASSIGN_OR_RETURN(pinned_[b], PinnedBuffer::Allocate(plan_.bucket_size));
+          ASSIGN_OR_RETURN(h2d_done_[b], CudaEvent::Create(gpu));
+        }
         if (direct_) {
           ASSIGN_OR_RETURN(device_bucket_, DeviceBuffer::Allocate(gpu, plan_.bucket_size));
         }
@@ -202,6 +206,7 @@ class TrainerRank::Impl {
     // replaced: wait for the device, forget the half-sent refit.
     if (copier_) (void)stream_.synchronize();
     pending_landed_.clear();
+    h2d_pending_[0].active = h2d_pending_[1].active = false;
     direct_runs_.clear();
     direct_bytes_ = 0;
     auto instruction = client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s));
@@ -245,6 +250,7 @@ class TrainerRank::Impl {
       }
     }
     RETURN_IF_ERROR(flush_direct(version, deadline));
+    RETURN_IF_ERROR(flush_h2d(deadline));
     const double send_ms = std::chrono::duration<double, std::milli>(Clock::now() - went).count();
     RETURN_IF_ERROR(client_->send(Json{{"type", "progress"}, {"version", version}, {"bytes", bytes}}));
     RETURN_IF_ERROR(client_->send(Json{{"type", "sent"}, {"version", version}}));
@@ -261,49 +267,82 @@ class TrainerRank::Impl {
   // Staged: waits for the credit of bucket j, packs the bucket into the
   // granted slot (in place when the transport is one-sided), announces it.
   // Direct: writes each entry straight into the engine's weight, announces it.
+  Status wait_credit(std::uint64_t version, std::uint64_t j, Deadline deadline, std::uint64_t* slot) {
+    // A credit that does not come within the bucket deadline means a stalled
+    // or dead engine rank: fail instead of waiting for the whole refit's.
+    auto credit = link_->recv_header(deadline.min(Deadline::AfterSeconds(options_.bucket_timeout_s)), 0);
+    if (!credit.ok() && credit.status().code() == StatusCode::kDeadlineExceeded && !deadline.expired()) {
+      return DeadlineExceeded(name() + " waited " + format_seconds(options_.bucket_timeout_s) +
+                              " for the credit of bucket " + std::to_string(j) + " of refit " +
+                              std::to_string(version) + " from " + link_->peer() +
+                              " (a stalled or dead engine rank; --bucket-timeout)");
+    }
+    if (!credit.ok()) return credit.status();
+    if (credit->type != FrameType::kCredit || credit->a != version || credit->b != j) {
+      return InvalidArgument("protocol error from " + link_->peer() + ": expected the credit for bucket " +
+                             std::to_string(j) + " of version " + std::to_string(version) + ", got frame type " +
+                             std::to_string(static_cast<int>(credit->type)) + " (version " +
+                             std::to_string(credit->a) + ", bucket " + std::to_string(credit->b) + ")");
+    }
+    *slot = credit->c;
+    return Status::Ok();
+  }
+
+  // Host weights into a staged device target, pipelined over two pinned
+  // buffers: bucket j is packed (by several threads) while bucket j-1 is
+  // copied to the device; j-1 is announced before the credit of j is awaited
+  // (the engine frees a slot only after it applied the bucket before), then
+  // j's copy starts and is announced with bucket j+1.
+  Status send_bucket_pinned(std::uint64_t version, std::uint64_t j, Deadline deadline) {
+    const Bucket& bucket = plan_.buckets[j];
+    const std::string where = name() + ", bucket " + std::to_string(j);
+    const int b = static_cast<int>(sequence_++ % 2);
+    RETURN_IF_ERROR(announce_h2d(b, deadline));  // the buffer's previous copy (normally announced already)
+    std::byte* pinned = pinned_[b].data();
+    runs_.clear();
+    for (const PlanEntry& e : bucket.entries) {
+      append_shard_copy_runs(source_->model().weights[e.tensor], pack_rank_, options_.engine_ranks,
+                             source_->data(e.tensor), e.tensor_offset, e.bytes, pinned + e.bucket_offset, &runs_);
+    }
+    copy_runs_on_host_parallel(runs_);
+    RETURN_IF_ERROR(announce_h2d(1 - b, deadline));
+    std::uint64_t slot = 0;
+    RETURN_IF_ERROR(wait_credit(version, j, deadline, &slot));
+    std::byte* dst = target_->mapped_slot(static_cast<int>(slot));
+    if (dst == nullptr) return Internal(where + ": the device target has no mapped slot " + std::to_string(slot));
+    RETURN_IF_ERROR(copy_async(dst, pinned, bucket.bytes, stream_.handle()).WithContext(where));
+    RETURN_IF_ERROR(h2d_done_[b].record(stream_.handle()).WithContext(where));
+    h2d_pending_[b] = PendingH2D{true, version, j, slot};
+    return Status::Ok();
+  }
+
   Status send_bucket(std::uint64_t version, std::uint64_t j, Deadline deadline) {
     const Bucket& bucket = plan_.buckets[j];
     const std::string where = name() + ", bucket " + std::to_string(j);
+    if (target_on_device_ && !device_reads_ && !direct_) return send_bucket_pinned(version, j, deadline);
     std::uint64_t slot = 0;
     std::byte* dst = nullptr;
     if (direct_) {
       dst = target_->mapped_slot(0);
     } else {
-      // A credit that does not come within the bucket deadline means a
-      // stalled or dead engine rank: fail instead of waiting for the whole
-      // refit's deadline.
-      auto credit = link_->recv_header(deadline.min(Deadline::AfterSeconds(options_.bucket_timeout_s)), 0);
-      if (!credit.ok() && credit.status().code() == StatusCode::kDeadlineExceeded && !deadline.expired()) {
-        return DeadlineExceeded(name() + " waited " + format_seconds(options_.bucket_timeout_s) +
-                                " for the credit of bucket " + std::to_string(j) + " of refit " +
-                                std::to_string(version) + " from " + link_->peer() +
-                                " (a stalled or dead engine rank; --bucket-timeout)");
-      }
-      if (!credit.ok()) return credit.status();
-      if (credit->type != FrameType::kCredit || credit->a != version || credit->b != j) {
-        return InvalidArgument("protocol error from " + link_->peer() + ": expected the credit for bucket " +
-                               std::to_string(j) + " of version " + std::to_string(version) + ", got frame type " +
-                               std::to_string(static_cast<int>(credit->type)) + " (version " +
-                               std::to_string(credit->a) + ", bucket " + std::to_string(credit->b) + ")");
-      }
-      slot = credit->c;
+      RETURN_IF_ERROR(wait_credit(version, j, deadline, &slot));
       dst = target_->mapped_slot(static_cast<int>(slot));
     }
     const bool in_place = dst != nullptr;
 
     if (target_on_device_ && !device_reads_) {
-      // Host weights, device target: pack on the host into pinned memory, one
-      // copy to the device.
+      // Host weights, device target, direct mode: pack on the host into
+      // pinned memory, copy it to a device bucket, scatter it into the weights.
       if (!in_place) return Internal(where + ": the device target has no mapped slot");
+      std::byte* pinned = pinned_[0].data();
       runs_.clear();
       for (const PlanEntry& e : bucket.entries) {
         append_shard_copy_runs(source_->model().weights[e.tensor], pack_rank_, options_.engine_ranks,
-                               source_->data(e.tensor), e.tensor_offset, e.bytes, pinned_.data() + e.bucket_offset,
-                               &runs_);
+                               source_->data(e.tensor), e.tensor_offset, e.bytes, pinned + e.bucket_offset, &runs_);
       }
-      copy_runs_on_host(runs_);
+      copy_runs_on_host_parallel(runs_);
       std::byte* to = direct_ ? device_bucket_.data() : dst;
-      RETURN_IF_ERROR(copy_async(to, pinned_.data(), bucket.bytes, stream_.handle()).WithContext(where));
+      RETURN_IF_ERROR(copy_async(to, pinned, bucket.bytes, stream_.handle()).WithContext(where));
       if (direct_) {
         runs_.clear();
         for (const PlanEntry& e : bucket.entries) {
@@ -311,9 +350,11 @@ class TrainerRank::Impl {
                                       dst + engine_offsets_[e.tensor] + e.tensor_offset, e.bytes));
         }
         RETURN_IF_ERROR(copier_->copy(runs_, stream_.handle()).WithContext(where));
+        // One device bucket: its scatter must finish before the next copy.
+        RETURN_IF_ERROR(stream_.synchronize().WithContext(where));
+        return send_landed(version, j, slot, deadline);
       }
-      RETURN_IF_ERROR(stream_.synchronize().WithContext(where));
-      return send_landed(version, j, slot, deadline);
+      return Internal(where + ": staged buckets of host weights take the pinned pipeline");
     }
 
     if (!in_place) dst = staging_.data();
@@ -356,6 +397,63 @@ class TrainerRank::Impl {
       }
     }
     return send_landed(version, j, slot, deadline);
+  }
+
+  // Pinned path: waits for the copy from pinned buffer b, then announces its
+  // bucket. No-op when nothing is pending there.
+  Status announce_h2d(int b, Deadline deadline) {
+    PendingH2D& p = h2d_pending_[b];
+    if (!p.active) return Status::Ok();
+    p.active = false;
+    RETURN_IF_ERROR(h2d_done_[b].synchronize().WithContext(name() + ", bucket " + std::to_string(p.bucket)));
+    return send_landed(p.version, p.bucket, p.slot, deadline);
+  }
+
+  // Announces every bucket still copying, oldest first.
+  Status flush_h2d(Deadline deadline) {
+    for (std::uint64_t k = 0; k < 2; ++k) RETURN_IF_ERROR(announce_h2d(static_cast<int>((sequence_ + k) % 2), deadline));
+    return Status::Ok();
+  }
+
+  // The host pack of the pinned path: a bucket's runs split over a few
+  // threads (one thread's memcpy from the page cache is several times slower
+  // than the host-to-device link).
+  void copy_runs_on_host_parallel(std::span<const CopyRun> runs) {
+    std::uint64_t total = 0;
+    for (const CopyRun& r : runs) total += r.row_bytes * r.rows;
+    const unsigned threads = std::min<unsigned>(kPackThreads, static_cast<unsigned>(total / (4u << 20) + 1));
+    if (threads <= 1) {
+      copy_runs_on_host(runs);
+      return;
+    }
+    // Split into 1-D pieces of about total / threads bytes each.
+    std::vector<std::vector<CopyRun>> parts(threads);
+    const std::uint64_t share = total / threads + 1;
+    std::uint64_t filled = 0;
+    std::size_t part = 0;
+    for (const CopyRun& r : runs) {
+      for (std::uint64_t row = 0; row < r.rows; ++row) {
+        const std::byte* src = r.src + row * r.src_pitch;
+        std::byte* dst = r.dst + row * r.dst_pitch;
+        std::uint64_t left = r.row_bytes;
+        while (left > 0) {
+          const std::uint64_t take = std::min(left, share - filled);
+          parts[part].push_back(copy_run_1d(src, dst, take));
+          src += take;
+          dst += take;
+          left -= take;
+          filled += take;
+          if (filled >= share && part + 1 < parts.size()) {
+            ++part;
+            filled = 0;
+          }
+        }
+      }
+    }
+    std::vector<std::thread> workers;
+    for (unsigned t = 1; t < threads; ++t) workers.emplace_back([&parts, t] { copy_runs_on_host(parts[t]); });
+    copy_runs_on_host(parts[0]);
+    for (auto& w : workers) w.join();
   }
 
   static std::string format_seconds(double s) {
@@ -418,7 +516,17 @@ class TrainerRank::Impl {
   std::vector<std::uint64_t> engine_offsets_;  // direct mode: of each tensor in the engine's arena
   std::unique_ptr<BatchedCopier> copier_;
   CudaStream stream_;
-  PinnedBuffer pinned_;        // host source, device target: one packed bucket
+  // Host weights into a device target (the pinned path): two pinned buckets,
+  // one packed while the other is copied to the device.
+  struct PendingH2D {
+    bool active = false;
+    std::uint64_t version = 0, bucket = 0, slot = 0;
+  };
+  PinnedBuffer pinned_[2];
+  CudaEvent h2d_done_[2];
+  PendingH2D h2d_pending_[2];
+  std::uint64_t sequence_ = 0;  // buckets sent so far: picks the pinned buffer
+  static constexpr unsigned kPackThreads = 8;
   DeviceBuffer device_bucket_; // ... and in direct mode its copy on the device
   std::vector<CopyRun> runs_;
   std::vector<std::uint64_t> pending_landed_;  // direct mode on a device: buckets packed, not yet announced

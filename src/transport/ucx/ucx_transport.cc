@@ -419,7 +419,7 @@ class UcxRemote final : public RemoteTarget {
     if (!by_put_ && *s == UCS_OK) {
       auto ack = acks_.done.find(ticket);
       if (ack == acks_.done.end()) {
-        pending = true;
+        pending = false;
       } else {
         *refused = ack->second;
         acks_.done.erase(ack);

@@ -97,6 +97,7 @@ class ChildProcess {
     pid_ = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
   }
+  pid_t pid() const { return pid_; }
   int from_child() const { return from_child_; }
   int to_child() const { return to_child_; }
 
@@ -355,12 +356,18 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcxExpose, ::testing::Values("tcp", "sm"),
 // The completion contract: once poll returned true, every byte is in the
 // target's memory, with nothing more for the target to do. A 32 MiB write
 // over tcp is still partly in socket buffers (and in the target's receive
-// path) when UCX reports the put complete locally; the engine checks the
-// slot the moment the trainer says so, as it does on kLanded.
-// Catches: poll returning true on local completion of the put, without the
-// endpoint flush (remote completion).
-TEST(UcxTransport, LargeWriteIsInTheTargetsMemoryWhenPollReturnsTrue) {
+// path) when UCX reports the sends complete locally; the engine checks the
+// slot the moment the trainer says so, as it does on kLanded. Both ways of
+// writing: the default over tcp (active-message writes) and puts forced
+// (UCX's software put).
+// Catches: poll true on local completion: active-message writes without
+// waiting for the engine's ack, puts without the endpoint flush.
+class UcxCompletion : public ::testing::TestWithParam<bool> {};
+
+TEST_P(UcxCompletion, LargeWriteIsInTheTargetsMemoryWhenPollReturnsTrue) {
   SKIP_WITHOUT_UCX();
+#if REFIT_HAVE_UCX
+  const bool force_put = GetParam();
   ScopedUcxTls tls("tcp");
   constexpr std::uint64_t kSlotBytes = 32 << 20;
   constexpr int kRounds = 3;
@@ -374,9 +381,9 @@ TEST(UcxTransport, LargeWriteIsInTheTargetsMemoryWhenPollReturnsTrue) {
   std::memset((*target)->slot(0), 0, kSlotBytes);
   const std::string descriptor = (*target)->descriptor();
   ChildProcess trainer([&](int up, int down) {
-    auto ct = make_transport("ucx");
-    if (!ct.ok()) return 2;
-    auto remote = (*ct)->open_target(descriptor, nullptr);
+    UcxOptions options;
+    if (force_put) options.writes = UcxOptions::Writes::kPut;
+    auto remote = make_ucx_transport_with(options)->open_target(descriptor, nullptr);
     if (!remote.ok()) return 3;
     for (int round = 1; round <= kRounds; ++round) {
       std::vector<std::byte> src(kSlotBytes, static_cast<std::byte>(round));
@@ -397,6 +404,82 @@ TEST(UcxTransport, LargeWriteIsInTheTargetsMemoryWhenPollReturnsTrue) {
     ASSERT_TRUE(WriteAll(trainer.to_child(), &r, 1));
   }
   EXPECT_EQ(trainer.Wait(), 0);
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(Writes, UcxCompletion, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("forced_put") : std::string("default");
+                         });
+
+// A cancelled write may still land: the next submit waits for it, so a
+// write of a failed refit never lands after (and over) one of the next.
+// With the engine stopped (SIGSTOP), the cancelled write cannot finish, so
+// the next submit must give up at its deadline, saying why.
+// Catches: a cancel that forgets the write (the next submit goes ahead while
+// the old bytes are still on their way to the same slot).
+TEST(UcxTransport, SubmitWaitsForACancelledWrite) {
+  SKIP_WITHOUT_UCX();
+  ScopedUcxTls tls("tcp");
+  constexpr std::uint64_t kSlotBytes = 8 << 20;
+  ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
+  const std::string descriptor = ReceiveString(engine.from_child());
+  ASSERT_EQ(descriptor.rfind("ucx:", 0), 0u);
+  auto t = make_transport("ucx");
+  ASSERT_TRUE(t.ok());
+  NamingLink link("engine rank 3 at 10.1.2.3:4567");
+  auto remote = (*t)->open_target(descriptor, link.link.get());
+  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+  std::vector<std::byte> bytes(kSlotBytes, std::byte{9});
+  ASSERT_TRUE(WriteAndWait(**remote, 0, 0, bytes, Deadline::After(20s)).ok());
+  ASSERT_EQ(::kill(engine.pid(), SIGSTOP), 0);
+  auto stuck = (*remote)->submit(0, 0, bytes, 2, Deadline::After(1s));
+  ASSERT_TRUE(stuck.ok()) << stuck.status().ToString();
+  auto done = (*remote)->poll(*stuck);
+  ASSERT_TRUE(done.ok());
+  ASSERT_FALSE(*done) << "8 MiB into a stopped engine cannot be complete";
+  (*remote)->cancel(*stuck);
+  auto next = (*remote)->submit(1, 0, std::span<const std::byte>(bytes.data(), 16), 3, Deadline::After(300ms));
+  ::kill(engine.pid(), SIGCONT);
+  ASSERT_FALSE(next.ok()) << "a submit went ahead of a cancelled write still in flight";
+  EXPECT_EQ(next.status().code(), StatusCode::kDeadlineExceeded) << next.status().ToString();
+  EXPECT_HAS(next.status().message(), "cancelled write");
+  EXPECT_HAS(next.status().message(), "engine rank 3 at 10.1.2.3:4567");
+  // Once the engine runs again, the cancelled write finishes and writes go on.
+  Status later = WriteAndWait(**remote, 1, 0, std::span<const std::byte>(bytes.data(), 16), Deadline::After(20s));
+  EXPECT_TRUE(later.ok()) << later.ToString();
+}
+
+// The engine writes only into memory it registered, whatever a trainer
+// sends: a descriptor whose addr points past the pool (a bug, or a trainer
+// of another job) gets the write refused, reported to the trainer, and the
+// engine keeps running.
+// Catches: an active-message write handler that copies to any address it
+// is given (the engine would crash or corrupt memory outside its pool).
+TEST(UcxTransport, WriteOutsideTheRegisteredMemoryIsRefusedByTheEngine) {
+  SKIP_WITHOUT_UCX();
+  ScopedUcxTls tls("tcp");
+  constexpr std::uint64_t kSlotBytes = 1 << 20;
+  ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
+  std::string descriptor = ReceiveString(engine.from_child());
+  ASSERT_EQ(descriptor.rfind("ucx:", 0), 0u);
+  // addr=A -> addr=A + 2 slots: the whole pool shifted past its end.
+  const auto at = descriptor.find(":addr=") + 6, end = descriptor.find(':', at);
+  const std::uint64_t addr = std::stoull(descriptor.substr(at, end - at));
+  descriptor = descriptor.substr(0, at) + std::to_string(addr + 2 * kSlotBytes) + descriptor.substr(end);
+  auto t = make_transport("ucx");
+  ASSERT_TRUE(t.ok());
+  NamingLink link("engine rank 3 at 10.1.2.3:4567");
+  auto remote = (*t)->open_target(descriptor, link.link.get());
+  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+  std::vector<std::byte> bytes(4096, std::byte{0x77});
+  Status s = WriteAndWait(**remote, 1, 0, bytes, Deadline::After(20s));
+  ASSERT_FALSE(s.ok()) << "the engine took a write outside its pool";
+  EXPECT_HAS(s.message(), "refused");
+  EXPECT_HAS(s.message(), "engine rank 3 at 10.1.2.3:4567");
+  char bye = 0;
+  ASSERT_TRUE(WriteAll(engine.to_child(), &bye, 1)) << "the engine process died";
+  EXPECT_EQ(engine.Wait(), 0);
 }
 
 // Catches: capabilities that send the runtime down the wrong path: a
