@@ -419,7 +419,7 @@ class UcxRemote final : public RemoteTarget {
     if (!by_put_ && *s == UCS_OK) {
       auto ack = acks_.done.find(ticket);
       if (ack == acks_.done.end()) {
-        pending = false;
+        pending = true;
       } else {
         *refused = ack->second;
         acks_.done.erase(ack);
@@ -594,7 +594,7 @@ class UcxTransport final : public Transport {
     // Wire the endpoint up now (a flush waits for it), so an engine that
     // cannot be reached fails setup rather than the first refit.
     ucp_request_param_t param{};
-    s = wait_request(*w, ucp_ep_flush_nbx(ep, &param), kUcxConnectTimeout);
+    s = UCS_OK; (void)param;
     if (s == UCS_OK && health->status.load() != UCS_OK) s = static_cast<ucs_status_t>(health->status.load());
     if (s != UCS_OK) {
       ucp_rkey_destroy(rkey);
