@@ -5,7 +5,8 @@
 #   --device cuda  engines on GPU 0;       ceiling: pinned host-to-device copy
 # Usage: bench/push_bench.sh BUILD_DIR [cpu|cuda] [MODEL] [LAYERS] [ENGINE_RANKS] [BUCKET] [REPEAT]
 # Env: OUT (where results go; default a temp dir), KEEP=1 keeps the checkpoint,
-# MODE=staged|direct, TIMEOUT (seconds per process, default 120).
+# MODE=staged|direct, POOL (engine pool slots, default 2), TIMEOUT (seconds per
+# process, default 120).
 # Prints one JSON line: bytes, per-refit GB/s (median of refits 2..N), the
 # ceiling and the ratio.
 set -euo pipefail
@@ -19,6 +20,7 @@ repeat=${7:-5}
 refit=${REFIT_BINARY:-$build/refit}
 limit=${TIMEOUT:-120}  # seconds allowed for each process
 mode=${MODE:-staged}   # staged or direct
+pool=${POOL:-2}        # receive pool slots of each engine rank
 work=$(mktemp -d /tmp/refit-push-bench-XXXXXX)
 out=${OUT:-$work}
 cleanup() { [[ ${KEEP:-0} == 1 ]] || rm -rf "$work"; }
@@ -39,7 +41,7 @@ address=127.0.0.1:$(cat "$work/port")
 for ((r = 0; r < ranks; r++)); do
   timeout "$limit" "$refit" engine --coordinator "$address" --rank "$r" --engine-ranks "$ranks" --trainer-ranks "$ranks" \
     --model "$work/ckpt" --device "$device" --transport "$transport" --mode "$mode" --bucket-size "$bucket" \
-    --timeout "$limit" \
+    --pool-slots "$pool" --timeout "$limit" \
     2>"$work/engine-$r.err" &
 done
 timeout "$limit" "$refit" push "$work/ckpt" --coordinator "$address" --engine-ranks "$ranks" \
@@ -55,7 +57,7 @@ import json, statistics, sys
 report, ceiling = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 rates = [r["gbps"] for r in report["refits"]]
 steady = statistics.median(rates[1:] if len(rates) > 1 else rates)
-print(json.dumps({"bench": "push", "device": sys.argv[3], "mode": report.get("mode"), "model": sys.argv[4], "layers": int(sys.argv[5]),
+print(json.dumps({"bench": "push", "device": sys.argv[3], "mode": report.get("mode"), "pool_slots": int(__import__("os").environ.get("POOL", "2")), "model": sys.argv[4], "layers": int(sys.argv[5]),
                   "engine_ranks": int(sys.argv[6]), "bucket": sys.argv[7], "verified": report["verified"],
                   "bytes": report["bytes_per_refit"], "refit_gbps": rates, "median_gbps": steady,
                   "ceiling": ceiling["ceiling"], "ceiling_gbps": ceiling["gbps"],

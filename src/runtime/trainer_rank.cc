@@ -421,7 +421,10 @@ class TrainerRank::Impl {
   void copy_runs_on_host_parallel(std::span<const CopyRun> runs) {
     std::uint64_t total = 0;
     for (const CopyRun& r : runs) total += r.row_bytes * r.rows;
-    const unsigned threads = std::min<unsigned>(kPackThreads, static_cast<unsigned>(total / (4u << 20) + 1));
+    // Up to one thread per core but two (the engine's and this rank's own
+    // threads), at most kPackThreads, at least 4 MiB each.
+    const unsigned cores = std::max(std::thread::hardware_concurrency(), 3u) - 2;
+    const unsigned threads = std::min({kPackThreads, cores, static_cast<unsigned>(total / (4u << 20) + 1)});
     if (threads <= 1) {
       copy_runs_on_host(runs);
       return;
@@ -526,7 +529,7 @@ class TrainerRank::Impl {
   CudaEvent h2d_done_[2];
   PendingH2D h2d_pending_[2];
   std::uint64_t sequence_ = 0;  // buckets sent so far: picks the pinned buffer
-  static constexpr unsigned kPackThreads = 8;
+  static constexpr unsigned kPackThreads = 14;
   DeviceBuffer device_bucket_; // ... and in direct mode its copy on the device
   std::vector<CopyRun> runs_;
   std::vector<std::uint64_t> pending_landed_;  // direct mode on a device: buckets packed, not yet announced
