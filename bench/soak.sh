@@ -38,17 +38,23 @@ grep -q '"verified": true' "$report.demo.json" || { echo "soak: the demo failed:
 printf 'soak: %s refits of tiny in %s s (%s)\n' "$(grep -c '"version"' "$report.demo.json")" \
   "$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')" "$refit"
 # The per-process table, from the soak report (start -> end).
+printf '%-16s %12s %12s %8s %8s %8s %8s\n' process "rss start" "rss end" "fd start" "fd end" "shm st" "shm end"
 awk '
-  /"start": \{/ { sec = "start" } /"end": \{/ { sec = "end" } /"growth": \{/ { sec = "" }
+  /"start": \{/ { sec = "start" } /"end": \{/ { sec = "end" } /"(growth|problems|thresholds)": / { sec = "" }
   /"(coordinator|engine rank [0-9]+|trainer rank [0-9]+)": \{/ { match($0, /"[^"]+"/); name = substr($0, RSTART + 1, RLENGTH - 2) }
   sec != "" && /"rss_kib"/ { gsub(/[^0-9]/, "", $2); rss[sec, name] = $2; names[name] = 1 }
   sec != "" && /"fds"/ { gsub(/[^0-9]/, "", $2); fds[sec, name] = $2 }
   sec != "" && /"shm_maps"/ { gsub(/[^0-9]/, "", $2); shm[sec, name] = $2 }
   END {
-    printf "%-16s %12s %12s %8s %8s %8s %8s\n", "process", "rss start", "rss end", "fd start", "fd end", "shm st", "shm end"
     for (n in names) printf "%-16s %9d KiB %9d KiB %8d %8d %8d %8d\n", n, rss["start", n], rss["end", n], fds["start", n], fds["end", n], shm["start", n], shm["end", n]
   }' "$report" | sort
-grep -E '"(ok|samples|t_s|dev_shm_entries)"' "$report" | tr -s ' ' | paste -sd' ' | sed 's/^/soak: /'
+awk '
+  /"start": \{/ { sec = "start" } /"end": \{/ { sec = "end" } /"(growth|problems|thresholds)": / { sec = "" }
+  /"t_s"/ && sec != "" { gsub(/[^0-9.]/, "", $2); t[sec] = $2 }
+  /"dev_shm_entries"/ && sec != "" { gsub(/[^0-9]/, "", $2); shm[sec] = $2 }
+  /"samples"/ { gsub(/[^0-9]/, "", $2); n = $2 }
+  END { printf "soak: %d samples; start at %.1f s, end at %.1f s; /dev/shm/refit-* of the job: %d -> %d\n", n, t["start"], t["end"], shm["start"], shm["end"] }
+' "$report"
 if grep -q '"ok": true' "$report" && ((status == 0)); then
   echo "soak: ok, no growth beyond noise (report: $report)"
 else

@@ -9,10 +9,12 @@
 # made here and removed on exit. Needs root and iproute2.
 #
 # Usage: sudo bench/ucx_netns_bench.sh [build dir]
-#   MODEL (llama3-8b) LAYERS (1) BUCKET (64MiB) REFITS (5) REPS (5) set the job.
+#   MODEL (llama3-8b) LAYERS (1) BUCKET (64MiB) POOL_SLOTS (3) REFITS (5) REPS (5)
+#   set the job (3 slots: the engine applies bucket j while j+1 arrives).
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
-model=${MODEL:-llama3-8b} layers=${LAYERS:-1} bucket=${BUCKET:-64MiB} refits=${REFITS:-5} reps=${REPS:-5}
+model=${MODEL:-llama3-8b} layers=${LAYERS:-1} bucket=${BUCKET:-64MiB} slots=${POOL_SLOTS:-3}
+refits=${REFITS:-5} reps=${REPS:-5}
 [[ $(id -u) -eq 0 ]] || { echo "ucx_netns_bench: needs root (network namespaces)" >&2; exit 1; }
 for b in refit ucx_linkbench; do [[ -x $build/$b ]] || { echo "ucx_netns_bench: no $build/$b" >&2; exit 1; }; done
 
@@ -57,7 +59,7 @@ for _ in $(seq 1000); do [[ -s $dir/port ]] && break; sleep 0.01; done
 port=$(cat "$dir/port")
 rank=(--coordinator "$(addr 0):$port" --model "$model" --layers "$layers" --transport ucx --bucket-size "$bucket"
       "${common[@]}")
-in_ns 1 "$build/refit" engine --rank 0 --listen-host "$(addr 1)" "${rank[@]}" 2>"$dir/engine.err" &
+in_ns 1 "$build/refit" engine --rank 0 --listen-host "$(addr 1)" --pool-slots "$slots" "${rank[@]}" 2>"$dir/engine.err" &
 pids+=($!)
 in_ns 2 "$build/refit" trainer --rank 0 "${rank[@]}" 2>"$dir/trainer.err" &
 pids+=($!)
@@ -77,7 +79,7 @@ link() {
   local sink=$!
   for _ in $(seq 1000); do [[ -s $dir/lport ]] && break; sleep 0.01; done
   in_ns 2 "$build/ucx_linkbench" source --connect "$(addr 1):$(cat "$dir/lport")" --mode "$1" \
-    --bytes "$bytes" --reps "$reps" --chunk "$(numfmt --from=iec "${bucket%B}")"
+    --bytes "$bytes" --reps "$reps" --chunk "$(numfmt --from=iec-i "${bucket%B}")"
   wait "$sink"
 }
 link socket >"$dir/socket.json"

@@ -10,6 +10,8 @@
 #          and whole jobs of processes).
 #   fuzz   every libFuzzer target (fuzz/*_fuzz.cc) for REFIT_FUZZ_SECONDS
 #          (default 30) seconds each (fuzz/run.sh).
+# (Stage functions run inside `if`, where `set -e` does not apply: every
+# step checks its status.)
 # Sanitizers halt at the first report, and every process (a test, or a refit
 # process a test spawned) writes its reports to a folder that must stay
 # empty: a report from a process that was expected to fail anyway fails the
@@ -30,7 +32,7 @@ run_ctest() {
   local log=$1
   shift
   local rc=0
-  "${ctest_prefix[@]}" ctest "$@" --output-on-failure --timeout 900 -j 2 2>&1 | tee "$log" || rc=$?
+  "${ctest_prefix[@]}" ctest "$@" --output-on-failure --no-tests=error --timeout 900 -j 2 2>&1 | tee "$log" || rc=$?
   local line
   line=$(grep -E 'tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -1 || true)
   if [[ $line =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]; then
@@ -55,7 +57,8 @@ no_reports() {
 
 sanitizer_build() {
   local dir=$1 sanitize=$2
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREFIT_SANITIZE="$sanitize" -DREFIT_ENABLE_CUDA=OFF >/dev/null
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREFIT_SANITIZE="$sanitize" -DREFIT_ENABLE_CUDA=OFF >/dev/null ||
+    return 1
   cmake --build "$dir" -j "$(nproc)" --target refit refit_unit_tests refit_process_tests
 }
 
@@ -73,13 +76,13 @@ stage() {
 }
 
 main_stage() {
-  scripts/setup.sh
+  scripts/setup.sh || return 1
   run_ctest build/ctest-main.log --test-dir build "$@"
 }
 
 asan_stage() {
   local reports=$PWD/build-asan/sanitizer-reports
-  sanitizer_build build-asan address,undefined
+  sanitizer_build build-asan address,undefined || return 1
   rm -rf "$reports" && mkdir -p "$reports"
   local rc=0
   ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:log_path=$reports/asan" \
@@ -94,7 +97,7 @@ asan_stage() {
 # threads) in the process tests below.
 tsan_stage() {
   local reports=$PWD/build-tsan/sanitizer-reports
-  sanitizer_build build-tsan thread
+  sanitizer_build build-tsan thread || return 1
   rm -rf "$reports" && mkdir -p "$reports"
   local filter='^(Link|Listener|SplitHostPort|Receiver|Aligner|Transport|Tcp|Shm|Auth|JoinGate|RecvControl|ControlClient|DemoTest|ControlPlaneFault|SecretFault|KillTest|StalledPeer|CoordinatorLost)'
   local rc=0

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -76,6 +77,24 @@ bool UcxBuilt() {
   return false;
 }
 
+// Removes the namespaces of test processes that no longer run ("rft<pid>x"
+// whose pid is gone: killed before their destructors ran), once per process.
+void SweepDeadTestNamespaces() {
+  static bool swept = false;
+  if (swept) return;
+  swept = true;
+  std::istringstream list(RunCommand({"ip", "netns", "list"}).output);
+  for (std::string line; std::getline(list, line);) {
+    const std::string name = line.substr(0, line.find(' '));
+    if (name.rfind("rft", 0) != 0) continue;
+    const auto x = name.find('x', 3);
+    if (x == std::string::npos || x == 3) continue;
+    const std::string pid = name.substr(3, x - 3);
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (::kill(static_cast<pid_t>(std::stol(pid)), 0) != 0 && errno == ESRCH) RunCommand({"ip", "netns", "del", name});
+  }
+}
+
 // The namespaces: hosts 0..n-1 plus the hub. ok() false: skip_reason() says
 // why they could not be made (everything made so far is removed).
 class NetnsTopology {
@@ -87,6 +106,7 @@ class NetnsTopology {
       skip_ = "needs root (CAP_NET_ADMIN) to create network namespaces";
       return;
     }
+    SweepDeadTestNamespaces();
     if (!Ip({"netns", "add", hub()})) return;
     made_.push_back(hub());
     if (!Ip({"-n", hub(), "link", "add", "br0", "type", "bridge"}) || !Ip({"-n", hub(), "link", "set", "br0", "up"})) {

@@ -136,7 +136,7 @@ class EngineRank::Impl {
     } else {
       for (const std::string& d : options_.supported_dtypes) supported.push_back(d);
     }
-    ASSIGN_OR_RETURN(client_, ControlClient::Connect(options_.coordinator, deadline));
+    ASSIGN_OR_RETURN(client_, ControlClient::Connect(options_.coordinator, Secret(options_.secret), deadline));
     Json join{{"type", "join"},
               {"role", "engine"},
               {"rank", rank()},

@@ -102,7 +102,7 @@ class TrainerRank::Impl {
       std::string d(dtype_name(s.dtype));
       if (!dtypes.contains(d)) dtypes[d] = s.name;
     }
-    ASSIGN_OR_RETURN(client_, ControlClient::Connect(options_.coordinator, deadline));
+    ASSIGN_OR_RETURN(client_, ControlClient::Connect(options_.coordinator, Secret(options_.secret), deadline));
     Json join{{"type", "join"},
               {"role", "trainer"},
               {"rank", options_.rank},

@@ -594,14 +594,14 @@ class UcxTransport final : public Transport {
     // Wire the endpoint up now (a flush waits for it), so an engine that
     // cannot be reached fails setup rather than the first refit.
     ucp_request_param_t param{};
-    s = UCS_OK; (void)param;
+    s = wait_request(*w, ucp_ep_flush_nbx(ep, &param), options_.connect_timeout);
     if (s == UCS_OK && health->status.load() != UCS_OK) s = static_cast<ucs_status_t>(health->status.load());
     if (s != UCS_OK) {
       ucp_rkey_destroy(rkey);
       close_ep();
       if (s == UCS_INPROGRESS) {
         return Unavailable("could not connect to the UCX worker of " + peer + " within " +
-                           std::to_string(kUcxConnectTimeout.count()) + " s (" + w->settings() + ")");
+                           std::to_string(options_.connect_timeout.count()) + " ms (" + w->settings() + ")");
       }
       return Unavailable("connecting to the UCX worker of " + peer + " (" + w->settings() + "): " + ucx_status_text(s));
     }

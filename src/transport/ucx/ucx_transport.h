@@ -24,7 +24,7 @@
 //
 // Initiator side. open_target creates ONE endpoint to the engine's worker
 // with peer error handling (UCP_ERR_HANDLING_MODE_PEER) and an error handler,
-// unpacks the rkey once, and waits (at most kUcxConnectTimeout) until the
+// unpacks the rkey once, and waits (at most UcxOptions::connect_timeout) until the
 // endpoint is wired up, so an unreachable engine is a setup error. Where the
 // selected UCX transports cannot detect peer failure (shared memory: UCX_TLS=sm
 // or posix), the endpoint falls back to no error handling, once, with a line
@@ -60,7 +60,10 @@
 //
 // Memory: capabilities().device_memory is true only when this UCX build
 // supports CUDA memory (ucp_context_query memory_types); Debian's does not,
-// and then device pools are refused with kFailedPrecondition saying so.
+// and then device pools are refused with kFailedPrecondition saying so (a
+// CUDA-capable UCX would register a cudaMalloc'ed pool: untested here).
+// capabilities().direct is false although expose_memory works: the trainer's
+// direct path writes through mapped_slot(0), which ucx does not have.
 #pragma once
 
 #include <chrono>
@@ -71,8 +74,8 @@
 
 namespace refit {
 
-// How long open_target waits for the endpoint to a target's worker to be
-// wired up before failing with kUnavailable.
+// How long open_target waits, by default, for the endpoint to a target's
+// worker to be wired up before failing with kUnavailable.
 inline constexpr std::chrono::seconds kUcxConnectTimeout{30};
 
 struct UcxOptions {
@@ -88,6 +91,8 @@ struct UcxOptions {
   // see ucx_am_writes.h for why. The others force one (tests).
   enum class Writes { kAuto, kPut, kActiveMessage };
   Writes writes = Writes::kAuto;
+  // How long open_target waits for the endpoint to be wired up.
+  std::chrono::milliseconds connect_timeout = kUcxConnectTimeout;
 };
 
 // Defined only in builds with UCX (REFIT_HAVE_UCX). The registry's "ucx" is

@@ -22,9 +22,7 @@
 
 #include "refit/link.h"
 #include "refit/transport.h"
-#if REFIT_HAVE_UCX
-#include "transport/ucx/ucx_transport.h"
-#endif
+#include "transport/ucx/ucx_transport.h"  // declarations only: defined where REFIT_HAVE_UCX
 
 namespace refit {
 namespace {
@@ -181,10 +179,11 @@ Status WriteAndWait(RemoteTarget& remote, int slot, std::uint64_t offset, std::s
   }
 }
 
-// Catches: an endpoint created without peer error handling (a dead engine
-// then hangs or aborts the trainer instead of failing the refit), errors
-// that do not name the peer, and a code other than kUnavailable (the runtime
-// reports it as a lost peer).
+// Catches: errors that do not name the peer, a code other than kUnavailable
+// (the runtime reports it as a lost peer), and a remote that goes on taking
+// writes after its peer died. (Peer error handling is not what makes this
+// pass over tcp: the reset connection fails the write in either mode; it
+// matters for a peer lost silently, which this does not test.)
 TEST(UcxTransport, KilledPeerFailsTheNextWriteWithUnavailableNamingThePeer) {
   SKIP_WITHOUT_UCX();
   ScopedUcxTls tls("tcp");
@@ -257,9 +256,8 @@ TEST(UcxTransport, TrainerKilledMidWriteLeavesTheEngineRunning) {
   EXPECT_EQ(engine.Wait(), 0) << "the engine process did not exit cleanly after its trainer was killed";
 }
 
-// Catches: an open_target that returns before the endpoint is wired up (the
-// first write of the first refit would then fail instead of setup), and an
-// error that does not name the peer.
+// Catches: an error that does not name the peer or is not kUnavailable
+// (here UCX's connect is refused at once, inside ucp_ep_create).
 TEST(UcxTransport, UnreachableEngineFailsAtOpenNamingIt) {
   SKIP_WITHOUT_UCX();
   ScopedUcxTls tls("tcp");
@@ -280,6 +278,33 @@ TEST(UcxTransport, UnreachableEngineFailsAtOpenNamingIt) {
   EXPECT_HAS(remote.status().message(), "engine rank 3 at 10.1.2.3:4567");
   EXPECT_LT(Clock::now() - start, kUcxConnectTimeout + 5s);
 }
+
+#if REFIT_HAVE_UCX
+// An engine that accepts the connection but never answers (stopped): open
+// waits for the endpoint's wire-up, at most the connect timeout, and fails
+// then, naming the engine, so the job fails at setup, not in its first refit.
+// Catches: an open_target that returns before the endpoint is wired up.
+TEST(UcxTransport, SilentEngineFailsAtOpenAfterTheConnectTimeout) {
+  ScopedUcxTls tls("tcp");
+  ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, 4096); });
+  const std::string descriptor = ReceiveString(engine.from_child());
+  ASSERT_EQ(descriptor.rfind("ucx:", 0), 0u);
+  ASSERT_EQ(::kill(engine.pid(), SIGSTOP), 0);
+  UcxOptions options;
+  options.connect_timeout = 1s;
+  NamingLink link("engine rank 3 at 10.1.2.3:4567");
+  const auto start = Clock::now();
+  auto remote = make_ucx_transport_with(options)->open_target(descriptor, link.link.get());
+  const auto took = Clock::now() - start;
+  ::kill(engine.pid(), SIGCONT);
+  ASSERT_FALSE(remote.ok()) << "opened a target whose engine never answered";
+  EXPECT_EQ(remote.status().code(), StatusCode::kUnavailable) << remote.status().ToString();
+  EXPECT_HAS(remote.status().message(), "engine rank 3 at 10.1.2.3:4567");
+  EXPECT_HAS(remote.status().message(), "within 1000 ms");
+  EXPECT_GE(took, 1s);
+  EXPECT_LT(took, 10s);
+}
+#endif
 
 // Direct mode: writes into EXISTING memory registered by expose_memory land
 // at the right addresses, bit-exact, and nothing outside the exposed range
