@@ -60,7 +60,8 @@ no_reports() {
 
 sanitizer_build() {
   local dir=$1 sanitize=$2
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREFIT_SANITIZE="$sanitize" -DREFIT_ENABLE_CUDA=OFF >/dev/null ||
+  shift 2
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREFIT_SANITIZE="$sanitize" -DREFIT_ENABLE_CUDA=OFF "$@" >/dev/null ||
     return 1
   cmake --build "$dir" -j "$(nproc)" --target refit refit_unit_tests refit_process_tests
 }
@@ -100,7 +101,9 @@ asan_stage() {
 # threads) in the process tests below.
 tsan_stage() {
   local reports=$PWD/build-tsan/sanitizer-reports
-  sanitizer_build build-tsan thread || return 1
+  # Without UCX: libucm hooks madvise, which glibc calls as a thread exits,
+  # and TSan's interceptor crashes there (SIGSEGV in MutexPreReadLock).
+  sanitizer_build build-tsan thread -DREFIT_WITH_UCX=OFF || return 1
   rm -rf "$reports" && mkdir -p "$reports"
   local filter='^(Link|Listener|SplitHostPort|Receiver|Aligner|Transport|Tcp|Shm|Auth|JoinGate|RecvControl|ControlClient|DemoTest|ControlPlaneFault|SecretFault|KillTest|StalledPeer|CoordinatorLost)'
   local rc=0
