@@ -6,7 +6,8 @@
 # Usage: bench/push_bench.sh BUILD_DIR [cpu|cuda] [MODEL] [LAYERS] [ENGINE_RANKS] [BUCKET] [REPEAT]
 # Env: OUT (where results go; default a temp dir), KEEP=1 keeps the checkpoint,
 # MODE=staged|direct, POOL (engine pool slots, default 2), TIMEOUT (seconds per
-# process, default 120).
+# process, default 120), PUSH_FLAGS (extra flags of `refit push`, e.g.
+# --register-host-weights=false).
 # Prints one JSON line: bytes, per-refit GB/s (median of refits 2..N), the
 # ceiling and the ratio.
 set -euo pipefail
@@ -45,7 +46,7 @@ for ((r = 0; r < ranks; r++)); do
     2>"$work/engine-$r.err" &
 done
 timeout "$limit" "$refit" push "$work/ckpt" --coordinator "$address" --engine-ranks "$ranks" \
-  --transport "$transport" --mode "$mode" --bucket-size "$bucket" --repeat "$repeat" --timeout "$limit" 2>"$work/push.err" ||
+  --transport "$transport" --mode "$mode" --bucket-size "$bucket" --repeat "$repeat" --timeout "$limit" ${PUSH_FLAGS:-} 2>"$work/push.err" ||
   fail "push failed"
 wait || fail "a process failed"
 bytes=$(python3 -c "import json;print(json.load(open('$work/report.json'))['bytes_per_refit'])")
@@ -57,7 +58,7 @@ import json, statistics, sys
 report, ceiling = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 rates = [r["gbps"] for r in report["refits"]]
 steady = statistics.median(rates[1:] if len(rates) > 1 else rates)
-print(json.dumps({"bench": "push", "device": sys.argv[3], "mode": report.get("mode"), "pool_slots": int(__import__("os").environ.get("POOL", "2")), "model": sys.argv[4], "layers": int(sys.argv[5]),
+print(json.dumps({"bench": "push", "device": sys.argv[3], "mode": report.get("mode"), "pool_slots": int(__import__("os").environ.get("POOL", "2")), "push_flags": __import__("os").environ.get("PUSH_FLAGS", ""), "model": sys.argv[4], "layers": int(sys.argv[5]),
                   "engine_ranks": int(sys.argv[6]), "bucket": sys.argv[7], "verified": report["verified"],
                   "bytes": report["bytes_per_refit"], "refit_gbps": rates, "median_gbps": steady,
                   "ceiling": ceiling["ceiling"], "ceiling_gbps": ceiling["gbps"],

@@ -7,6 +7,7 @@
 // failure_test.cc.) Each test names the mutation it catches.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -394,65 +395,272 @@ std::vector<int> ListeningPorts(pid_t pid) {
   return ports;
 }
 
+// Engine rank `name`'s data port (an engine listens for data before it
+// joins); 0 when it did not listen within 10 s.
+int DataPort(const ProcessGroup& group, const std::string& name) {
+  for (int i = 0; i < 1000; ++i) {
+    std::vector<int> ports = ListeningPorts(group.proc(name).pid);
+    if (ports.size() == 1) return ports[0];
+    std::this_thread::sleep_for(10ms);
+  }
+  return 0;
+}
+
+// A connection to a data port made by the test itself.
+std::unique_ptr<Link> DialData(int port) {
+  auto link = Link::Connect("127.0.0.1:" + std::to_string(port), "the data port", Deadline::After(5s));
+  EXPECT_TRUE(link.ok()) << link.status().ToString();
+  return link.ok() ? std::move(*link) : nullptr;
+}
+
+// A stranger that sends `bytes` and then closes its sending side (it still
+// reads, so the engine's challenge does not reset the connection).
+std::unique_ptr<Link> SendAndHalfClose(int port, const std::string& bytes) {
+  std::unique_ptr<Link> link = DialData(port);
+  if (link == nullptr) return nullptr;
+  if (!bytes.empty()) SendRaw(*link, bytes);
+  ::shutdown(link->fd(), SHUT_WR);
+  return link;
+}
+
+// A stranger that answers the engine's challenge as a client with `secret`
+// and `context`, on a thread of its own: an engine serves its data port
+// one connection at a time, and only once every rank of the job joined.
+class HandshakingStranger {
+ public:
+  HandshakingStranger(int port, Secret secret, std::string context) : link_(DialData(port)) {
+    if (link_ == nullptr) return;
+    thread_ = std::thread([this, secret = std::move(secret), context = std::move(context)] {
+      result_ = authenticate_as_client(*link_, secret, context, Deadline::After(60s));
+    });
+  }
+  ~HandshakingStranger() {
+    if (link_) link_->shutdown();
+    if (thread_.joinable()) thread_.join();
+  }
+  // How its handshake ended.
+  Status result() {
+    if (thread_.joinable()) thread_.join();
+    return result_;
+  }
+
+ private:
+  std::unique_ptr<Link> link_;
+  Status result_ = Internal("never connected");
+  std::thread thread_;
+};
+
+// Strangers reach engine rank 0's data port of a job with a secret before
+// its trainer ranks do (queued ahead of them): a silent one, one without
+// the secret, one with a wrong secret, one with the right secret but the
+// control plane's context, and one that sends garbage. Each is refused and
+// logged by the engine with its address and why, and each that handshakes
+// is told it was refused; the trainer ranks link behind them and every
+// refit commits, verified.
+// Catches: an engine that does not authenticate its data links (the
+// strangers are never challenged), a data link authenticated in the
+// control context (the control handshake is accepted), no short deadline on
+// a stranger's handshake (the silent one holds the port until the setup
+// deadline and the job fails), and a refusal that fails the setup.
+TEST(DataPlaneAuth, StrangersOnADataPortAreRefusedAndLoggedAndTheJobVerifies) {
+  ProcessGroup group;
+  JobSpec spec;
+  spec.refits = 5;
+  spec.setup_timeout_s = 20;
+  const std::string good_secret = "the-good-secret-0123456789";
+  WithSecret(spec, SecretFile(group, "good-secret", good_secret));
+  spec.skip = {"trainer rank 0", "trainer rank 1"};
+  ASSERT_TRUE(start_job(group, spec));
+  const int port = DataPort(group, "engine rank 0");
+  ASSERT_NE(port, 0) << "engine rank 0's data port not found\n" << group.all_stderr();
+  const auto started = std::chrono::steady_clock::now();
+  std::unique_ptr<Link> silent = DialData(port);
+  HandshakingStranger no_secret(port, Secret(), data_auth_context(0));
+  HandshakingStranger wrong_secret(port, Secret("a-wrong-secret-9876543210"), data_auth_context(0));
+  HandshakingStranger control_handshake(port, Secret(good_secret), std::string(kControlAuthContext));
+  std::unique_ptr<Link> garbage = SendAndHalfClose(port, std::string(48, 'Z'));
+  const std::string address = CoordinatorAddress(group);
+  for (int t = 0; t < 2; ++t) {
+    group.spawn("trainer rank " + std::to_string(t),
+                {"trainer", "--coordinator", address, "--rank", std::to_string(t), "--trainer-ranks", "2",
+                 "--engine-ranks", "2", "--model", "tiny", "--bucket-size", "1MiB", "--setup-timeout", "20",
+                 "--timeout", "20", "--secret-file", group.dir() + "/good-secret"});
+  }
+  EXPECT_HAS(no_secret.result().message(), "requires authentication, but this side has no secret");
+  EXPECT_HAS(wrong_secret.result().message(), "refused this side's authentication: wrong secret");
+  EXPECT_HAS(control_handshake.result().message(), "refused this side's authentication: wrong secret");
+  std::vector<pid_t> pids = Pids(group);
+  ASSERT_TRUE(group.wait_all(90)) << group.all_stderr();
+  ExpectJobVerified(group, spec.refits);
+  const std::string log = group.err("engine rank 0");
+  const std::string refused = "engine rank 0: refused a data connection from 127.0.0.1:";
+  std::size_t refusals = 0;
+  for (std::size_t at = log.find(refused); at != std::string::npos; at = log.find(refused, at + 1)) ++refusals;
+  EXPECT_EQ(refusals, 5u) << log;
+  EXPECT_HAS(log, "authentication (waiting for the response): timed out");  // the silent one
+  EXPECT_HAS(log, "the peer has no secret");
+  EXPECT_HAS(log, "wrong secret: the response's MAC does not match");
+  EXPECT_NE(log.find("wrong secret: the response's MAC does not match"),
+            log.rfind("wrong secret: the response's MAC does not match"))
+      << "two wrong MACs: the wrong secret and the control context\n" << log;
+  EXPECT_HAS(log, "magic 0x5a5a5a5a");
+  // The silent stranger cost about kDataAuthTimeout, not the setup deadline.
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 19s);
+  ExpectNoLeftovers(group, pids);
+}
+
+// A trainer rank that holds the control plane's secret but authenticates
+// its data link with another one (--debug-data-secret-file) cannot feed its
+// engine rank: it fails setup naming the refusal, the engine logs it with
+// the address and why and waits for the rank until the setup deadline,
+// naming it then; nothing is committed.
+// Catches: an engine that accepts a data link without checking its MAC (the
+// trainer would feed), and a trainer that does not authenticate its data
+// link with its secret (no refusal to name).
+TEST(DataPlaneAuth, ATrainerWithAnotherDataSecretCannotFeed) {
+  ProcessGroup group;
+  JobSpec spec;
+  spec.setup_timeout_s = 8;
+  WithSecret(spec, SecretFile(group, "good-secret", "the-good-secret-0123456789"));
+  const std::string bad = SecretFile(group, "bad-secret", "a-wrong-secret-9876543210");
+  auto& trainer = spec.extra["trainer rank 0"];
+  trainer.insert(trainer.end(), {"--debug-data-secret-file", bad});
+  ASSERT_TRUE(start_job(group, spec));
+  std::vector<pid_t> pids = Pids(group);
+  ASSERT_TRUE(group.wait_all(60)) << group.all_stderr();
+  EXPECT_NE(group.exit_code("trainer rank 0"), 0);
+  EXPECT_HAS(group.err("trainer rank 0"), "trainer rank 0: authenticating the data link: engine rank 0 at 127.0.0.1:");
+  EXPECT_HAS(group.err("trainer rank 0"), "refused this side's authentication: wrong secret");
+  const std::string engine = group.err("engine rank 0");
+  EXPECT_HAS(engine, "engine rank 0: refused a data connection from 127.0.0.1:");
+  EXPECT_HAS(engine, "wrong secret: the response's MAC does not match");
+  EXPECT_HAS(engine, "trainer rank(s) 0 did not link");
+  EXPECT_NE(group.exit_code("coordinator"), 0);
+  auto report = nlohmann::json::parse(group.report(), nullptr, false);
+  ASSERT_TRUE(report.is_object()) << group.report();
+  EXPECT_TRUE(report["refits"].empty()) << report.dump();
+  ExpectNoLeftovers(group, pids);
+}
+
+// Recovery relinks authenticate too, and a stranger queued on the data
+// ports while refits ran is refused then without disturbing the relink: a
+// trainer rank stalls (SIGSTOP) past the refit deadline; meanwhile strangers
+// connect to both engine ranks' data ports (garbage to rank 0, a wrong
+// secret to rank 1); the coordinator has every rank relink, the engines
+// refuse the strangers ahead of the trainers, log them, and the job goes on
+// once the trainer resumes: the last refit verifies.
+// Catches: a recovery that fails when a stranger arrives first (the job
+// would end at the failed refit), and relinks that skip authentication on
+// either side (the other side would refuse them).
+TEST(DataPlaneAuth, RecoveryRelinksAuthenticateAndRefuseStrangers) {
+  ProcessGroup group;
+  JobSpec spec;
+  spec.refits = 3;
+  spec.refit_timeout_s = 1;
+  spec.setup_timeout_s = 30;
+  WithSecret(spec, SecretFile(group, "good-secret", "the-good-secret-0123456789"));
+  ASSERT_TRUE(start_job(group, spec));
+  const int port0 = DataPort(group, "engine rank 0"), port1 = DataPort(group, "engine rank 1");
+  ASSERT_TRUE(port0 != 0 && port1 != 0) << group.all_stderr();
+  ASSERT_TRUE(testing::wait_for_setup(group)) << group.all_stderr();
+  group.kill("trainer rank 1", SIGSTOP);
+  std::unique_ptr<Link> garbage = SendAndHalfClose(port0, std::string(48, 'Z'));
+  HandshakingStranger wrong_secret(port1, Secret("a-wrong-secret-9876543210"), data_auth_context(1));
+  std::this_thread::sleep_for(2500ms);  // a refit's deadline passes while it is stopped
+  group.kill("trainer rank 1", SIGCONT);
+  EXPECT_HAS(wrong_secret.result().message(), "refused this side's authentication: wrong secret");
+  std::vector<pid_t> pids = Pids(group);
+  ASSERT_TRUE(group.wait_all(120)) << group.all_stderr();
+  auto report = nlohmann::json::parse(group.report(), nullptr, false);
+  ASSERT_TRUE(report.is_object()) << group.report();
+  ASSERT_GE(report["failures"].size(), 1u) << report.dump(2) << group.all_stderr();
+  ASSERT_FALSE(report["refits"].empty()) << group.all_stderr();
+  EXPECT_EQ(report["refits"].back()["version"], 3);
+  EXPECT_TRUE(report["refits"].back()["verified"].get<bool>());
+  for (const std::string& name : group.names()) {
+    if (name != "coordinator") {
+      EXPECT_EQ(group.exit_code(name), 0) << name << "\n" << group.all_stderr();
+    }
+  }
+  EXPECT_HAS(group.err("engine rank 0"), "refused a data connection from 127.0.0.1:");
+  EXPECT_HAS(group.err("engine rank 0"), "magic 0x5a5a5a5a");
+  EXPECT_HAS(group.err("engine rank 1"), "wrong secret: the response's MAC does not match");
+  EXPECT_HAS(group.err("engine rank 0"), "recovered: weights at version");
+  ExpectNoLeftovers(group, pids);
+}
+
 struct DataFault {
   std::string name;
-  std::string bytes;     // what the intruder sends on the engine's data port
-  std::string expected;  // in engine rank 0's error
+  bool authenticate;     // run the (secretless) handshake first
+  std::string bytes;     // what the stranger then sends on the engine's data port
+  std::string expected;  // in engine rank 0's log
 };
+
+void PrintTo(const DataFault& fault, std::ostream* os) { *os << fault.name; }
 
 class DataPlaneFault : public ::testing::TestWithParam<DataFault> {};
 
-// A stranger reaches engine rank 0's data port before its trainers and
-// sends a corrupted or a truncated frame. The engine fails setup with an
-// error naming the peer and what was wrong, every process of the job exits
-// non-zero with it, nothing is committed, nothing is left in /dev/shm.
-// (Until data links authenticate, a stranger on the data port fails setup;
-// with data-plane authentication it will be refused instead.)
+// A job without a secret (data links authenticate with "none"): a stranger
+// reaches engine rank 0's data port before its trainers and sends a
+// corrupted or truncated frame, a frame of the wrong type, or a hello of
+// another plan. The engine refuses it, logging its address and what was
+// wrong; the trainers, queued behind it, link, and the job verifies.
 // Catches: an engine that reads a frame's fields before checking its magic
-// and type, or waits forever for a truncated header (no deadline).
-TEST_P(DataPlaneFault, FailsSetupNamingThePeer) {
+// and type, waits forever for a truncated header (no deadline), lets a
+// stranger fail the setup (as before data-plane authentication), or takes
+// a hello with another plan's digest.
+TEST_P(DataPlaneFault, IsRefusedAndLoggedAndTheJobVerifies) {
   const DataFault& fault = GetParam();
   ProcessGroup group;
   JobSpec spec;
-  spec.setup_timeout_s = 10;
+  spec.setup_timeout_s = 20;
+  spec.refits = 3;
   spec.skip = {"trainer rank 0", "trainer rank 1"};
   ASSERT_TRUE(start_job(group, spec));
-  // Engine rank 0 listens for data before it joins.
-  std::vector<int> ports;
-  for (int i = 0; i < 500 && ports.empty(); ++i) {
-    ports = ListeningPorts(group.proc("engine rank 0").pid);
-    if (ports.empty()) std::this_thread::sleep_for(10ms);
+  const int port = DataPort(group, "engine rank 0");
+  ASSERT_NE(port, 0) << "engine rank 0's data port not found\n" << group.all_stderr();
+  std::unique_ptr<Link> stranger = DialData(port);
+  ASSERT_NE(stranger, nullptr);
+  std::thread handshake;
+  if (fault.authenticate) {
+    handshake = std::thread([&] {
+      Status s = authenticate_as_client(*stranger, Secret(), data_auth_context(0), Deadline::After(60s));
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      SendRaw(*stranger, fault.bytes);
+      ::shutdown(stranger->fd(), SHUT_WR);
+    });
+  } else {
+    SendRaw(*stranger, fault.bytes);
+    ::shutdown(stranger->fd(), SHUT_WR);
   }
-  ASSERT_EQ(ports.size(), 1u) << "engine rank 0's data port not found";
-  auto stranger = Link::Connect("127.0.0.1:" + std::to_string(ports[0]), "engine rank 0", Deadline::After(5s));
-  ASSERT_TRUE(stranger.ok()) << stranger.status().ToString();
-  SendRaw(**stranger, fault.bytes);
-  (*stranger)->shutdown();
   // Now the trainers: their connections queue behind the stranger's.
   const std::string address = CoordinatorAddress(group);
   for (int t = 0; t < 2; ++t) {
     group.spawn("trainer rank " + std::to_string(t),
                 {"trainer", "--coordinator", address, "--rank", std::to_string(t), "--trainer-ranks", "2",
-                 "--engine-ranks", "2", "--model", "tiny", "--bucket-size", "1MiB", "--setup-timeout", "10",
+                 "--engine-ranks", "2", "--model", "tiny", "--bucket-size", "1MiB", "--setup-timeout", "20",
                  "--timeout", "20"});
   }
   std::vector<pid_t> pids = Pids(group);
   ASSERT_TRUE(group.wait_all(60)) << group.all_stderr();
-  for (const auto& name : group.names()) EXPECT_NE(group.exit_code(name), 0) << name << "\n" << group.all_stderr();
+  if (handshake.joinable()) handshake.join();
+  ExpectJobVerified(group, spec.refits);
+  EXPECT_HAS(group.err("engine rank 0"), "engine rank 0: refused a data connection from 127.0.0.1:");
   EXPECT_HAS(group.err("engine rank 0"), fault.expected);
-  EXPECT_HAS(group.err("engine rank 0"), "127.0.0.1:");
-  EXPECT_HAS(group.err("coordinator"), "engine rank 0");
-  auto report = nlohmann::json::parse(group.report(), nullptr, false);
-  ASSERT_TRUE(report.is_object());
-  EXPECT_TRUE(report["refits"].empty());
   ExpectNoLeftovers(group, pids);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Frames, DataPlaneFault,
-    ::testing::Values(DataFault{"corrupted", std::string(48, 'Z'), "magic 0x5a5a5a5a"},
-                      DataFault{"truncated", WireHeader(0x54494652, 1, 0).substr(0, 30), "(got 30 of 48 header bytes)"},
-                      DataFault{"wrong_type", WireHeader(0x54494652, 3, 0), "not a hello"}),
+    ::testing::Values(DataFault{"corrupted", false, std::string(48, 'Z'), "magic 0x5a5a5a5a"},
+                      DataFault{"truncated", false, WireHeader(0x54494652, 1, 0).substr(0, 30),
+                                "(got 30 of 48 header bytes)"},
+                      DataFault{"hello_without_handshake", false, WireHeader(0x54494652, 1, 0),
+                                "expected a control frame, got frame type 1"},
+                      DataFault{"other_plan", true, WireHeader(0x54494652, 1, 0),
+                                "plan digest mismatch with trainer rank 0"},
+                      DataFault{"not_a_hello", true, WireHeader(0x54494652, 3, 0),
+                                "not a hello from one of its trainer ranks"}),
     [](const auto& info) { return info.param.name; });
 
 // ---- /dev/shm ----------------------------------------------------------------

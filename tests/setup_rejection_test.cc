@@ -3,7 +3,10 @@
 // names the setting and both values; never as a transfer error mid-refit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "job.h"
+#include "refit/transport.h"
 
 namespace refit {
 namespace {
@@ -62,6 +65,67 @@ TEST(SetupRejection, FewerTrainerRanksThanEngineRanks) {
     EXPECT_EQ(rank.exit_code, 1) << role;
     EXPECT_NE(rank.err.find(expected), std::string::npos) << role << ": " << rank.err;
   }
+}
+
+bool built_with(const std::string& transport) {
+  const std::vector<std::string> names = transport_names();
+  return std::find(names.begin(), names.end(), transport) != names.end();
+}
+
+// Runs one rank on its own (nothing listens at the coordinator address: a
+// rank that passed its own checks would fail connecting, without the needles)
+// and checks that it exits 1 with every one of `needles` in its error.
+void expect_rank_refused(const std::vector<std::string>& args, const std::vector<std::string>& needles) {
+  std::vector<std::string> argv = args;
+  argv.insert(argv.begin() + 1, {"--coordinator", "127.0.0.1:1", "--rank", "0", "--setup-timeout", "5"});
+  auto rank = testing::run_refit(argv, 60);
+  EXPECT_EQ(rank.exit_code, 1) << rank.err;
+  for (const auto& n : needles) {
+    EXPECT_NE(rank.err.find(n), std::string::npos) << "missing '" << n << "' in:\n" << rank.err;
+  }
+}
+
+// Catches: a trainer with host weights accepted over nccl (the old check
+// refused host memory on the engine side only: the trainer would join and
+// fail at its first submit, "not device memory"), and an engine check that
+// no longer names both settings.
+TEST(SetupRejection, NcclWithHostWeightsNamesBothSettings) {
+  if (!built_with("nccl")) GTEST_SKIP() << "refit was built without NCCL";
+  for (const char* role : {"trainer", "engine"}) {
+    SCOPED_TRACE(role);
+    expect_rank_refused({role, "--transport", "nccl", "--device", "cpu"},
+                        {std::string(role) + " rank 0", "--transport nccl moves device memory only", "--device cpu"});
+  }
+}
+
+// Catches: nccl with more trainer ranks than engine ranks accepted at setup
+// (a second trainer's frames would fail mid-refit: one 2-rank communicator
+// per target). The engine checks before it touches CUDA, so --device cuda
+// runs without a GPU; the trainer's --device cpu shows the rank check comes
+// first.
+TEST(SetupRejection, NcclWithUnequalRankCountsNamesBothValues) {
+  if (!built_with("nccl")) GTEST_SKIP() << "refit was built without NCCL";
+  for (const char* role : {"trainer", "engine"}) {
+    SCOPED_TRACE(role);
+    expect_rank_refused({role, "--transport", "nccl", "--device", std::string(role) == "engine" ? "cuda" : "cpu",
+                         "--trainer-ranks", "2", "--engine-ranks", "1"},
+                        {std::string(role) + " rank 0", "--transport nccl", "--trainer-ranks 2",
+                         "must equal --engine-ranks 1"});
+  }
+}
+
+// Catches: a --mode direct refusal that lists a hard-coded transport
+// ("(cuda_ipc)") instead of every transport of this build that can expose the
+// engine's weights, or that lists one that cannot (shm, tcp).
+TEST(SetupRejection, DirectModeListsTheTransportsThatCanDoIt) {
+  std::string expected;
+  for (const char* t : {"cuda_ipc", "ucx", "nccl"}) {  // registry order; the ones with capabilities().direct
+    if (built_with(t)) expected += (expected.empty() ? "" : ", ") + std::string(t);
+  }
+  if (expected.empty()) expected = "none in this build";
+  expect_rank_refused({"engine", "--transport", "tcp", "--mode", "direct"},
+                      {"engine rank 0: --mode direct needs a transport that can expose the engine's weights (" +
+                           expected + "); --transport tcp cannot"});
 }
 
 // Catches: an engine that silently receives a dtype it cannot load (rule 10).

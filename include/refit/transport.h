@@ -1,7 +1,7 @@
 // Transport: how the bytes of a bucket get from a trainer rank into a slot of
 // an engine rank's receive pool.
 //
-// Every transport (shm, tcp, cuda_ipc; later ucx, nccl) implements the same
+// Every transport (shm, tcp, cuda_ipc, ucx, nccl) implements the same
 // three small interfaces, so nothing above them knows which one runs:
 //
 //   Transport     a factory per process; capabilities; creates the two ends.
@@ -44,13 +44,23 @@ namespace refit {
 
 struct TransportCapabilities {
   bool one_sided = false;      // the initiator can address the target's memory directly (mapped_slot)
-  bool remote_write = false;   // submit writes into the target's memory by remote memory access (ucx put):
-                               // the bytes never travel on the Link as kData frames, though mapped_slot is nullptr
+  bool remote_write = false;   // submit moves the bytes itself though mapped_slot is nullptr (ucx put, nccl
+                               // send): they never travel as a kData payload (nccl announces each write with a
+                               // payload-less kData frame that the target's receive_data turns into its recv)
   bool cross_host = false;     // works between hosts
   bool host_memory = true;     // can target host memory
   bool device_memory = false;  // can target CUDA device memory
+  bool device_memory_staged = false;  // ... but only through pinned host buffers (the transport cannot register
+                                      // device memory; ucx without CUDA support): reports say "host-staged"
   bool direct = false;         // can expose existing memory for one-sided writes: direct mode (expose_memory)
+  bool one_initiator = false;  // a target takes ONE initiator (nccl: one 2-rank communicator per target), so
+                               // --trainer-ranks must equal --engine-ranks (refused at setup otherwise)
 };
+
+// The largest payload a kData frame of a remote_write transport may carry:
+// an in-band announcement (nccl: a new communicator's id after a relink),
+// never bucket bytes. Direct-mode engines read frames with this bound.
+inline constexpr std::uint64_t kMaxAnnouncementBytes = 4096;
 
 struct PoolOptions {
   int slots = 2;                   // staging buffers in the rotating pool
@@ -107,6 +117,15 @@ class RemoteTarget {
   // Best effort: a cancelled ticket may still complete; poll until it is done
   // or drop the target.
   virtual void cancel(Ticket ticket) = 0;
+  // Recovery after a failed refit: the data-plane Link this target was
+  // opened with has just been replaced (Link::adopt) and every earlier ticket
+  // is abandoned (cancelled or complete). Transports whose connection to the
+  // target lives apart from the Link and may have failed on either side
+  // rebuild it here or at the next submit, telling the target in-band on the
+  // new Link (nccl: aborts its communicator; the next submit makes a new one
+  // and announces its id in a kData frame). Called before any submit on the
+  // new Link. Default: nothing to rebuild.
+  virtual Status relinked() { return Status::Ok(); }
 };
 
 class Transport {
@@ -128,6 +147,16 @@ class Transport {
   // link to that engine rank; it must outlive the RemoteTarget.
   virtual StatusOr<std::unique_ptr<RemoteTarget>> open_target(const std::string& descriptor,
                                                               Link* link) = 0;
+  // As open_target, for an initiator that submits bytes from device memory
+  // of local CUDA index `device` (-1: host memory). Transports that bind a
+  // device when they open a target (nccl: its communicator and stream) bind
+  // this one instead of the calling thread's current device; the default
+  // ignores it.
+  virtual StatusOr<std::unique_ptr<RemoteTarget>> open_target_on(const std::string& descriptor, Link* link,
+                                                                 int device) {
+    (void)device;
+    return open_target(descriptor, link);
+  }
 };
 
 // Names of the transports built into this binary ("shm", "tcp", ...).

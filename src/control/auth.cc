@@ -125,6 +125,10 @@ AuthMac auth_mac(const Secret& secret, AuthDirection direction, std::string_view
   return mac;
 }
 
+std::string data_auth_context(int engine_rank) {
+  return std::string(kDataAuthContext) + " -> engine rank " + std::to_string(engine_rank);
+}
+
 StatusOr<AuthNonce> random_nonce() {
   AuthNonce nonce{};
   std::size_t got = 0;

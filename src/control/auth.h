@@ -29,16 +29,17 @@
 // on a trusted network (or inside a tunnel) when that matters
 // (docs/RELIABILITY.md).
 //
-// The same two calls authenticate any Link (the control plane uses
-// kControlAuthContext; a data-plane link can use its own context, e.g.
-// "refit data trainer 3 -> engine 1", so a handshake of one kind of link is
-// never valid for another).
+// The same two calls authenticate any Link: the control plane uses
+// kControlAuthContext, the data plane data_auth_context(engine rank), so a
+// handshake of one kind of link is never valid for another, nor a data
+// handshake for another engine rank.
 //
 // Thread safety: Secret is an immutable value. The two calls use the Link
 // like any other send/receive (one thread at a time on that link).
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -51,6 +52,12 @@
 namespace refit {
 
 inline constexpr std::string_view kControlAuthContext = "refit control v1";
+// Data plane (trainer rank -> engine rank): "refit data v1 -> engine rank N".
+inline constexpr std::string_view kDataAuthContext = "refit data v1";
+// How long an engine rank gives one data connection to authenticate before
+// it refuses it (bounded by the setup deadline): a silent stranger delays
+// the trainer ranks queued behind it by at most this long.
+inline constexpr std::chrono::milliseconds kDataAuthTimeout{5000};
 inline constexpr std::uint64_t kMaxAuthMessageBytes = 4096;
 inline constexpr std::size_t kAuthNonceBytes = 32;
 inline constexpr std::size_t kAuthMacBytes = 32;  // SHA-256
@@ -96,6 +103,10 @@ enum class AuthDirection { kClientProof, kServerProof };
 // "client" or "server". REQUIRES: !secret.empty().
 AuthMac auth_mac(const Secret& secret, AuthDirection direction, std::string_view context, const AuthNonce& server_nonce,
                  const AuthNonce& client_nonce);
+
+// The context of the data link into engine rank `engine_rank`:
+// kDataAuthContext + " -> engine rank " + engine_rank.
+std::string data_auth_context(int engine_rank);
 
 // 32 random bytes from getrandom(2).
 StatusOr<AuthNonce> random_nonce();

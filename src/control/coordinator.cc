@@ -647,6 +647,19 @@ class Coordinator {
               [](const Json& a, const Json& b) { return a["rank"] < b["rank"]; });
     report_["ranks"] = ranks;
     report_["trainer_ranks"] = trainer_stats;
+    if (report_.value("transport", std::string()) == "ucx") {
+      // Which memory path the ucx transport took (issue 5): "host-staged" when
+      // any rank's device memory went through pinned host buffers, else
+      // "cuda" when any rank's device memory was written directly, else "host".
+      std::string path = "host";
+      for (const Json* list : {&ranks, &trainer_stats}) {
+        for (const Json& r : *list) {
+          const std::string p = r.value("memory_path", std::string("host"));
+          if (p == "host-staged" || (p == "cuda" && path == "host")) path = p;
+        }
+      }
+      report_["ucx_memory_path"] = path;
+    }
     report_["refits"].push_back(Json{{"version", v},
                                      {"bytes", total_bytes_},
                                      {"seconds", seconds},

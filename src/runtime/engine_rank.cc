@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "control/auth.h"
 #include "control/control_client.h"
 #include "control/coordinator.h"
 #include "control/spec_json.h"
@@ -213,24 +214,51 @@ class EngineRank::Impl {
 
   // Accepts one data-plane link from each trainer rank that feeds this rank
   // (in trainer-index order) and hands them to the receiver (staged) or keeps
-  // them (direct).
+  // them (direct); at setup and at every recovery.
+  // A connection must authenticate (admit_link) and then send the hello of
+  // a trainer rank still awaited. One that does not (a stranger, a wrong
+  // secret, garbage, silence, a duplicate) is refused and logged on stderr
+  // with its address and why, and this rank goes on accepting until every
+  // feeder linked or `deadline` passes: a stranger never fails the setup.
+  // Connections are handled one at a time; a silent one delays those queued
+  // behind it by at most kDataAuthTimeout.
   Status accept_links(Deadline deadline) {
     std::vector<std::unique_ptr<Link>> links(feeders_.size());
-    for (std::size_t n = 0; n < feeders_.size(); ++n) {
-      ASSIGN_OR_RETURN(auto link, listener_->accept(deadline));
-      ASSIGN_OR_RETURN(FrameHeader hello, link->recv_header(deadline, 0));
-      auto it = std::find(feeders_.begin(), feeders_.end(), hello.a);
-      if (hello.type != FrameType::kHello || it == feeders_.end() || hello.b != static_cast<std::uint64_t>(rank())) {
-        return FailedPrecondition(name() + ": unexpected data connection from " + link->peer() +
-                                  " (not a hello from one of its trainer ranks)");
+    std::vector<std::string> addresses(feeders_.size());
+    std::size_t linked = 0;
+    int refused = 0;
+    std::string last_refusal;
+    while (linked < feeders_.size()) {
+      auto accepted = listener_->accept(deadline);
+      if (!accepted.ok() && accepted.status().code() != StatusCode::kDeadlineExceeded) return accepted.status();
+      if (!accepted.ok() || deadline.expired()) {
+        std::string missing;
+        for (std::size_t i = 0; i < feeders_.size(); ++i) {
+          if (!links[i]) missing += (missing.empty() ? "" : ", ") + std::to_string(feeders_[i]);
+        }
+        return DeadlineExceeded("trainer rank(s) " + missing + " did not link to its data port " +
+                                listener_->address() + " within the setup deadline (--setup-timeout)" +
+                                (refused == 0 ? std::string()
+                                              : "; it refused " + std::to_string(refused) +
+                                                    " data connection(s), the last from " + last_refusal));
       }
-      if (hello.c != plan_.digest) {
-        return FailedPrecondition(name() + ": plan digest mismatch with trainer rank " + std::to_string(hello.a));
+      std::unique_ptr<Link> link = std::move(*accepted);
+      const std::string address = link->peer();
+      StatusOr<std::size_t> index = admit_link(*link, addresses, deadline);
+      if (!index.ok()) {
+        // authenticate_as_server's refusals already start with "refused <address>: ".
+        std::string why = index.status().message();
+        const std::string prefix = "refused " + address + ": ";
+        if (why.rfind(prefix, 0) == 0) why.erase(0, prefix.size());
+        ++refused;
+        last_refusal = address + ": " + why;
+        std::fprintf(stderr, "%s: refused a data connection from %s\n", name().c_str(), last_refusal.c_str());
+        continue;  // closes it
       }
-      std::size_t index = static_cast<std::size_t>(it - feeders_.begin());
-      if (links[index]) return FailedPrecondition(name() + ": trainer rank " + std::to_string(hello.a) + " connected twice");
-      link->set_peer("trainer rank " + std::to_string(hello.a));
-      links[index] = std::move(link);
+      link->set_peer("trainer rank " + std::to_string(feeders_[*index]));
+      addresses[*index] = address;
+      links[*index] = std::move(link);
+      ++linked;
     }
     std::lock_guard<std::mutex> lock(data_mu_);
     if (direct_) {
@@ -239,6 +267,34 @@ class EngineRank::Impl {
       for (auto& link : links) receiver_->attach_link(std::move(link));
     }
     return Status::Ok();
+  }
+
+  // One data connection: authenticates it with the job's secret in this
+  // rank's data context (auth.h; "none" when the job has no secret) within
+  // kDataAuthTimeout, then reads its hello (an authenticated trainer opens
+  // its transport target first, so the hello may take until `deadline`).
+  // Returns the index in feeders_ of the trainer rank it is; an error says
+  // why it is refused. `addresses`: where the trainer ranks already linked
+  // connected from ("" for those still awaited).
+  StatusOr<std::size_t> admit_link(Link& link, const std::vector<std::string>& addresses, Deadline deadline) {
+    RETURN_IF_ERROR(authenticate_as_server(link, Secret(options_.secret), data_auth_context(rank()),
+                                           deadline.min(Deadline::After(kDataAuthTimeout))));
+    ASSIGN_OR_RETURN(FrameHeader hello, link.recv_header(deadline, 0));
+    auto it = std::find(feeders_.begin(), feeders_.end(), hello.a);
+    if (hello.type != FrameType::kHello || it == feeders_.end() || hello.b != static_cast<std::uint64_t>(rank())) {
+      return InvalidArgument("not a hello from one of its trainer ranks (frame type " +
+                             std::to_string(static_cast<int>(hello.type)) + ", a " + std::to_string(hello.a) + ", b " +
+                             std::to_string(hello.b) + ")");
+    }
+    if (hello.c != plan_.digest) {
+      return FailedPrecondition("plan digest mismatch with trainer rank " + std::to_string(hello.a));
+    }
+    const std::size_t index = static_cast<std::size_t>(it - feeders_.begin());
+    if (!addresses[index].empty()) {
+      return FailedPrecondition("trainer rank " + std::to_string(hello.a) + " is already linked (from " +
+                                addresses[index] + "): a duplicate");
+    }
+    return index;
   }
 
   // After a failed refit (reported): on the coordinator's "relink", drops the
@@ -335,9 +391,16 @@ class EngineRank::Impl {
       }
       for (std::size_t i = 0; i < fds.size(); ++i) {
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        ASSIGN_OR_RETURN(FrameHeader h, direct_links_[i]->recv_header(deadline, 0));
-        if (h.type != FrameType::kLanded || h.a != version || h.b >= buckets || h.b % n != i || landed[h.b] ||
-            h.d != plan_.buckets[h.b].bytes) {
+        // Only a transport's announcement (nccl: a new communicator's id) has a payload.
+        ASSIGN_OR_RETURN(FrameHeader h, direct_links_[i]->recv_header(deadline, kMaxAnnouncementBytes));
+        if (h.type == FrameType::kData) {
+          // A two-sided transport (nccl) announces each write into the
+          // weights; the target receives it before the next frame is read.
+          RETURN_IF_ERROR(exposed_->receive_data(*direct_links_[i], h, deadline));
+          continue;
+        }
+        if (h.type != FrameType::kLanded || h.payload_bytes != 0 || h.a != version || h.b >= buckets ||
+            h.b % n != i || landed[h.b] || h.d != plan_.buckets[h.b].bytes) {
           return InvalidArgument(name() + ": protocol error from " + direct_links_[i]->peer() + ": frame type " +
                                  std::to_string(static_cast<int>(h.type)) + " version " + std::to_string(h.a) +
                                  " bucket " + std::to_string(h.b) + " bytes " + std::to_string(h.d) +
@@ -358,7 +421,12 @@ class EngineRank::Impl {
                                   {"aligned_batches", 0}});
   }
 
-  Status report_and_commit(std::uint64_t version, Deadline deadline, const Json& stats) {
+  Status report_and_commit(std::uint64_t version, Deadline deadline, Json stats) {
+    // Where the bytes landed, for the report: "host", "cuda" (device memory
+    // the transport writes itself), "host-staged" (through pinned host buffers).
+    stats["memory_path"] = !on_device_                                         ? "host"
+                           : transport_->capabilities().device_memory_staged ? "host-staged"
+                                                                             : "cuda";
     RETURN_IF_ERROR(client_->send(
         Json{{"type", "done"}, {"version", version}, {"verified", static_cast<bool>(binding_.verify)}, {"stats", stats}}));
     ASSIGN_OR_RETURN(Json commit, client_->wait_for("commit", deadline));

@@ -1,9 +1,27 @@
 // Settings every rank checks on its own before it joins (DESIGN.md rule 10:
 // unsupported configurations fail at setup with a message naming the setting).
+#include <functional>
+
 #include "refit/transport.h"
 #include "runtime/roles.h"
 
 namespace refit {
+namespace {
+
+// The transports of this build whose capabilities satisfy `has`, as
+// "cuda_ipc, nccl" ("none in this build" when none do): errors list the
+// choices from the registry, never from a hard-coded list.
+std::string transports_with(const std::function<bool(const TransportCapabilities&)>& has) {
+  std::string out;
+  for (const std::string& name : transport_names()) {
+    auto transport = make_transport(name);
+    if (!transport.ok() || !has((*transport)->capabilities())) continue;
+    out += (out.empty() ? "" : ", ") + name;
+  }
+  return out.empty() ? "none in this build" : out;
+}
+
+}  // namespace
 
 Status validate_rank_settings(const RankOptions& o, bool engine) {
   const std::string who = std::string(engine ? "engine" : "trainer") + " rank " + std::to_string(o.rank);
@@ -15,17 +33,29 @@ Status validate_rank_settings(const RankOptions& o, bool engine) {
   }
   ASSIGN_OR_RETURN(auto transport, make_transport(o.transport));
   const TransportCapabilities caps = transport->capabilities();
-  if (o.device == "cuda" && !caps.device_memory) {
-    return FailedPrecondition(who + ": --device cuda needs a transport that moves device memory (cuda_ipc); --transport " +
-                              o.transport + " moves host memory");
+  if (caps.one_initiator && o.trainer_ranks != o.engine_ranks) {
+    return FailedPrecondition(who + ": --transport " + o.transport +
+                              " feeds each engine rank from exactly one trainer rank, so --trainer-ranks " +
+                              std::to_string(o.trainer_ranks) + " must equal --engine-ranks " +
+                              std::to_string(o.engine_ranks));
   }
-  // A trainer with host weights may feed device engines (pinned copies).
-  if (engine && o.device == "cpu" && !caps.host_memory) {
-    return FailedPrecondition(who + ": --transport " + o.transport + " moves device memory only; use --device cuda");
+  if (o.device == "cuda" && !caps.device_memory) {
+    return FailedPrecondition(who + ": --device cuda needs a transport that moves device memory (" +
+                              transports_with([](const TransportCapabilities& c) { return c.device_memory; }) +
+                              "); --transport " + o.transport + " moves host memory");
+  }
+  // A trainer with host weights may feed device engines (pinned copies into
+  // mapped slots), except through a transport that sends from the trainer's
+  // own buffers and only from device memory (nccl).
+  if (o.device == "cpu" && !caps.host_memory && (engine || caps.remote_write)) {
+    return FailedPrecondition(who + ": --transport " + o.transport + " moves device memory only (" +
+                              (engine ? "into the engine's" : "from the trainer's") +
+                              " weights), but --device cpu keeps them in host memory; use --device cuda");
   }
   if (o.mode == "direct" && !caps.direct) {
-    return FailedPrecondition(who + ": --mode direct needs a transport that can expose the engine's weights (cuda_ipc); --transport " +
-                              o.transport + " cannot");
+    return FailedPrecondition(who + ": --mode direct needs a transport that can expose the engine's weights (" +
+                              transports_with([](const TransportCapabilities& c) { return c.direct; }) +
+                              "); --transport " + o.transport + " cannot");
   }
   return Status::Ok();
 }

@@ -19,7 +19,10 @@ namespace refit {
 
 struct RankOptions {
   std::string coordinator;        // host:port of the coordinator
-  std::string secret;             // control-plane secret (CLI: --secret-file, REFIT_SECRET); "": none
+  // The job's secret (CLI: --secret-file, REFIT_SECRET); "": none. It
+  // authenticates the control plane (rank <-> coordinator) and the data
+  // plane (trainer rank -> engine rank), each with its own context (auth.h).
+  std::string secret;
   int rank = 0;
   int trainer_ranks = 1;
   int engine_ranks = 1;
@@ -43,16 +46,22 @@ struct RankOptions {
   // Fault injection for tests (trainer only): fail refit N after its first
   // bucket, as a crashing step would, without exiting. 0: off.
   std::uint64_t debug_fail_refit = 0;
+  // Fault injection for tests (trainer only): authenticate the data link
+  // with this secret instead of `secret`, as a trainer configured with
+  // another job's secret would. "": off.
+  std::string debug_data_secret;
   // Trainer: local CUDA device index (inside CUDA_VISIBLE_DEVICES) of its
   // weights, or of the copies into a device engine when its weights are on
   // the host.
   int gpu = 0;
   // Trainer, host weights with stable ranges (a mapped checkpoint) feeding
-  // device engines: register them with the device (cudaHostRegister) and let
-  // kernels read them directly instead of packing through pinned memory.
-  // Off by default: on the H200 machine the registration of a file mapping
-  // did not return (seen 2026-11-29, bench/push_bench.sh); kept for study.
-  bool register_host_weights = false;
+  // device engines: register them with the device once (cudaHostRegister of
+  // the read-only shared file mappings) and let the copy engines read them
+  // straight into the engine's slots or weights, with no host copy (0.98x
+  // of the pinned host-to-device ceiling on the H200 against 0.6x through
+  // pinned buffers; docs/PERF.md). Where the driver refuses, the rank says
+  // so and packs through pinned buffers. false: always pinned buffers.
+  bool register_host_weights = true;
 };
 
 struct EngineOptions : RankOptions {

@@ -10,9 +10,11 @@
 #include <cstdio>
 #include <vector>
 
+#include "control/auth.h"
 #include "control/control_client.h"
 #include "control/coordinator.h"
 #include "refit/batched_copy.h"
+#include "refit/copy_engine.h"
 #include "refit/device.h"
 #include "refit/engine.h"
 #include "refit/model.h"
@@ -134,33 +136,36 @@ class TrainerRank::Impl {
 
     engine_address_ = address;
     ASSIGN_OR_RETURN(link_, connect_to_engine(deadline));
-    ASSIGN_OR_RETURN(target_, transport_->open_target(descriptor, link_.get()));
+    // On the weights' device: transports that bind one at open (nccl) send from it.
+    ASSIGN_OR_RETURN(target_, transport_->open_target_on(descriptor, link_.get(), source_->device()));
     RETURN_IF_ERROR(send_hello(deadline));
 
     // Direct mode writes into the engine's weight arena, laid out the same
     // way from the engine rank's stream.
     if (direct_) engine_offsets_ = weight_arena_offsets(plan_.specs, nullptr);
-    if (source_on_device_ || target_on_device_) {
+    if (transport_->capabilities().remote_write) {
+      RETURN_IF_ERROR(setup_remote_writes());
+    } else if (source_on_device_ || target_on_device_) {
       const int gpu = source_on_device_ ? source_->device() : options_.gpu;
       ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(gpu));
       copier_ = std::make_unique<BatchedCopier>(std::move(copier));
       ASSIGN_OR_RETURN(stream_, CudaStream::Create(gpu));
       // Host weights that never move (a mapped checkpoint): registered once,
-      // then the device reads them directly, with no host-side copy.
-      if (!source_on_device_ && options_.register_host_weights) {
-        for (const auto& [data, bytes] : source_->stable_host_ranges()) {
-          ASSIGN_OR_RETURN(HostRegistration r, HostRegistration::Register(data, bytes));
-          registrations_.push_back(std::move(r));
-        }
+      // then the copy engines read them directly, with no host-side copy.
+      if (!source_on_device_ && target_on_device_ && options_.register_host_weights) {
+        register_host_weights(gpu);
       }
-      device_reads_ = source_on_device_ || !registrations_.empty();
+      host_registered_ = !registrations_.empty();
+      device_reads_ = source_on_device_ || host_registered_;
+      for (int b = 0; b < 2; ++b) {
+        ASSIGN_OR_RETURN(h2d_done_[b], CudaEvent::Create(gpu));
+      }
       if (!device_reads_) {
         // Host weights into device memory: pack into pinned memory, copy it
         // to the device (the slot itself; in direct mode a device bucket
         // that one launch scatters into the weights).
         for (int b = 0; b < 2; ++b) {
           ASSIGN_OR_RETURN(pinned_[b], PinnedBuffer::Allocate(plan_.bucket_size));
-          ASSIGN_OR_RETURN(h2d_done_[b], CudaEvent::Create(gpu));
         }
         if (direct_) {
           ASSIGN_OR_RETURN(device_bucket_, DeviceBuffer::Allocate(gpu, plan_.bucket_size));
@@ -178,9 +183,19 @@ class TrainerRank::Impl {
   }
 
  private:
+  // A data-plane connection to the engine rank (setup and recovery),
+  // authenticated both ways with the job's secret in the data context of
+  // that engine rank (auth.h); then the caller sends the hello. An engine
+  // that refuses this side, or cannot prove it knows the secret, fails the
+  // call naming it.
   StatusOr<std::unique_ptr<Link>> connect_to_engine(Deadline deadline) {
-    return Link::Connect(engine_address_, "engine rank " + std::to_string(engine_rank_) + " at " + engine_address_,
-                         deadline);
+    ASSIGN_OR_RETURN(auto link, Link::Connect(engine_address_, "engine rank " + std::to_string(engine_rank_) + " at " +
+                                                                   engine_address_,
+                                              deadline));
+    const Secret secret(options_.debug_data_secret.empty() ? options_.secret : options_.debug_data_secret);
+    RETURN_IF_ERROR(authenticate_as_client(*link, secret, data_auth_context(engine_rank_), deadline)
+                        .WithContext("authenticating the data link"));
+    return link;
   }
 
   Status send_hello(Deadline deadline) {
@@ -209,6 +224,7 @@ class TrainerRank::Impl {
     h2d_pending_[0].active = h2d_pending_[1].active = false;
     direct_runs_.clear();
     direct_bytes_ = 0;
+    abandon_remote();
     auto instruction = client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s));
     if (!instruction.ok() || (*instruction)["type"] != "relink") return status;
     Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
@@ -218,7 +234,8 @@ class TrainerRank::Impl {
       std::lock_guard<std::mutex> lock(link_mu_);
       link_->adopt(**fresh);
     }
-    Status relinked = send_hello(deadline);
+    Status relinked = target_->relinked();  // nccl: a new communicator at the next submit
+    if (relinked.ok()) relinked = send_hello(deadline);
     if (relinked.ok()) relinked = client_->send(Json{{"type", "linked"}, {"version", committed_}});
     if (!relinked.ok()) return status.WithContext("recovery failed: " + relinked.message());
     std::fprintf(stderr, "%s: refit %llu failed (%s); relinked, ready for the next refit\n", name().c_str(),
@@ -251,13 +268,15 @@ class TrainerRank::Impl {
     }
     RETURN_IF_ERROR(flush_direct(version, deadline));
     RETURN_IF_ERROR(flush_h2d(deadline));
+    RETURN_IF_ERROR(finish_remote(deadline));
     const double send_ms = std::chrono::duration<double, std::milli>(Clock::now() - went).count();
     RETURN_IF_ERROR(client_->send(Json{{"type", "progress"}, {"version", version}, {"bytes", bytes}}));
     RETURN_IF_ERROR(client_->send(Json{{"type", "sent"}, {"version", version}}));
     RETURN_IF_ERROR(client_->send(
         Json{{"type", "done"},
              {"version", version},
-             {"stats", {{"buckets", buckets}, {"bytes", bytes}, {"send_ms", send_ms}}}}));
+             {"stats",
+              {{"buckets", buckets}, {"bytes", bytes}, {"send_ms", send_ms}, {"memory_path", memory_path()}}}}));
     ASSIGN_OR_RETURN(Json commit, client_->wait_for("commit", deadline));
     (void)commit;
     committed_ = version;
@@ -319,6 +338,7 @@ class TrainerRank::Impl {
   Status send_bucket(std::uint64_t version, std::uint64_t j, Deadline deadline) {
     const Bucket& bucket = plan_.buckets[j];
     const std::string where = name() + ", bucket " + std::to_string(j);
+    if (remote_writes_) return send_bucket_remote(version, j, deadline);
     if (target_on_device_ && !device_reads_ && !direct_) return send_bucket_pinned(version, j, deadline);
     std::uint64_t slot = 0;
     std::byte* dst = nullptr;
@@ -376,6 +396,7 @@ class TrainerRank::Impl {
         if (direct_bytes_ >= kDirectLaunchBytes) RETURN_IF_ERROR(launch_direct(where));
         return Status::Ok();
       }
+      if (host_registered_) return send_bucket_registered(version, j, slot, deadline);
       // Staged: one launch for the whole bucket; the engine reads the slot as
       // soon as it sees kLanded, so wait for the copy (one host wait per bucket).
       RETURN_IF_ERROR(copier_->copy(runs_, stream_.handle()).WithContext(where));
@@ -397,6 +418,182 @@ class TrainerRank::Impl {
       }
     }
     return send_landed(version, j, slot, deadline);
+  }
+
+  // Remote writes (ucx: submit writes into the engine's registered memory,
+  // staged or direct): two staging buffers, so that bucket j is packed into
+  // one while bucket j-1's write from the other is in flight (the transport
+  // moves it meanwhile). Device weights are packed on the device, then copied
+  // into pinned host buffers when the transport cannot register device
+  // memory ("host-staged"); otherwise the staging buffers are device memory.
+  // The engine pools' side (device memory behind host buffers) is the
+  // transport's business.
+  Status setup_remote_writes() {
+    remote_writes_ = true;
+    const TransportCapabilities caps = transport_->capabilities();
+    const std::uint64_t bytes = plan_.bucket_size;
+    if (!source_on_device_) {
+      for (auto& b : remote_host_) b.resize(bytes);
+      return Status::Ok();
+    }
+    const int gpu = source_->device();
+    ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(gpu));
+    copier_ = std::make_unique<BatchedCopier>(std::move(copier));
+    ASSIGN_OR_RETURN(stream_, CudaStream::Create(gpu));
+    device_reads_ = true;
+    remote_staged_ = caps.device_memory_staged;
+    for (int b = 0; b < 2; ++b) {
+      if (remote_staged_) {
+        ASSIGN_OR_RETURN(pinned_[b], PinnedBuffer::Allocate(bytes));
+      } else {
+        ASSIGN_OR_RETURN(remote_device_[b], DeviceBuffer::Allocate(gpu, bytes));
+      }
+    }
+    if (remote_staged_) {
+      ASSIGN_OR_RETURN(device_bucket_, DeviceBuffer::Allocate(gpu, bytes));
+      static std::once_flag once;
+      std::call_once(once, [&] {
+        std::fprintf(stderr,
+                     "%s: --transport %s cannot register CUDA memory: device weights are staged through pinned "
+                     "host buffers (memory path host-staged)\n",
+                     name().c_str(), options_.transport.c_str());
+      });
+    }
+    return Status::Ok();
+  }
+
+  // Where this rank's bytes are read from, for the report: "host",
+  // "cuda" (device memory the transport reads itself), "host-staged".
+  std::string memory_path() const {
+    if (!source_on_device_) return "host";
+    return transport_->capabilities().device_memory_staged ? "host-staged" : "cuda";
+  }
+
+  Status send_bucket_remote(std::uint64_t version, std::uint64_t j, Deadline deadline) {
+    const Bucket& bucket = plan_.buckets[j];
+    const std::string where = name() + ", bucket " + std::to_string(j);
+    const int b = static_cast<int>(sequence_++ % 2);
+    std::byte* staging = !source_on_device_ ? remote_host_[b].data()
+                         : remote_staged_   ? pinned_[b].data()
+                                            : remote_device_[b].data();
+    // 1. Pack bucket j (buffer b's last write, of bucket j-2, completed
+    // before bucket j-1 was submitted).
+    std::byte* pack_to = remote_staged_ ? device_bucket_.data() : staging;
+    runs_.clear();
+    for (const PlanEntry& e : bucket.entries) {
+      append_shard_copy_runs(source_->model().weights[e.tensor], pack_rank_, options_.engine_ranks,
+                             source_->data(e.tensor), e.tensor_offset, e.bytes, pack_to + e.bucket_offset, &runs_);
+    }
+    if (source_on_device_) {
+      RETURN_IF_ERROR(copier_->copy(runs_, stream_.handle()).WithContext(where));
+      if (remote_staged_) {
+        RETURN_IF_ERROR(copy_async(staging, device_bucket_.data(), bucket.bytes, stream_.handle()).WithContext(where));
+      }
+      RETURN_IF_ERROR(stream_.synchronize().WithContext(where));
+    } else {
+      copy_runs_on_host_parallel(runs_);
+    }
+    // 2. Bucket j-1 lands and is announced (the engine frees a slot only
+    // after it applied the bucket before).
+    RETURN_IF_ERROR(finish_remote(deadline));
+    // 3. Bucket j's write starts: into the granted slot, or (direct) each
+    // packed run at its offset in the engine's weight arena, runs adjacent on
+    // both sides merged into one write.
+    std::uint64_t slot = 0;
+    if (!direct_) RETURN_IF_ERROR(wait_credit(version, j, deadline, &slot));
+    RemoteInFlight& f = remote_in_flight_;
+    f = RemoteInFlight{true, version, j, slot, {}};
+    auto write = [&](std::uint64_t at, std::uint64_t from, std::uint64_t n) -> Status {
+      ASSIGN_OR_RETURN(Ticket t, target_->submit(static_cast<int>(slot), at,
+                                                 std::span<const std::byte>(staging + from, n), version, deadline));
+      f.tickets.push_back(t);
+      return Status::Ok();
+    };
+    if (!direct_) return write(0, 0, bucket.bytes).WithContext(where);
+    std::uint64_t at = 0, from = 0, n = 0;
+    for (const PlanEntry& e : bucket.entries) {
+      if (e.bytes == 0) continue;
+      const std::uint64_t to = engine_offsets_[e.tensor] + e.tensor_offset;
+      if (n > 0 && to == at + n && e.bucket_offset == from + n) {
+        n += e.bytes;
+        continue;
+      }
+      if (n > 0) RETURN_IF_ERROR(write(at, from, n).WithContext(where));
+      at = to;
+      from = e.bucket_offset;
+      n = e.bytes;
+    }
+    if (n > 0) RETURN_IF_ERROR(write(at, from, n).WithContext(where));
+    return Status::Ok();
+  }
+
+  // Remote writes: waits until the bucket in flight is in the engine's
+  // memory, then announces it. No-op when none is in flight.
+  Status finish_remote(Deadline deadline) {
+    RemoteInFlight& f = remote_in_flight_;
+    if (!f.active) return Status::Ok();
+    for (std::size_t i = 0; i < f.tickets.size(); ++i) {
+      for (;;) {
+        ASSIGN_OR_RETURN(bool done, target_->poll(f.tickets[i]));
+        if (done) break;
+        if (deadline.expired()) {
+          return DeadlineExceeded(name() + " timed out writing bucket " + std::to_string(f.bucket) + " to " +
+                                  link_->peer());
+        }
+      }
+    }
+    f.active = false;
+    return send_landed(f.version, f.bucket, f.slot, deadline);
+  }
+
+  // After a failed refit: the writes still in flight are cancelled (the
+  // transport lets the next write wait for them).
+  void abandon_remote() {
+    RemoteInFlight& f = remote_in_flight_;
+    if (f.active) {
+      for (Ticket t : f.tickets) target_->cancel(t);
+    }
+    f = RemoteInFlight();
+  }
+
+  // Registered host weights into a staged device target: the copy engines
+  // read the bucket's runs straight out of the registered mapping into the
+  // granted slot (runs_ were built for it by send_bucket). Bucket j's copy
+  // is enqueued before bucket j-1 is announced, so the copy engine always
+  // has work while the host waits; the events of the pinned path order them.
+  Status send_bucket_registered(std::uint64_t version, std::uint64_t j, std::uint64_t slot, Deadline deadline) {
+    const std::string where = name() + ", bucket " + std::to_string(j);
+    const int b = static_cast<int>(sequence_++ % 2);
+    RETURN_IF_ERROR(announce_h2d(b, deadline));  // bucket j-2 (normally announced already)
+    RETURN_IF_ERROR(copy_runs_with_copy_engine(runs_, stream_.handle()).WithContext(where));
+    RETURN_IF_ERROR(h2d_done_[b].record(stream_.handle()).WithContext(where));
+    h2d_pending_[b] = PendingH2D{true, version, j, slot};
+    return announce_h2d(1 - b, deadline);  // bucket j-1
+  }
+
+  // Registers source_'s stable host ranges (a checkpoint's file mappings)
+  // with the device, once, and says on stderr how long it took. Where the
+  // driver refuses a range, says why and drops every registration: the
+  // weights then go through the pinned buffers (slower, never wrong).
+  void register_host_weights(int gpu) {
+    const Clock::time_point started = Clock::now();
+    std::uint64_t total = 0;
+    for (const auto& [data, bytes] : source_->stable_host_ranges()) {
+      StatusOr<HostRegistration> r = HostRegistration::Register(data, bytes);
+      if (!r.ok()) {
+        std::fprintf(stderr, "%s: cannot register its host weights (%llu bytes) for device %d: %s; packing through "
+                     "pinned buffers instead\n",
+                     name().c_str(), static_cast<unsigned long long>(bytes), gpu, r.status().ToString().c_str());
+        registrations_.clear();
+        return;
+      }
+      registrations_.push_back(std::move(*r));
+      total += bytes;
+    }
+    if (registrations_.empty()) return;
+    const double s = std::chrono::duration<double>(Clock::now() - started).count();
+    std::fprintf(stderr, "%s: registered %.2f GB of host weights (%zu ranges) for device %d in %.2f s\n",
+                 name().c_str(), static_cast<double>(total) / 1e9, registrations_.size(), gpu, s);
   }
 
   // Pinned path: waits for the copy from pinned buffer b, then announces its
@@ -476,7 +673,9 @@ class TrainerRank::Impl {
   }
 
   Status launch_direct(const std::string& where) {
-    RETURN_IF_ERROR(copier_->copy(direct_runs_, stream_.handle()).WithContext(where));
+    RETURN_IF_ERROR((host_registered_ ? copy_runs_with_copy_engine(direct_runs_, stream_.handle())
+                                      : copier_->copy(direct_runs_, stream_.handle()))
+                        .WithContext(where));
     direct_runs_.clear();
     direct_bytes_ = 0;
     return Status::Ok();
@@ -512,6 +711,7 @@ class TrainerRank::Impl {
   // The device copies the weights itself (device memory, or registered host
   // memory); otherwise host weights are packed through pinned memory.
   bool device_reads_ = false;
+  bool host_registered_ = false;  // source_'s host weights registered: the copy engines read them
   std::vector<HostRegistration> registrations_;  // of source_'s stable host ranges
   bool on_demand_ = false, finished_ = false;
   bool recovered_ = false;  // the last failed refit was recovered from
@@ -537,6 +737,18 @@ class TrainerRank::Impl {
   std::uint64_t direct_bytes_ = 0;             // their bytes
   static constexpr std::uint64_t kDirectLaunchBytes = 1ull << 30;
   std::vector<std::byte> staging_;
+  // Remote writes (setup_remote_writes): the bucket in flight, and the
+  // staging buffers (host weights: remote_host_; device weights: pinned_
+  // when host-staged, else remote_device_).
+  struct RemoteInFlight {
+    bool active = false;
+    std::uint64_t version = 0, bucket = 0, slot = 0;
+    std::vector<Ticket> tickets;
+  };
+  bool remote_writes_ = false, remote_staged_ = false;
+  RemoteInFlight remote_in_flight_;
+  std::vector<std::byte> remote_host_[2];
+  DeviceBuffer remote_device_[2];
 };
 
 TrainerRank::TrainerRank(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

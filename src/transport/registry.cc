@@ -3,6 +3,7 @@
 #include <iterator>
 
 #include "transport/cuda_ipc/cuda_ipc_transport.h"
+#include "transport/nccl/nccl_transport.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/ucx/ucx_transport.h"
@@ -23,6 +24,9 @@ constexpr Registered kTransports[] = {
 #endif
 #if REFIT_HAVE_UCX
     {"ucx", &make_ucx_transport},  // needs libucp: built only when pkg-config finds UCX
+#endif
+#if REFIT_HAVE_NCCL
+    {"nccl", &make_nccl_transport},  // needs libnccl: built only with CUDA and NCCL
 #endif
 };
 

@@ -3,12 +3,20 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "refit/device.h"
 #include "refit/plan.h"
 #include "refit/report_table.h"
+
+#if REFIT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.h"
+#endif
 
 namespace refit {
 namespace {
@@ -74,21 +82,133 @@ StatusOr<double> pinned_h2d_gbps(std::uint64_t bytes, int repeats) {
   return best;
 }
 
+// The GPU-to-GPU ceiling: best of `repeats` cudaMemcpyPeerAsync's of
+// o.bytes from local device o.from to o.to (with o.both_ways: half of them
+// each way at once, on a stream of each device), timed with CUDA events on
+// o.from's stream, after one untimed warm-up. Peer access is enabled both
+// ways where the devices allow it (as cuda_ipc's mappings do); where they do
+// not, the copy still runs (through the host) and "peer_access" says false.
+// Adds "gbps", "peer_access" to `out`.
+Status measure_peer_copy(const CeilingOptions& o, int repeats, Json& out) {
+#if !REFIT_HAVE_CUDA
+  (void)o;
+  (void)repeats;
+  (void)out;
+  return FailedPrecondition("refit was built without CUDA");
+#else
+  const char* visible_env = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string visible_text =
+      visible_env == nullptr ? "CUDA_VISIBLE_DEVICES unset" : "CUDA_VISIBLE_DEVICES=\"" + std::string(visible_env) + "\"";
+  auto visible = cuda_device_count();
+  if (!visible.ok()) {
+    return visible.status().WithContext("--kind peer needs two visible CUDA devices (" + visible_text + ")");
+  }
+  if (*visible < 2) {
+    return FailedPrecondition("--kind peer needs two visible CUDA devices; " + std::to_string(*visible) +
+                              " visible (" + visible_text + ")");
+  }
+  for (int d : {o.from, o.to}) {
+    if (d < 0 || d >= *visible) {
+      return InvalidArgument("--kind peer: --from " + std::to_string(o.from) + " --to " + std::to_string(o.to) +
+                             ": device " + std::to_string(d) + " is not a visible device (0.." +
+                             std::to_string(*visible - 1) + ", " + visible_text + ")");
+    }
+  }
+  if (o.from == o.to) {
+    return InvalidArgument("--kind peer: --from and --to are both device " + std::to_string(o.from) +
+                           "; use --kind d2d for a copy within one device");
+  }
+  if (o.bytes < 2) return InvalidArgument("--kind peer: --bytes " + std::to_string(o.bytes) + " is below 2");
+  int access_ab = 0, access_ba = 0;
+  RETURN_IF_ERROR(cuda_check(cudaDeviceCanAccessPeer(&access_ab, o.from, o.to), "cudaDeviceCanAccessPeer"));
+  RETURN_IF_ERROR(cuda_check(cudaDeviceCanAccessPeer(&access_ba, o.to, o.from), "cudaDeviceCanAccessPeer"));
+  const bool peer_access = access_ab != 0 && access_ba != 0;
+  if (peer_access) {
+    for (auto [self, peer] : {std::pair{o.from, o.to}, std::pair{o.to, o.from}}) {
+      ScopedDevice scope(self);
+      RETURN_IF_ERROR(scope.status());
+      const cudaError_t err = cudaDeviceEnablePeerAccess(peer, 0);
+      if (err == cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();  // not an error: leave nothing behind
+      } else {
+        RETURN_IF_ERROR(cuda_check(err, "cudaDeviceEnablePeerAccess from device " + std::to_string(self) +
+                                            " to device " + std::to_string(peer)));
+      }
+    }
+  }
+  // Forward: `forward` bytes from -> to; backward (both_ways): the rest, to -> from.
+  const std::uint64_t forward = o.both_ways ? o.bytes / 2 : o.bytes;
+  const std::uint64_t backward = o.bytes - forward;
+  ASSIGN_OR_RETURN(DeviceBuffer src_a, DeviceBuffer::Allocate(o.from, forward));
+  ASSIGN_OR_RETURN(DeviceBuffer dst_a, DeviceBuffer::Allocate(o.to, forward));
+  DeviceBuffer src_b, dst_b;
+  if (o.both_ways) {
+    ASSIGN_OR_RETURN(src_b, DeviceBuffer::Allocate(o.to, backward));
+    ASSIGN_OR_RETURN(dst_b, DeviceBuffer::Allocate(o.from, backward));
+    RETURN_IF_ERROR(device_memset(src_b.data(), 0x3c, backward));
+  }
+  RETURN_IF_ERROR(device_memset(src_a.data(), 0x5a, forward));
+  ASSIGN_OR_RETURN(CudaStream stream_a, CudaStream::Create(o.from));
+  ASSIGN_OR_RETURN(CudaStream stream_b, CudaStream::Create(o.to));
+  ASSIGN_OR_RETURN(CudaEvent start, CudaEvent::Create(o.from, /*timing=*/true));
+  ASSIGN_OR_RETURN(CudaEvent stop, CudaEvent::Create(o.from, /*timing=*/true));
+  ASSIGN_OR_RETURN(CudaEvent backward_done, CudaEvent::Create(o.to));
+  auto copy_once = [&]() -> StatusOr<float> {
+    RETURN_IF_ERROR(start.record(stream_a.handle()));
+    RETURN_IF_ERROR(cuda_check(cudaMemcpyPeerAsync(dst_a.data(), o.to, src_a.data(), o.from, forward,
+                                                   static_cast<cudaStream_t>(stream_a.handle())),
+                               "cudaMemcpyPeerAsync of " + std::to_string(forward) + " bytes from device " +
+                                   std::to_string(o.from) + " to device " + std::to_string(o.to)));
+    if (o.both_ways) {
+      RETURN_IF_ERROR(start.wait(stream_b.handle()));
+      RETURN_IF_ERROR(cuda_check(cudaMemcpyPeerAsync(dst_b.data(), o.from, src_b.data(), o.to, backward,
+                                                     static_cast<cudaStream_t>(stream_b.handle())),
+                                 "cudaMemcpyPeerAsync of " + std::to_string(backward) + " bytes from device " +
+                                     std::to_string(o.to) + " to device " + std::to_string(o.from)));
+      RETURN_IF_ERROR(backward_done.record(stream_b.handle()));
+      RETURN_IF_ERROR(backward_done.wait(stream_a.handle()));
+    }
+    RETURN_IF_ERROR(stop.record(stream_a.handle()));
+    RETURN_IF_ERROR(stop.synchronize());
+    return stop.elapsed_ms_since(start);
+  };
+  RETURN_IF_ERROR(copy_once().status());  // warm-up: first-use costs stay out of the figure
+  double best = 0;
+  for (int i = 0; i < repeats; ++i) {
+    ASSIGN_OR_RETURN(float ms, copy_once());
+    if (ms > 0) best = std::max(best, static_cast<double>(o.bytes) / (ms / 1e3) / 1e9);
+  }
+  out["gbps"] = best;
+  out["peer_access"] = peer_access;
+  return Status::Ok();
+#endif
+}
+
 }  // namespace
 
-int run_ceiling(const std::string& kind, std::uint64_t bytes) {
-  double gbps = 0;
-  if (kind == "memcpy") {
-    gbps = std::max(memcpy_gbps(bytes, 5), memcpy_gbps(bytes, 5));
+int run_ceiling(const CeilingOptions& o) {
+  Json out{{"ceiling", o.kind}, {"bytes", o.bytes}};
+  Status status = Status::Ok();
+  if (o.kind == "memcpy") {
+    out["gbps"] = std::max(memcpy_gbps(o.bytes, 5), memcpy_gbps(o.bytes, 5));
+  } else if (o.kind == "peer") {
+    out["from"] = o.from;
+    out["to"] = o.to;
+    out["both_ways"] = o.both_ways;
+    status = measure_peer_copy(o, 5, out);
   } else {
-    auto measured = kind == "h2d" ? pinned_h2d_gbps(bytes, 5) : device_copy_gbps(bytes, 5);
-    if (!measured.ok()) {
-      std::fprintf(stderr, "refit ceiling: error: %s\n", measured.status().ToString().c_str());
-      return 1;
+    auto measured = o.kind == "h2d" ? pinned_h2d_gbps(o.bytes, 5) : device_copy_gbps(o.bytes, 5);
+    if (measured.ok()) {
+      out["gbps"] = *measured;
+    } else {
+      status = measured.status();
     }
-    gbps = *measured;
   }
-  std::printf("%s\n", Json{{"ceiling", kind}, {"bytes", bytes}, {"gbps", gbps}}.dump().c_str());
+  if (!status.ok()) {
+    std::fprintf(stderr, "refit ceiling: error: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  std::printf("%s\n", out.dump().c_str());
   return 0;
 }
 

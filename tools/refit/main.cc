@@ -92,7 +92,7 @@ void add_demo_device_flags(CLI::App* cmd, refit::DemoOptions& o) {
 }
 
 constexpr const char* kSecretFileHelp =
-    "File holding the shared secret of the control plane (default: the environment variable REFIT_SECRET; "
+    "File holding the shared secret of the control and data planes (default: the environment variable REFIT_SECRET; "
     "neither: no authentication, loopback only)";
 
 // --secret-file if given, else REFIT_SECRET: read here, at the edge.
@@ -189,6 +189,10 @@ int main(int argc, char** argv) {
   trainer_cmd->add_option("--debug-fail-refit", trainer.debug_fail_refit,
                           "Fault injection for tests: fail refit N after its first bucket")
       ->group("");  // hidden
+  std::string trainer_debug_data_secret_file;
+  trainer_cmd->add_option("--debug-data-secret-file", trainer_debug_data_secret_file,
+                          "Fault injection for tests: authenticate the data link with this secret instead")
+      ->group("");  // hidden
   trainer_cmd->add_option("--gpu", trainer.gpu, "Local CUDA device of this trainer rank (inside CUDA_VISIBLE_DEVICES)")
       ->check(CLI::NonNegativeNumber);
 
@@ -248,9 +252,10 @@ int main(int argc, char** argv) {
   push_cmd->add_option("--timeout", push.rank.refit_timeout_s, "Seconds allowed for one refit")
       ->check(CLI::PositiveNumber);
   push_cmd->add_option("--secret-file", push_secret_file, kSecretFileHelp);
-  push_cmd->add_flag("--register-host-weights", push.rank.register_host_weights,
-                     "Experimental: register the mapped checkpoint with the GPU instead of packing through pinned memory")
-      ->group("");  // hidden: see roles.h
+  push_cmd->add_option("--register-host-weights", push.rank.register_host_weights,
+                       "GPU engines: register the mapped checkpoint with the GPU so its copy engines read it "
+                       "directly (false: pack through pinned buffers)")
+      ->capture_default_str();
 
   // inspect
   refit::InspectOptions inspect;
@@ -275,11 +280,16 @@ int main(int argc, char** argv) {
   make_cmd->add_option("--seed", make.seed, "Seed of the synthetic weights");
   make_cmd->add_option("--files", make.files, "Number of safetensors files")->check(CLI::PositiveNumber);
   make_cmd->add_option("--out", make.out, "Output directory")->required();
-  std::string ceiling_kind = "memcpy", ceiling_bytes = "1GiB";
-  auto* ceiling_cmd = app.add_subcommand("ceiling", "Measure a copy ceiling now (memcpy, h2d, d2d) as JSON");
+  refit::CeilingOptions ceiling;
+  std::string ceiling_bytes = "1GiB";
+  auto* ceiling_cmd = app.add_subcommand("ceiling", "Measure a copy ceiling now (memcpy, h2d, d2d, peer) as JSON");
   ceiling_cmd->group("");
-  ceiling_cmd->add_option("--kind", ceiling_kind, "memcpy, h2d or d2d")->check(CLI::IsMember({"memcpy", "h2d", "d2d"}));
+  ceiling_cmd->add_option("--kind", ceiling.kind, "memcpy, h2d, d2d or peer (device --from to device --to)")
+      ->check(CLI::IsMember({"memcpy", "h2d", "d2d", "peer"}));
   ceiling_cmd->add_option("--bytes", ceiling_bytes, "Bytes per copy")->check(ByteSize());
+  ceiling_cmd->add_option("--from", ceiling.from, "peer: local CUDA device copied from")->check(CLI::NonNegativeNumber);
+  ceiling_cmd->add_option("--to", ceiling.to, "peer: local CUDA device copied to")->check(CLI::NonNegativeNumber);
+  ceiling_cmd->add_flag("--both-ways", ceiling.both_ways, "peer: half the bytes each way at the same time");
 
   try {
     app.parse(argc, argv);
@@ -337,6 +347,11 @@ int main(int argc, char** argv) {
     auto secret = resolve_secret(trainer_secret_file);
     if (!secret.ok()) return report_status("trainer", secret.status());
     trainer.secret = secret->bytes();
+    if (!trainer_debug_data_secret_file.empty()) {
+      auto data_secret = refit::Secret::FromFile(trainer_debug_data_secret_file);
+      if (!data_secret.ok()) return report_status("trainer", data_secret.status());
+      trainer.debug_data_secret = data_secret->bytes();
+    }
     trainer.bucket_size = bytes_of(trainer_bucket);
     return report_status("trainer", refit::run_trainer(trainer));
   }
@@ -345,7 +360,10 @@ int main(int argc, char** argv) {
     return refit::run_inspect(inspect);
   }
   if (*make_cmd) return report_status("make-checkpoint", refit::make_checkpoint(make));
-  if (*ceiling_cmd) return refit::run_ceiling(ceiling_kind, bytes_of(ceiling_bytes));
+  if (*ceiling_cmd) {
+    ceiling.bytes = bytes_of(ceiling_bytes);
+    return refit::run_ceiling(ceiling);
+  }
   if (*push_cmd) {
     auto secret = resolve_secret(push_secret_file);
     if (!secret.ok()) return report_status("push", secret.status());

@@ -2,7 +2,10 @@
 
 #if REFIT_HAVE_UCX
 
+#include <cstdio>
 #include <cstring>
+
+#include "transport/ucx/ucx_device_stager.h"
 
 namespace refit {
 namespace {
@@ -35,8 +38,17 @@ ucs_status_t on_write(void* arg, const void* header, size_t header_length, void*
   ucs_status_t status = UCS_OK;
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
     status = UCS_ERR_UNSUPPORTED;  // writes are sent eager; dropping the descriptor completes the send
-  } else if (!state->contains(h.addr, length)) {
+  } else if (const AmState::Range* range = state->find(h.addr, length); range == nullptr) {
     status = UCS_ERR_INVALID_ADDR;  // outside every registered range: never write there
+  } else if (range->stager != nullptr) {
+    // Device memory: through pinned buffers; the ack waits for the copies.
+    auto* dst = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(h.addr));
+    Status st = length > 0 ? range->stager->write(dst, data, length) : Status::Ok();
+    if (st.ok() && h.last != 0) st = range->stager->finish();
+    if (!st.ok()) {
+      std::fprintf(stderr, "refit ucx: a write into device memory failed: %s\n", st.ToString().c_str());
+      status = UCS_ERR_IO_ERROR;
+    }
   } else if (length > 0) {
     std::memcpy(reinterpret_cast<void*>(static_cast<std::uintptr_t>(h.addr)), data, length);
   }
@@ -59,12 +71,13 @@ ucs_status_t on_ack(void* arg, const void* header, size_t header_length, void*, 
 
 }  // namespace
 
-bool AmState::contains(std::uint64_t addr, std::uint64_t bytes) const {
+const AmState::Range* AmState::find(std::uint64_t addr, std::uint64_t bytes) const {
   auto it = ranges_.upper_bound(addr);  // first range starting after addr
-  if (it == ranges_.begin()) return false;
+  if (it == ranges_.begin()) return nullptr;
   --it;
   const std::uint64_t offset = addr - it->first;
-  return offset <= it->second && bytes <= it->second - offset;
+  if (offset <= it->second.bytes && bytes <= it->second.bytes - offset) return &it->second;
+  return nullptr;
 }
 
 ucs_status_t install_am_write_handlers(ucp_worker_h worker, AmState* state) {

@@ -21,6 +21,11 @@
 // true once every chunk left and the ack came back OK: the bytes are in the
 // target's memory. Messages of one endpoint arrive in order.
 //
+// Device memory (a "staged" range, see ucx_device_stager.h): the handler
+// hands each chunk to the range's stager (pinned buffer, then an asynchronous
+// host-to-device copy) instead of memcpy, and acknowledges the last chunk only
+// once every copy finished.
+//
 // Thread safety: every function here REQUIRES the worker's mutex (the
 // handlers run inside ucp_worker_progress, which is called with it held).
 #pragma once
@@ -33,6 +38,8 @@
 #include <map>
 
 namespace refit {
+
+class UcxDeviceStager;
 
 inline constexpr unsigned kAmWriteId = 0x5257;  // "RW"
 inline constexpr unsigned kAmAckId = 0x5241;    // "RA"
@@ -63,10 +70,19 @@ struct AmAcks {
 
 class AmState {
  public:
-  // Target side: ranges writes may land in.
-  void add_range(std::uint64_t base, std::uint64_t bytes) { ranges_[base] = bytes; }
+  struct Range {
+    std::uint64_t bytes = 0;
+    UcxDeviceStager* stager = nullptr;  // device memory: copies go through it; nullptr: host memory (memcpy)
+  };
+  // Target side: ranges writes may land in. `stager` (device memory) must
+  // stay alive until the range is removed.
+  void add_range(std::uint64_t base, std::uint64_t bytes, UcxDeviceStager* stager = nullptr) {
+    ranges_[base] = Range{bytes, stager};
+  }
   void remove_range(std::uint64_t base) { ranges_.erase(base); }
-  bool contains(std::uint64_t addr, std::uint64_t bytes) const;
+  // The range holding all of [addr, addr + bytes), or nullptr.
+  const Range* find(std::uint64_t addr, std::uint64_t bytes) const;
+  bool contains(std::uint64_t addr, std::uint64_t bytes) const { return find(addr, bytes) != nullptr; }
 
   // Initiator side: where acks go. Returns the sink's id.
   std::uint64_t add_sink(AmAcks* acks) {
@@ -80,7 +96,7 @@ class AmState {
   }
 
  private:
-  std::map<std::uint64_t, std::uint64_t> ranges_;  // base -> bytes
+  std::map<std::uint64_t, Range> ranges_;  // by base
   std::map<std::uint64_t, AmAcks*> sinks_;
   std::uint64_t next_sink_ = 1;
 };

@@ -15,12 +15,14 @@
 #include <mutex>
 #include <span>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "refit/device.h"
 #include "transport/pool_layout.h"
 #include "transport/ucx/ucx_descriptor.h"
+#include "transport/ucx/ucx_device_stager.h"
 #include "transport/ucx/ucx_worker.h"
 
 namespace refit {
@@ -32,8 +34,9 @@ using Clock = std::chrono::steady_clock;
 constexpr std::uint64_t kMaxPoolBytes = std::numeric_limits<std::size_t>::max() / 2;
 // How long a destructor waits for UCX to finish a flush or an endpoint close.
 constexpr std::chrono::seconds kTeardownWait{5};
-// The longest sleep of one poll call on the worker's events.
-constexpr std::chrono::milliseconds kPollWait{1};
+// How long one poll call naps when the write is still on its way (the
+// remote's progress thread moves it; poll only looks).
+constexpr std::chrono::microseconds kPollNap{100};
 
 bool supports(std::uint64_t memory_types, ucs_memory_type_t type) {
   return (memory_types & (std::uint64_t{1} << static_cast<unsigned>(type))) != 0;
@@ -86,14 +89,41 @@ struct Registration {
   }
 };
 
+// True when this UCX build registers and moves CUDA memory itself.
+bool native_cuda(const UcxWorker& w) { return supports(w.memory_types(), UCS_MEMORY_TYPE_CUDA); }
+
+// Prints once per process that device memory is staged through host memory.
+void note_host_staging(const std::string& settings) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    std::fprintf(stderr,
+                 "refit ucx: this UCX build cannot register CUDA memory (%s): device memory is staged through "
+                 "pinned host buffers (ucx_memory_path host-staged)\n",
+                 settings.c_str());
+  });
+}
+
 // Registers [base, base + bytes) of `memory` and describes it as `slots`
-// slots of `slot_bytes` bytes. `what` names the memory in errors.
+// slots of `slot_bytes` bytes. `what` names the memory in errors. Device
+// memory that this UCX cannot register is not registered (mem=staged: only
+// active-message writes reach it, through a UcxDeviceStager).
 StatusOr<std::unique_ptr<Registration>> register_memory(const std::shared_ptr<UcxWorker>& worker, std::byte* base,
                                                         std::uint64_t bytes, MemoryKind memory,
                                                         const std::string& what, int slots,
                                                         std::uint64_t slot_bytes, std::string* descriptor) {
   auto reg = std::make_unique<Registration>();
   reg->worker = worker;
+  UcxDescriptor d;
+  d.slots = slots;
+  d.slot_bytes = slot_bytes;
+  d.addr = reinterpret_cast<std::uintptr_t>(base);
+  d.worker = worker->address();
+  if (memory == MemoryKind::kCuda && !native_cuda(*worker)) {
+    d.memory = UcxMemory::kStaged;
+    *descriptor = format_ucx_descriptor(d);
+    return reg;
+  }
+  d.memory = memory == MemoryKind::kCuda ? UcxMemory::kCuda : UcxMemory::kHost;
   ucp_mem_map_params_t params{};
   params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
                       UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
@@ -111,11 +141,6 @@ StatusOr<std::unique_ptr<Registration>> register_memory(const std::shared_ptr<Uc
   std::size_t rkey_bytes = 0;
   s = ucp_rkey_pack(worker->context(), reg->memh, &rkey, &rkey_bytes);
   if (s != UCS_OK) return Internal("packing the remote key of " + what + ": " + ucx_status_text(s));
-  UcxDescriptor d;
-  d.slots = slots;
-  d.slot_bytes = slot_bytes;
-  d.addr = reinterpret_cast<std::uintptr_t>(base);
-  d.worker = worker->address();
   const auto* key = static_cast<const unsigned char*>(rkey);
   d.rkey.assign(key, key + rkey_bytes);
   ucp_rkey_buffer_release(rkey);
@@ -130,7 +155,7 @@ class UcxTarget final : public TargetMemory {
   // the memory (expose_memory).
   UcxTarget(std::string owner, int slots, std::uint64_t slot_bytes, std::byte* base, std::uint64_t owned_bytes,
             DeviceBuffer device_pool, MemoryKind memory, int device, std::unique_ptr<Registration> registration,
-            std::string descriptor)
+            std::string descriptor, std::unique_ptr<UcxDeviceStager> stager)
       : owner_(std::move(owner)),
         slots_(slots),
         slot_bytes_(slot_bytes),
@@ -141,12 +166,14 @@ class UcxTarget final : public TargetMemory {
         device_(device),
         registration_(std::move(registration)),
         descriptor_(std::move(descriptor)),
+        stager_(std::move(stager)),
         progress_(std::make_unique<UcxWorker::ProgressLease>(registration_->worker)) {
-    // Active-message writes land by memcpy on the progress thread: host memory only.
-    if (memory_ != MemoryKind::kHost) return;
+    // Active-message writes land on the progress thread: by memcpy into host
+    // memory, through the stager into device memory.
     UcxWorker& w = *registration_->worker;
     std::lock_guard<std::mutex> lock(w.mutex());
-    w.am().add_range(reinterpret_cast<std::uintptr_t>(base_), static_cast<std::uint64_t>(slots_) * slot_bytes_);
+    w.am().add_range(reinterpret_cast<std::uintptr_t>(base_), static_cast<std::uint64_t>(slots_) * slot_bytes_,
+                     stager_.get());
   }
 
   ~UcxTarget() override {
@@ -187,6 +214,7 @@ class UcxTarget final : public TargetMemory {
   int device_;
   std::unique_ptr<Registration> registration_;
   std::string descriptor_;
+  std::unique_ptr<UcxDeviceStager> stager_;  // device memory: how active-message writes reach it
   std::unique_ptr<UcxWorker::ProgressLease> progress_;
 };
 
@@ -244,11 +272,18 @@ class UcxRemote final : public RemoteTarget {
         rkey_(rkey),
         health_(std::move(health)),
         by_put_(by_put) {
-    std::lock_guard<std::mutex> lock(worker_->mutex());
-    sink_ = worker_->am().add_sink(&acks_);
+    {
+      std::lock_guard<std::mutex> lock(worker_->mutex());
+      sink_ = worker_->am().add_sink(&acks_);
+    }
+    // The initiator's writes move while its thread does something else
+    // (packs the next bucket): UCX's tcp sends what the socket takes at once
+    // and the rest only when the worker progresses.
+    progress_ = std::make_unique<UcxWorker::ProgressLease>(worker_);
   }
 
   ~UcxRemote() override {
+    progress_.reset();  // stops the thread unless a target of this worker still runs it
     std::lock_guard<std::mutex> lock(worker_->mutex());
     worker_->am().remove_sink(sink_);  // late acks are dropped
     const bool pending = !ops_.empty();
@@ -263,7 +298,7 @@ class UcxRemote final : public RemoteTarget {
     if (by_put_ && pending && health_->status.load() == UCS_OK) {
       (void)wait_request(*worker_, ucp_ep_flush_nbx(ep_, &param), kTeardownWait);
     }
-    ucp_rkey_destroy(rkey_);
+    if (rkey_ != nullptr) ucp_rkey_destroy(rkey_);
     // Force: no goodbye to a peer that may be gone; afterwards UCX reads no
     // source buffer of a cancelled write.
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -325,6 +360,9 @@ class UcxRemote final : public RemoteTarget {
           retired_headers_.push_back(std::move(op.headers));
         }
       }
+      // Wake the progress thread if it sleeps on the event fd: what the
+      // socket did not take at once moves only when the worker progresses.
+      if (failed == UCS_OK) (void)ucp_worker_signal(worker_->worker());
     }
     if (failed != UCS_OK) {
       return failure(failed).WithContext("writing " + std::to_string(bytes.size()) + " bytes into slot " +
@@ -340,13 +378,17 @@ class UcxRemote final : public RemoteTarget {
     }
     auto it = ops_.find(ticket);
     if (it == ops_.end()) return true;  // completed (or empty) before
-    // Progress and look; when the write is still on its way, sleep on the
-    // worker's event fd (at most kPollWait) and look once more, so a caller
-    // that polls in a loop does not spin a core the engine may need.
+    // Look (the progress thread moves the write); when it is still on its
+    // way, nap (kPollNap) and look once more, so a caller that polls in a
+    // loop neither spins a core the engine may need nor fights the progress
+    // thread for the worker.
     ucs_status_t s = UCS_OK;  // first error seen
     int refused = UCS_OK;     // the target's answer (active-message writes)
     bool pending = check(it->second, ticket, &s, &refused);
-    if (pending && worker_->wait_for_event(kPollWait)) pending = check(it->second, ticket, &s, &refused);
+    if (pending) {
+      std::this_thread::sleep_for(kPollNap);
+      pending = check(it->second, ticket, &s, &refused);
+    }
     if (pending) {
       // The error handler may have fired while requests still wait for UCX
       // to cancel them.
@@ -388,20 +430,19 @@ class UcxRemote final : public RemoteTarget {
           return DeadlineExceeded("a cancelled write (ticket " + std::to_string(it->first) + ") to " + peer_ +
                                   " did not finish before the next write's deadline");
         }
-        (void)worker_->wait_for_event(kPollWait);
+        std::this_thread::sleep_for(kPollNap);
       }
       it = ops_.erase(it);  // done or failed: either way it writes no more
     }
     return Status::Ok();
   }
 
-  // Progresses the worker and looks at `op`: true while it is still on its
-  // way; otherwise its requests are released and *s / *refused say how it
-  // ended (a failed endpoint ends it at once: UCX releases what is left).
+  // Looks at `op` (the progress thread progresses the worker): true while
+  // it is still on its way; otherwise its requests are released and *s /
+  // *refused say how it ended (a failed endpoint ends it at once: UCX
+  // releases what is left).
   bool check(Op& op, Ticket ticket, ucs_status_t* s, int* refused) {
     std::lock_guard<std::mutex> lock(worker_->mutex());
-    for (int i = 0; i < 64 && ucp_worker_progress(worker_->worker()) != 0; ++i) {
-    }
     bool pending = false;
     auto look = [&](void*& request) {
       const ucs_status_t r = request_status(request);
@@ -468,6 +509,7 @@ class UcxRemote final : public RemoteTarget {
   std::map<Ticket, Op> ops_;  // submitted, not yet seen complete by poll
   std::vector<std::unique_ptr<std::vector<AmWriteHeader>>> retired_headers_;  // of failed writes
   Ticket next_ticket_ = 0;
+  std::unique_ptr<UcxWorker::ProgressLease> progress_;
 };
 
 // ------------------------------------------------------------ the transport
@@ -485,20 +527,25 @@ class UcxTransport final : public Transport {
     c.cross_host = true;
     c.host_memory = true;
     auto w = worker();
-    c.device_memory = w.ok() && supports((*w)->memory_types(), UCS_MEMORY_TYPE_CUDA);
-    // expose_memory works (ucx_transport_test's UcxExpose), but the trainer's
-    // direct path packs through mapped_slot(0), which ucx does not have: with
-    // direct on, it would pack at arena offsets into its bucket-sized staging
-    // buffer. Off until the runtime submits direct writes per entry.
-    c.direct = false;
+    const bool native = w.ok() && native_cuda(**w);
+    // Device memory: registered where this UCX supports CUDA; otherwise
+    // staged through pinned host buffers (needs refit built with CUDA).
+    c.device_memory = native || REFIT_HAVE_CUDA;
+    c.device_memory_staged = c.device_memory && !native;
+    // Direct mode: expose_memory registers the engine's weights (one slot);
+    // the trainer submits each packed run at its arena offset.
+    c.direct = true;
     return c;
   }
 
   StatusOr<std::unique_ptr<TargetMemory>> create_target(const PoolOptions& options) override {
     const std::string owner = pool_owner(options);
     ASSIGN_OR_RETURN(auto w, worker());
-    if (options.memory == MemoryKind::kCuda) RETURN_IF_ERROR(check_cuda(*w, owner + "'s receive pool"));
     ASSIGN_OR_RETURN(const std::uint64_t size, validated_pool_bytes(options, kMaxPoolBytes));
+    std::unique_ptr<UcxDeviceStager> stager;
+    if (options.memory == MemoryKind::kCuda) {
+      ASSIGN_OR_RETURN(stager, make_stager(*w, options.device, owner + "'s receive pool"));
+    }
     std::byte* base = nullptr;
     std::uint64_t owned = 0;
     DeviceBuffer device_pool;
@@ -528,7 +575,7 @@ class UcxTransport final : public Transport {
     return std::unique_ptr<TargetMemory>(new UcxTarget(owner, options.slots, options.slot_bytes, base, owned,
                                                        std::move(device_pool), options.memory,
                                                        options.memory == MemoryKind::kCuda ? options.device : -1,
-                                                       std::move(*reg), std::move(descriptor)));
+                                                       std::move(*reg), std::move(descriptor), std::move(stager)));
   }
 
   StatusOr<std::unique_ptr<TargetMemory>> expose_memory(std::byte* base, std::uint64_t bytes, MemoryKind memory,
@@ -540,12 +587,15 @@ class UcxTransport final : public Transport {
       return InvalidArgument("ucx cannot expose " + what + ": empty or wrapping range");
     }
     ASSIGN_OR_RETURN(auto w, worker());
-    if (memory == MemoryKind::kCuda) RETURN_IF_ERROR(check_cuda(*w, what));
+    std::unique_ptr<UcxDeviceStager> stager;
+    if (memory == MemoryKind::kCuda) {
+      ASSIGN_OR_RETURN(stager, make_stager(*w, device, what));
+    }
     std::string descriptor;
     ASSIGN_OR_RETURN(auto reg, register_memory(w, base, bytes, memory, what, 1, bytes, &descriptor));
     return std::unique_ptr<TargetMemory>(new UcxTarget("exposed memory", 1, bytes, base, 0, DeviceBuffer(), memory,
                                                        memory == MemoryKind::kCuda ? device : -1, std::move(reg),
-                                                       std::move(descriptor)));
+                                                       std::move(descriptor), std::move(stager)));
   }
 
   StatusOr<std::unique_ptr<RemoteTarget>> open_target(const std::string& descriptor, Link* link) override {
@@ -578,8 +628,10 @@ class UcxTransport final : public Transport {
       return Unavailable("cannot reach the UCX worker of " + peer + " (" + w->settings() +
                          "; check UCX_TLS and UCX_NET_DEVICES on both sides): " + ucx_status_text(s));
     }
+    // A staged target (device memory UCX cannot register) has no remote key:
+    // it is written by message only.
     ucp_rkey_h rkey = nullptr;
-    s = ucp_ep_rkey_unpack(ep, d.rkey.data(), &rkey);
+    s = d.memory == UcxMemory::kStaged ? UCS_OK : ucp_ep_rkey_unpack(ep, d.rkey.data(), &rkey);
     auto close_ep = [&] {
       ucp_request_param_t param{};
       param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -597,7 +649,7 @@ class UcxTransport final : public Transport {
     s = wait_request(*w, ucp_ep_flush_nbx(ep, &param), options_.connect_timeout);
     if (s == UCS_OK && health->status.load() != UCS_OK) s = static_cast<ucs_status_t>(health->status.load());
     if (s != UCS_OK) {
-      ucp_rkey_destroy(rkey);
+      if (rkey != nullptr) ucp_rkey_destroy(rkey);
       close_ep();
       if (s == UCS_INPROGRESS) {
         return Unavailable("could not connect to the UCX worker of " + peer + " within " +
@@ -607,6 +659,7 @@ class UcxTransport final : public Transport {
     }
     bool by_put = options_.writes == UcxOptions::Writes::kPut;
     if (options_.writes == UcxOptions::Writes::kAuto) by_put = has_native_rma(ep);
+    if (d.memory == UcxMemory::kStaged) by_put = false;  // unregistered device memory: only writes by message reach it
     lock.unlock();  // the remote registers its ack sink under it
     return std::unique_ptr<RemoteTarget>(new UcxRemote(w, peer, d, ep, rkey, std::move(health), by_put));
   }
@@ -623,11 +676,18 @@ class UcxTransport final : public Transport {
     return worker_;
   }
 
-  static Status check_cuda(const UcxWorker& w, const std::string& what) {
-    if (supports(w.memory_types(), UCS_MEMORY_TYPE_CUDA)) return Status::Ok();
-    return FailedPrecondition("ucx cannot hold " + what +
-                              " in CUDA memory (memory=cuda): this UCX build does not support CUDA memory (" +
-                              w.settings() + "); use host memory");
+  // The stager of device memory on local CUDA index `device`: active-message
+  // writes (tcp) reach device memory only through it, whether or not this UCX
+  // registers CUDA memory for puts. Says once when nothing else can.
+  static StatusOr<std::unique_ptr<UcxDeviceStager>> make_stager(const UcxWorker& w, int device,
+                                                                const std::string& what) {
+    auto stager = UcxDeviceStager::Create(device, kAmChunkBytes);
+    if (!stager.ok()) {
+      return stager.status().WithContext("ucx cannot reach " + what + " in CUDA memory on device " +
+                                         std::to_string(device) + " (" + w.settings() + ")");
+    }
+    if (!native_cuda(w)) note_host_staging(w.settings());
+    return stager;
   }
 
   UcxOptions options_;

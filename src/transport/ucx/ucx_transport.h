@@ -30,7 +30,10 @@
 // or posix), the endpoint falls back to no error handling, once, with a line
 // on stderr; peer failure is then seen on the data-plane Link only.
 // mapped_slot is nullptr (two-sided for the packing code: the trainer packs
-// into its own buffer and submits). How submit moves the bytes depends on
+// into its own buffer and submits). The remote holds a progress lease: the
+// worker's progress thread moves its writes while the caller does something
+// else (the trainer packs the next bucket); submit wakes it, poll only looks
+// (and naps 100 us when the write is still on its way). How submit moves the bytes depends on
 // what UCX reaches the engine with (UcxOptions::writes):
 //   native RMA (shared memory, InfiniBand, ...): ucp_put_nbx into the slot,
 //     then ucp_ep_flush_nbx; poll progresses the worker and is true once both
@@ -58,12 +61,19 @@
 // they are; UcxOptions set programmatically override them for this transport.
 // Defaults work: all transports UCX finds.
 //
-// Memory: capabilities().device_memory is true only when this UCX build
-// supports CUDA memory (ucp_context_query memory_types); Debian's does not,
-// and then device pools are refused with kFailedPrecondition saying so (a
-// CUDA-capable UCX would register a cudaMalloc'ed pool: untested here).
-// capabilities().direct is false although expose_memory works: the trainer's
-// direct path writes through mapped_slot(0), which ucx does not have.
+// Device memory (a device pool, or exposed device weights): registered with
+// UCX as CUDA memory when this UCX build supports it (ucp_context_query
+// memory_types; descriptor mem=cuda; untested here); otherwise not registered
+// at all (mem=staged, no rkey): only active-message writes reach it, and the
+// engine's progress thread copies each chunk through pinned buffers into the
+// device (ucx_device_stager.h), acknowledging a write once its copies
+// finished. Said once per process on stderr. Active-message writes into
+// device memory always go through the stager. capabilities(): device_memory
+// when UCX supports CUDA or refit was built with CUDA; device_memory_staged
+// when only the latter (the runtime then stages the trainer's device weights
+// through pinned host buffers too, and reports "host-staged").
+// capabilities().direct: expose_memory registers existing memory as one
+// slot, and the trainer submits each packed run at its offset in it.
 #pragma once
 
 #include <chrono>
