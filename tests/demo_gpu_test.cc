@@ -14,6 +14,7 @@ namespace refit {
 namespace {
 
 using nlohmann::json;
+using testing::ProcessGroup;
 
 struct GpuCase {
   std::string mode;
@@ -60,6 +61,45 @@ TEST(GpuDemo, EngineRankBeyondTheVisibleDevicesFailsAtSetup) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("engine rank " + std::to_string(visible)), std::string::npos) << r.err;
 }
+
+class CudaIpcAcrossGpusTest : public ::testing::TestWithParam<std::string> {};
+
+// Issue "Several GPUs": a trainer rank whose weights are on GPU 0 refits an
+// engine rank on GPU 1 over cuda_ipc, every byte verified on the device.
+// Catches: the trainer's pack kernel writing into the engine's slot (staged)
+// or weights (direct) on another GPU without peer access enabled from the
+// trainer's GPU (an illegal address: seen on the 2-GPU H200 machine before
+// open_target_on enabled it), and trainers or engines placed on the wrong GPU.
+TEST_P(CudaIpcAcrossGpusTest, TrainerOnGpu0RefitsAnEngineOnGpu1) {
+  REFIT_SKIP_WITHOUT_CUDA_DEVICE();
+  if (*cuda_device_count() < 2) GTEST_SKIP() << "needs two visible GPUs, " << *cuda_device_count() << " visible";
+  const std::string mode = GetParam();
+  const std::vector<std::string> common = {"--trainer-ranks", "1",         "--engine-ranks", "1",
+                                           "--setup-timeout",  "60",        "--timeout",      "60"};
+  std::vector<std::string> coordinator = {"--refits", "3"};
+  coordinator.insert(coordinator.end(), common.begin(), common.end());
+  ProcessGroup group;
+  const std::string address = group.spawn_coordinator(coordinator);
+  ASSERT_FALSE(address.empty()) << group.all_stderr();
+  std::vector<std::string> engine = {"engine", "--coordinator", address, "--rank", "0", "--model", "tiny-moe",
+                                     "--device", "cuda", "--transport", "cuda_ipc", "--mode", mode,
+                                     "--bucket-size", "1MiB", "--base-gpu-id", "1"};
+  std::vector<std::string> trainer = {"trainer", "--coordinator", address, "--rank", "0", "--model", "tiny-moe",
+                                      "--device", "cuda", "--transport", "cuda_ipc", "--mode", mode,
+                                      "--bucket-size", "1MiB", "--gpu", "0"};
+  if (mode == "staged") engine.push_back("--poison-recycled");
+  engine.insert(engine.end(), common.begin(), common.end());
+  trainer.insert(trainer.end(), common.begin(), common.end());
+  group.spawn("engine rank 0", engine);
+  group.spawn("trainer rank 0", trainer);
+  ASSERT_TRUE(group.wait_all(240)) << "hung:\n" << group.all_stderr();
+  for (const auto& name : group.names()) EXPECT_EQ(group.exit_code(name), 0) << name << "\n" << group.all_stderr();
+  const json report = json::parse(group.report());
+  EXPECT_TRUE(report["verified"].get<bool>()) << report.dump();
+  EXPECT_EQ(report["refits"].size(), 3u) << report.dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CudaIpcAcrossGpusTest, ::testing::Values("staged", "direct"));
 
 }  // namespace
 }  // namespace refit

@@ -150,8 +150,9 @@ class Transport {
   // As open_target, for an initiator that submits bytes from device memory
   // of local CUDA index `device` (-1: host memory). Transports that bind a
   // device when they open a target (nccl: its communicator and stream) bind
-  // this one instead of the calling thread's current device; the default
-  // ignores it.
+  // this one instead of the calling thread's current device; cuda_ipc
+  // enables peer access from it to the target's GPU (the initiator's
+  // kernels write into the mapped slots); the default ignores it.
   virtual StatusOr<std::unique_ptr<RemoteTarget>> open_target_on(const std::string& descriptor, Link* link,
                                                                  int device) {
     (void)device;

@@ -136,8 +136,12 @@ class TrainerRank::Impl {
 
     engine_address_ = address;
     ASSIGN_OR_RETURN(link_, connect_to_engine(deadline));
-    // On the weights' device: transports that bind one at open (nccl) send from it.
-    ASSIGN_OR_RETURN(target_, transport_->open_target_on(descriptor, link_.get(), source_->device()));
+    // From the device that writes: the weights' device, or for host weights
+    // into a device engine the one that copies (--gpu). Transports that bind
+    // a device at open (nccl) send from it; cuda_ipc enables peer access from
+    // it to the engine's GPU (the pack kernel writes into the slot).
+    const int writer = source_on_device_ ? source_->device() : (target_on_device_ ? options_.gpu : -1);
+    ASSIGN_OR_RETURN(target_, transport_->open_target_on(descriptor, link_.get(), writer));
     RETURN_IF_ERROR(send_hello(deadline));
 
     // Direct mode writes into the engine's weight arena, laid out the same

@@ -373,7 +373,56 @@ class CudaIpcTransport final : public Transport {
     return export_target("cuda_ipc " + what, device, DeviceBuffer(), alloc.base, offset, 1, bytes);
   }
 
+  // `device`: the initiator's local device, whose kernels write into the
+  // target (the trainer's pack). When the target's memory is on another GPU
+  // that this process sees, peer access from `device` to it is enabled here,
+  // once (a kernel cannot write into a peer's memory without it; copies can,
+  // which is why a test that only submits copies does not notice). When the
+  // target's GPU is hidden from this process, or on another GPU, the mapping
+  // is opened in `device`'s context (with lazy peer access), where the
+  // kernels that write into it run: a mapping opened in the owning GPU's
+  // context faulted when a kernel on another GPU wrote into it, peer access
+  // or not (2-GPU H200 machine, 2026-11-29).
+  StatusOr<std::unique_ptr<RemoteTarget>> open_target_on(const std::string& descriptor, Link* link,
+                                                         int device) override {
+    if (device < 0) return open_target(descriptor, link);
+    ScopedDevice scope(device);
+    RETURN_IF_ERROR(scope.status().WithContext("opening a cuda_ipc target from device " + std::to_string(device)));
+    ASSIGN_OR_RETURN(const CudaIpcDescriptor d, parse_cuda_ipc_descriptor(descriptor));
+    int owner = -1;
+    if (cudaDeviceGetByPCIBusId(&owner, d.pci_bus_id.c_str()) != cudaSuccess) {
+      (void)cudaGetLastError();
+      owner = -1;  // hidden: open_target maps it in this (the initiator's) context
+    }
+    if (owner >= 0 && owner != device) {
+      int can = 0;
+      RETURN_IF_ERROR(cuda_check(cudaDeviceCanAccessPeer(&can, device, owner),
+                                 "cudaDeviceCanAccessPeer(" + std::to_string(device) + ", " + std::to_string(owner) + ")"));
+      if (!can) {
+        return FailedPrecondition("device " + std::to_string(device) + " cannot write into device " +
+                                  std::to_string(owner) + " (" + d.pci_bus_id +
+                                  ", the target's GPU) by peer access; place the trainer rank on a GPU with peer "
+                                  "access to its engine rank's GPU");
+      }
+      const cudaError_t enabled = cudaDeviceEnablePeerAccess(owner, 0);
+      if (enabled == cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();
+      } else if (enabled != cudaSuccess) {
+        return cuda_check(enabled, "cudaDeviceEnablePeerAccess from device " + std::to_string(device) +
+                                       " to device " + std::to_string(owner));
+      }
+    }
+    return open_in(descriptor, link, device);
+  }
+
   StatusOr<std::unique_ptr<RemoteTarget>> open_target(const std::string& descriptor, Link* link) override {
+    return open_in(descriptor, link, -1);
+  }
+
+ private:
+  // Maps the target in the context of `map_device`, or (-1) in that of the
+  // GPU holding it when this process sees that GPU, else the current one.
+  StatusOr<std::unique_ptr<RemoteTarget>> open_in(const std::string& descriptor, Link* link, int map_device) {
     ASSIGN_OR_RETURN(const CudaIpcDescriptor d, parse_cuda_ipc_descriptor(descriptor));
     const std::string what =
         "cuda_ipc pool \"" + descriptor + "\"" + (link != nullptr ? " of " + link->peer() : std::string());
@@ -384,8 +433,9 @@ class CudaIpcTransport final : public Transport {
     }
     // Map it in the context of the GPU that holds it when this process sees
     // that GPU; else in the current device's context, as a peer.
-    int device = -1;
-    const cudaError_t by_bus = cudaDeviceGetByPCIBusId(&device, d.pci_bus_id.c_str());
+    int device = map_device;
+    const cudaError_t by_bus =
+        map_device >= 0 ? cudaSuccess : cudaDeviceGetByPCIBusId(&device, d.pci_bus_id.c_str());
     if (by_bus != cudaSuccess) {
       (void)cudaGetLastError();
       if (by_bus != cudaErrorInvalidDevice && by_bus != cudaErrorInvalidValue) {
@@ -424,7 +474,6 @@ class CudaIpcTransport final : public Transport {
         new CudaIpcRemote(what, device, mapped, d.offset, d.slots, d.slot_bytes, std::move(*stream)));
   }
 
- private:
   // `device` must be a visible local CUDA index.
   static Status check_device(int device, const std::string& what) {
     if (device < 0) {
