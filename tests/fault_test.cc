@@ -346,7 +346,9 @@ TEST(SecretFault, WrongOrMissingSecretIsRefusedNamingWhyAndTheJobCompletes) {
 TEST(SecretFault, RanksRefuseACoordinatorWithoutTheSecret) {
   ProcessGroup group;
   JobSpec spec;
-  spec.setup_timeout_s = 5;
+  // The coordinator waits this long for ranks that refuse it; 5 s was too
+  // short for the ranks to start at all under ThreadSanitizer on a loaded VM.
+  spec.setup_timeout_s = 20;
   const std::string good = SecretFile(group, "good-secret", "the-good-secret-0123456789");
   WithSecret(spec, good);
   spec.coordinator_args.clear();  // the coordinator has no secret

@@ -65,12 +65,14 @@ TEST_P(RecoveryTest, AStalledTrainerFailsTheRefitAndTheJobGoesOnOnceItResumes) {
   JobSpec spec;
   spec.transport = GetParam();
   spec.refits = 3;
-  spec.refit_timeout_s = 1;
+  // 4 s per refit: a refit of tiny takes milliseconds, but a ThreadSanitizer
+  // build on a loaded 2-core machine timed out every refit at 1 s.
+  spec.refit_timeout_s = 4;
   spec.setup_timeout_s = 30;
   ASSERT_TRUE(start_job(g, spec));
   ASSERT_TRUE(wait_for_setup(g)) << g.all_stderr();
   g.kill("trainer rank 1", SIGSTOP);
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // refit 1's deadline passes
+  std::this_thread::sleep_for(std::chrono::milliseconds(9000));  // refit 1's deadline passes
   g.kill("trainer rank 1", SIGCONT);
   ASSERT_TRUE(g.wait_all(120)) << g.all_stderr();
   Json report = Json::parse(g.report());
