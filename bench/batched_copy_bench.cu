@@ -10,9 +10,12 @@
 //   prepared  BatchedCopier::prepare once, launch timed alone (kernel only)
 //   ceiling   one cudaMemcpyAsync device-to-device of the same total bytes
 //   per-run   one cudaMemcpyAsync / cudaMemcpy2DAsync per run (the naive way)
+//   copy eng. copy_runs_with_copy_engine: the runs merged and handed to the
+//             copy engines in one cudaMemcpyBatchAsync (refit/copy_engine.h)
 // GB/s counts bytes copied (not read + written), median of the timed repeats.
-// Every case is verified: the batched result must equal the per-run result
-// byte for byte (a device compare), after poisoning both destinations.
+// Every case is verified: the batched and the copy-engine results must equal
+// the per-run result byte for byte (a device compare), after poisoning the
+// destinations.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include "refit/batched_copy.h"
+#include "refit/copy_engine.h"
 #include "refit/device.h"
 #include "refit/device_content.h"
 
@@ -83,7 +87,7 @@ struct Case {
 };
 
 struct Result {
-  double batched_gbs, pipelined_gbs, prepared_gbs, ceiling_gbs, per_run_gbs, host_us;
+  double batched_gbs, pipelined_gbs, prepared_gbs, ceiling_gbs, per_run_gbs, copy_engine_gbs, host_us;
   bool verified;
 };
 
@@ -168,17 +172,31 @@ Result run_case(const Case& c, refit::BatchedCopier& copier, cudaStream_t stream
   const refit::PreparedCopy plan = value_or_die(copier.prepare(runs), "prepare");
   const double t_prepared = time_on_stream(stream, 2, reps, [&] { CHECK_OK(copier.launch(plan, stream)); });
 
-  // Verify: batched dst == per-run ref everywhere (gaps stay poisoned in both).
-  unsigned long long* diff = nullptr;
-  CHECK_CUDA(cudaMallocAsync(&diff, sizeof *diff, stream));
-  CHECK_CUDA(cudaMemsetAsync(diff, 0, sizeof *diff, stream));
-  count_differences<<<2048, 256, 0, stream>>>(reinterpret_cast<const unsigned char*>(dst.data()),
-                                              reinterpret_cast<const unsigned char*>(ref.data()), c.dst_bytes, diff);
-  CHECK_CUDA(cudaGetLastError());
-  unsigned long long host_diff = 1;
-  CHECK_CUDA(cudaMemcpyAsync(&host_diff, diff, sizeof host_diff, cudaMemcpyDeviceToHost, stream));
-  CHECK_CUDA(cudaFreeAsync(diff, stream));
-  CHECK_CUDA(cudaStreamSynchronize(stream));
+  // Verify: dst == per-run ref everywhere (gaps stay poisoned in both).
+  auto differences = [&] {
+    unsigned long long* diff = nullptr;
+    CHECK_CUDA(cudaMallocAsync(&diff, sizeof *diff, stream));
+    CHECK_CUDA(cudaMemsetAsync(diff, 0, sizeof *diff, stream));
+    count_differences<<<2048, 256, 0, stream>>>(reinterpret_cast<const unsigned char*>(dst.data()),
+                                                reinterpret_cast<const unsigned char*>(ref.data()), c.dst_bytes, diff);
+    CHECK_CUDA(cudaGetLastError());
+    unsigned long long host_diff = 1;
+    CHECK_CUDA(cudaMemcpyAsync(&host_diff, diff, sizeof host_diff, cudaMemcpyDeviceToHost, stream));
+    CHECK_CUDA(cudaFreeAsync(diff, stream));
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    return host_diff;
+  };
+  unsigned long long host_diff = differences();
+  if (host_diff != 0) std::fprintf(stderr, "%s: batched: VERIFY FAILED: %llu bytes differ\n", c.name.c_str(), host_diff);
+
+  // The copy engines: the same runs through copy_runs_with_copy_engine, verified the same way.
+  CHECK_CUDA(cudaMemsetAsync(dst.data(), 0xA5, c.dst_bytes, stream));
+  CHECK_OK(refit::copy_runs_with_copy_engine(runs, stream));
+  const unsigned long long ce_diff = differences();
+  if (ce_diff != 0) std::fprintf(stderr, "%s: copy engine: VERIFY FAILED: %llu bytes differ\n", c.name.c_str(), ce_diff);
+  host_diff += ce_diff;
+  const double t_copy_engine =
+      time_on_stream(stream, 1, std::max(3, reps / 2), [&] { CHECK_OK(refit::copy_runs_with_copy_engine(runs, stream)); });
 
   // Ceiling: one device-to-device copy of the same number of bytes.
   auto ceiling = [&] {
@@ -187,9 +205,8 @@ Result run_case(const Case& c, refit::BatchedCopier& copier, cudaStream_t stream
   };
   const double t_ceiling = time_on_stream(stream, 2, reps, ceiling);
   const double gb = static_cast<double>(bytes) / 1e9;
-  if (host_diff != 0) std::fprintf(stderr, "%s: VERIFY FAILED: %llu bytes differ\n", c.name.c_str(), host_diff);
-  return Result{gb / t_batched, gb / t_pipelined, gb / t_prepared, gb / t_ceiling, gb / t_per_run, host_us,
-                host_diff == 0};
+  return Result{gb / t_batched, gb / t_pipelined, gb / t_prepared, gb / t_ceiling, gb / t_per_run,
+                gb / t_copy_engine, host_us, host_diff == 0};
 }
 
 std::uint64_t round_up(std::uint64_t x, std::uint64_t a) { return (x + a - 1) / a * a; }
@@ -272,6 +289,41 @@ int main() {
     cases.push_back(std::move(c));
   }
   cases.push_back(pack_case("(d) 100,000 runs 64 B-8 KB", 100000, 64, 8192, 4));
+  {
+    // (e) the tensors of llama3-8b (bf16, 32 layers: 291 runs, 16.06 GB), each
+    // whole tensor one run, packed 256-aligned: a TP-1 refit's pack.
+    Case c;
+    c.name = "(e) llama3-8b tensors";
+    const std::uint64_t h = 4096, kv = 1024, ffn = 14336, vocab = 128256, e = 2;
+    std::vector<std::uint64_t> sizes{vocab * h * e};
+    for (int layer = 0; layer < 32; ++layer) {
+      for (std::uint64_t b : {h * h * e, kv * h * e, kv * h * e, h * h * e, ffn * h * e, ffn * h * e, ffn * h * e,
+                              h * e, h * e}) {
+        sizes.push_back(b);
+      }
+    }
+    sizes.push_back(h * e);
+    sizes.push_back(vocab * h * e);
+    // Sources in a shuffled order (no two runs continue each other, so the
+    // copy engine path cannot merge them), destinations packed in order.
+    std::vector<std::size_t> order(sizes.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(5));
+    std::vector<std::uint64_t> src_off(sizes.size());
+    std::uint64_t off = 0;
+    for (std::size_t i : order) {
+      src_off[i] = off;
+      off += round_up(sizes[i], 256) + 256;
+    }
+    std::uint64_t doff = 0;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      c.runs.push_back(rel_run(src_off[i], doff, sizes[i], 1, sizes[i], sizes[i]));
+      doff += round_up(sizes[i], 256);
+    }
+    c.src_bytes = off;
+    c.dst_bytes = doff;
+    cases.push_back(std::move(c));
+  }
 
   auto copier = value_or_die(refit::BatchedCopier::Create(0), "BatchedCopier::Create");
   auto stream = value_or_die(refit::CudaStream::Create(0), "CudaStream::Create");
@@ -291,19 +343,20 @@ int main() {
     }
   }
 
-  std::printf("\n%-32s %7s %6s %9s %6s %9s %6s %9s %6s %9s %8s %8s %s\n", "case", "runs", "GB", "batched", "ratio",
-              "pipelined", "ratio", "prepared", "ratio", "ceiling", "per-run", "host us", "verified");
-  std::printf("%-32s %7s %6s %9s %6s %9s %6s %9s %6s %9s %8s %8s\n", "", "", "", "GB/s", "", "GB/s", "", "GB/s", "",
-              "GB/s", "GB/s", "/copy");
+  std::printf("\n%-32s %7s %6s %9s %6s %9s %6s %9s %6s %9s %8s %9s %6s %8s %s\n", "case", "runs", "GB", "batched",
+              "ratio", "pipelined", "ratio", "prepared", "ratio", "ceiling", "per-run", "copy eng.", "ratio", "host us",
+              "verified");
+  std::printf("%-32s %7s %6s %9s %6s %9s %6s %9s %6s %9s %8s %9s %6s %8s\n", "", "", "", "GB/s", "", "GB/s", "", "GB/s",
+              "", "GB/s", "GB/s", "GB/s", "", "/copy");
   bool all_ok = true;
   for (const Case& c : cases) {
     const Result r = run_case(c, copier, s);
     all_ok = all_ok && r.verified;
-    std::printf("%-32s %7zu %6.2f %9.1f %5.1f%% %9.1f %5.1f%% %9.1f %5.1f%% %9.1f %8.1f %8.0f %s\n",
+    std::printf("%-32s %7zu %6.2f %9.1f %5.1f%% %9.1f %5.1f%% %9.1f %5.1f%% %9.1f %8.1f %9.1f %5.1f%% %8.0f %s\n",
                 c.name.c_str(), c.runs.size(), static_cast<double>(total_bytes(c.runs)) / 1e9, r.batched_gbs,
                 100.0 * r.batched_gbs / r.ceiling_gbs, r.pipelined_gbs, 100.0 * r.pipelined_gbs / r.ceiling_gbs,
-                r.prepared_gbs, 100.0 * r.prepared_gbs / r.ceiling_gbs, r.ceiling_gbs, r.per_run_gbs, r.host_us,
-                r.verified ? "yes" : "NO");
+                r.prepared_gbs, 100.0 * r.prepared_gbs / r.ceiling_gbs, r.ceiling_gbs, r.per_run_gbs,
+                r.copy_engine_gbs, 100.0 * r.copy_engine_gbs / r.ceiling_gbs, r.host_us, r.verified ? "yes" : "NO");
     std::fflush(stdout);
   }
   // Content generation and verification (refit/device_content.h) over 4 GiB.
@@ -326,6 +379,7 @@ int main() {
               "pipelined: 8 copies back to back (host work overlaps the previous copy), time / 8;\n"
               "prepared: prepare() once, then launch() alone (the kernel only: no host work, no upload);\n"
               "ratio = GB/s / ceiling (one cudaMemcpyAsync of the same bytes); GB/s = bytes copied / time;\n"
-              "per-run: one cudaMemcpyAsync/cudaMemcpy2DAsync per run; host us: time inside one copy() call\n");
+              "per-run: one cudaMemcpyAsync/cudaMemcpy2DAsync per run; copy eng.: copy_runs_with_copy_engine\n"
+              "(one cudaMemcpyBatchAsync of the merged runs); host us: time inside one copy() call\n");
   return all_ok ? 0 : 1;
 }

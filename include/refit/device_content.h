@@ -30,4 +30,20 @@ Status fill_content_device(std::uint64_t key, std::uint64_t offset, std::byte* d
 StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t key, std::uint64_t offset, const std::byte* src,
                                                      std::uint64_t bytes, void* stream);
 
+// A shard as rows of the full tensor: row r (0 <= r < count) holds the
+// content bytes [offset + r * stride, offset + r * stride + run), and rows lie
+// back to back in the shard (row r at r * run).
+struct ContentRows {
+  std::uint64_t offset = 0;
+  std::uint64_t stride = 0;
+  std::uint64_t run = 0;
+  std::uint64_t count = 0;
+};
+
+// The offset (relative to src) of the first byte of the count * run bytes at
+// src that differs from `rows`' content, or -1 when all match: one launch for
+// every row (a row-sharded tensor has thousands). SYNCHRONOUS, as above.
+StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t key, const ContentRows& rows, const std::byte* src,
+                                                     void* stream);
+
 }  // namespace refit

@@ -83,32 +83,48 @@ __device__ __forceinline__ unsigned first_diff_byte(std::uint64_t a, std::uint64
   return static_cast<unsigned>(__ffsll(static_cast<long long>(a ^ b)) - 1) / 8;
 }
 
+// Row r of `rows` rows holds content bytes [offset + r * stride, + run) at
+// src + r * run. Block row blockIdx.y (grid-striding over rows) checks one row
+// at a time, cut like split() at that row's own 16-byte boundaries; `first`
+// receives the smallest differing offset relative to src (rows are in src
+// order, so the smallest offset is the first mismatch).
 __global__ void __launch_bounds__(kThreads) mismatch_kernel(std::uint64_t key, std::uint64_t offset,
-                                                            const std::byte* src, Split sp,
+                                                            std::uint64_t stride, std::uint64_t run,
+                                                            std::uint64_t rows, const std::byte* src,
                                                             unsigned long long* first) {
   const std::uint64_t tid = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::uint64_t threads = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  const std::uint64_t body_b = offset + sp.head;
-  const unsigned shift = static_cast<unsigned>(body_b % 8);
-  const auto* body = reinterpret_cast<const ulonglong2*>(src + sp.head);
-  for (std::uint64_t j = tid; j < sp.nvec; j += threads) {
-    const ulonglong2 got = body[j];
-    const ulonglong2 want = content_vec(key, body_b + 16 * j, shift);
-    if (got.x != want.x || got.y != want.y) {
-      const std::uint64_t at = sp.head + 16 * j +
-                               (got.x != want.x ? first_diff_byte(got.x, want.x) : 8 + first_diff_byte(got.y, want.y));
-      atomicMin(first, static_cast<unsigned long long>(at));
-      // Later vectors of this thread are at higher offsets: nothing smaller to find.
-      break;
+  for (std::uint64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const std::byte* row = src + r * run;
+    const std::uint64_t row_at = r * run;  // the row's first byte, relative to src
+    const std::uint64_t row_b = offset + r * stride;
+    const auto a = reinterpret_cast<std::uintptr_t>(row);
+    const std::uint64_t to_boundary = (16 - a % 16) % 16;
+    const std::uint64_t head = run < to_boundary ? run : to_boundary;
+    const std::uint64_t nvec = (run - head) / 16;
+    const std::uint64_t tail = run - head - 16 * nvec;
+    const std::uint64_t body_b = row_b + head;
+    const unsigned shift = static_cast<unsigned>(body_b % 8);
+    const auto* body = reinterpret_cast<const ulonglong2*>(row + head);
+    for (std::uint64_t j = tid; j < nvec; j += threads) {
+      const ulonglong2 got = body[j];
+      const ulonglong2 want = content_vec(key, body_b + 16 * j, shift);
+      if (got.x != want.x || got.y != want.y) {
+        const std::uint64_t at = head + 16 * j +
+                                 (got.x != want.x ? first_diff_byte(got.x, want.x) : 8 + first_diff_byte(got.y, want.y));
+        atomicMin(first, static_cast<unsigned long long>(row_at + at));
+        // Later vectors of this thread in this row are at higher offsets.
+        break;
+      }
     }
-  }
-  if (tid < sp.head && static_cast<unsigned char>(src[tid]) != content_byte(key, offset + tid)) {
-    atomicMin(first, static_cast<unsigned long long>(tid));
-  }
-  if (tid < sp.tail) {
-    const std::uint64_t i = sp.head + 16 * sp.nvec + tid;
-    if (static_cast<unsigned char>(src[i]) != content_byte(key, offset + i)) {
-      atomicMin(first, static_cast<unsigned long long>(i));
+    if (tid < head && static_cast<unsigned char>(row[tid]) != content_byte(key, row_b + tid)) {
+      atomicMin(first, static_cast<unsigned long long>(row_at + tid));
+    }
+    if (tid < tail) {
+      const std::uint64_t i = head + 16 * nvec + tid;
+      if (static_cast<unsigned char>(row[i]) != content_byte(key, row_b + i)) {
+        atomicMin(first, static_cast<unsigned long long>(row_at + i));
+      }
     }
   }
 }
@@ -162,14 +178,29 @@ Status fill_content_device(std::uint64_t key, std::uint64_t offset, std::byte* d
 
 StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t key, std::uint64_t offset, const std::byte* src,
                                                      std::uint64_t bytes, void* stream) {
-  if (bytes == 0) return std::int64_t{-1};
+  return first_content_mismatch_device(key, ContentRows{offset, bytes, bytes, 1}, src, stream);
+}
+
+StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t key, const ContentRows& rows, const std::byte* src,
+                                                     void* stream) {
+  if (rows.run == 0 || rows.count == 0) return std::int64_t{-1};
   if (src == nullptr) return InvalidArgument("first_content_mismatch_device: null src");
   ASSIGN_OR_RETURN(const int device, launch_device(stream, src, "first_content_mismatch_device"));
-  const std::string what = describe("first_content_mismatch_device", key, offset, bytes, device);
+  std::string what = describe("first_content_mismatch_device", key, rows.offset, rows.run * rows.count, device);
+  if (rows.count > 1) {
+    what += " in " + std::to_string(rows.count) + " rows of " + std::to_string(rows.run) + " bytes, stride " +
+            std::to_string(rows.stride);
+  }
   ScopedDevice scope(device);
   RETURN_IF_ERROR(scope.status().WithContext(what));
-  const Split sp = split(src, bytes);
-  ASSIGN_OR_RETURN(const unsigned blocks, grid_for(device, sp));
+  // Blocks across a row as for one run of rows.run bytes, then enough block
+  // rows to fill the device a few times over (at most CUDA's grid y limit).
+  ASSIGN_OR_RETURN(const unsigned across, grid_for(device, split(src, rows.run)));
+  int sms = 0;
+  RETURN_IF_ERROR(cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                             "multiprocessor count of device " + std::to_string(device)));
+  const std::uint64_t budget = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(sms) * 8 / across);
+  const auto down = static_cast<unsigned>(std::min<std::uint64_t>({rows.count, budget, 65535}));
   auto* s = static_cast<cudaStream_t>(stream);
 
   // The answer lives in stream-ordered scratch (pooled: cheap per call).
@@ -178,7 +209,8 @@ StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t key, std::uin
   auto* first = static_cast<unsigned long long*>(scratch);
   Status status = cuda_check(cudaMemsetAsync(first, 0xFF, sizeof(unsigned long long), s), what + ": cudaMemsetAsync");
   if (status.ok()) {
-    mismatch_kernel<<<blocks, kThreads, 0, s>>>(key, offset, src, sp, first);
+    mismatch_kernel<<<dim3(across, down), kThreads, 0, s>>>(key, rows.offset, rows.stride, rows.run, rows.count, src,
+                                                           first);
     status = cuda_check_launch(what);
   }
   unsigned long long host = kNoMismatch;

@@ -152,5 +152,48 @@ TEST_F(DeviceContentGpuTest, AgreesWithHostSearch) {
   EXPECT_EQ(empty, -1);
 }
 
+// A row-sharded shard checked in one launch: row r of the shard holds the
+// full tensor's content at offset + r * stride. Rows of an odd length start at
+// every alignment. Catches: rows read at r * stride in the shard (instead of
+// r * run), content offsets without the stride, a mismatch reported relative
+// to its row instead of the shard, rows beyond gridDim.y skipped (more rows
+// than block rows), and "any mismatch" instead of the first across rows.
+TEST_F(DeviceContentGpuTest, RowsAreCheckedInOneCallAndTheFirstWrongByteIsExact) {
+  const std::uint64_t key = 0xFEEDull, offset = 5;
+  for (const std::uint64_t run : {std::uint64_t{1}, std::uint64_t{37}, std::uint64_t{4094}, std::uint64_t{70001}}) {
+    const std::uint64_t count = run > 4096 ? 300 : 9000;  // 9000 rows: more than the grid has block rows
+    const ContentRows rows{offset, 3 * run + 2, run, count};
+    const std::uint64_t n = run * count;
+    REFIT_ASSERT_OK_AND_ASSIGN(DeviceBuffer buf, DeviceBuffer::Allocate(0, n + 1));
+    std::byte* p = buf.data() + 1;  // every row at another alignment
+    std::vector<std::byte> host(n);
+    for (std::uint64_t r = 0; r < count; ++r) {
+      fill_content(key, offset + r * rows.stride, std::span<std::byte>(host.data() + r * run, run));
+    }
+    REFIT_ASSERT_OK(copy_host_to_device(p, host));
+    REFIT_ASSERT_OK_AND_ASSIGN(std::int64_t none, first_content_mismatch_device(key, rows, p, nullptr));
+    ASSERT_EQ(none, -1) << "rows of " << run << " bytes: a correct shard reported a mismatch";
+
+    std::mt19937_64 rng(run);
+    std::vector<std::uint64_t> positions{0, n - 1, run - 1, run, (count / 2) * run + run / 2};
+    for (int i = 0; i < 12; ++i) positions.push_back(rng() % n);
+    for (const std::uint64_t pos : positions) {
+      const std::byte orig = host[pos];
+      const std::byte bad = ~orig;
+      REFIT_ASSERT_OK(copy_host_to_device(p + pos, {&bad, 1}));
+      // A second flip later in the shard (another row where there is one) must not win.
+      const std::uint64_t later = std::min(n - 1, pos + run + 1);
+      const std::byte later_orig = host[later];
+      const std::byte later_bad = ~later_orig;
+      if (later != pos) REFIT_ASSERT_OK(copy_host_to_device(p + later, {&later_bad, 1}));
+      REFIT_ASSERT_OK_AND_ASSIGN(std::int64_t at, first_content_mismatch_device(key, rows, p, nullptr));
+      EXPECT_EQ(at, static_cast<std::int64_t>(pos)) << "rows of " << run << " bytes: flipped shard byte " << pos
+                                                    << " (row " << pos / run << ")";
+      REFIT_ASSERT_OK(copy_host_to_device(p + pos, {&orig, 1}));
+      if (later != pos) REFIT_ASSERT_OK(copy_host_to_device(p + later, {&later_orig, 1}));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace refit

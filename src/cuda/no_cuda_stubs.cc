@@ -32,6 +32,9 @@ StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t, std::uint64_
                                                      void*) {
   return no_cuda("first_content_mismatch_device");
 }
+StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t, const ContentRows&, const std::byte*, void*) {
+  return no_cuda("first_content_mismatch_device");
+}
 
 }  // namespace refit
 

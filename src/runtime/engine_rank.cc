@@ -491,19 +491,19 @@ Status verify_synthetic(const Model& model, const ReferenceEngine& engine, int r
       l.stride = l.run;
       l.count = 1;
     }
-    for (std::uint64_t i = 0; i < l.count; ++i) {
-      const std::uint64_t full_offset = l.base + i * l.stride, shard_offset = i * l.run;
-      std::int64_t at = -1;
-      if (on_device) {
-        ASSIGN_OR_RETURN(at, first_content_mismatch_device(key, full_offset, got + shard_offset, l.run, nullptr));
-      } else {
-        at = first_content_mismatch(key, full_offset, std::span<const std::byte>(got + shard_offset, l.run));
+    std::int64_t at = -1;  // in the shard
+    if (on_device) {
+      // One launch for every row: a row-sharded tensor has thousands of them.
+      ASSIGN_OR_RETURN(at, first_content_mismatch_device(key, ContentRows{l.base, l.stride, l.run, l.count}, got, nullptr));
+    } else {
+      for (std::uint64_t i = 0; i < l.count && at < 0; ++i) {
+        at = first_content_mismatch(key, l.base + i * l.stride, std::span<const std::byte>(got + i * l.run, l.run));
+        if (at >= 0) at += static_cast<std::int64_t>(i * l.run);
       }
-      if (at >= 0) {
-        return DataLoss(name + ": tensor '" + w.spec.name + "' is wrong at byte " +
-                        std::to_string(shard_offset + static_cast<std::uint64_t>(at)) + " of its shard after refit " +
-                        std::to_string(version) + " (stale, misplaced or corrupted bytes)");
-      }
+    }
+    if (at >= 0) {
+      return DataLoss(name + ": tensor '" + w.spec.name + "' is wrong at byte " + std::to_string(at) +
+                      " of its shard after refit " + std::to_string(version) + " (stale, misplaced or corrupted bytes)");
     }
   }
   return Status::Ok();
