@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "refit/aligner.h"
@@ -117,9 +118,10 @@ class ReferenceEngine : public Engine {
   std::vector<int> hosted_;
   ReferenceEngineOptions options_;
   std::vector<std::unique_ptr<Arena>> arenas_;  // by rank; null for ranks hosted elsewhere
-  // offsets_[r][name] into rank r's arena (hosted ranks).
-  std::vector<std::map<std::string, std::uint64_t>> offsets_;
-  std::vector<std::map<std::string, const TensorSpec*>> shapes_;
+  // offsets_[r][name] into rank r's arena (hosted ranks). Hashed: apply()
+  // looks up every tensor of every batch (a MoE refit has ~10,000).
+  std::vector<std::unordered_map<std::string, std::uint64_t>> offsets_;
+  std::vector<std::unordered_map<std::string, const TensorSpec*>> shapes_;
   std::uint64_t version_ = 0;
   std::uint64_t pending_version_ = 0;
   bool in_refit_ = false;

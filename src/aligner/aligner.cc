@@ -100,15 +100,16 @@ StatusOr<std::optional<AlignedBatch>> Aligner::next(Deadline deadline) {
     const TensorSpec* want = queues_[0][i].spec;
     for (std::size_t r = 1; r < n_ranks; ++r) {
       const TensorSpec* got = queues_[r][i].spec;
-      const std::string position = std::to_string(yielded_[0] + i);
+      // Built only for an error: this loop runs once per tensor and rank.
+      const auto position = [&] { return std::to_string(yielded_[0] + i); };
       if (got->name != want->name) {
-        return FailedPrecondition("engine ranks disagree at stream position " + position + ": rank 0 has " +
+        return FailedPrecondition("engine ranks disagree at stream position " + position() + ": rank 0 has " +
                                   quoted(want) + " (" + std::string(dtype_name(want->dtype)) + "), rank " +
                                   std::to_string(r) + " has " + quoted(got) + " (" +
                                   std::string(dtype_name(got->dtype)) + ")");
       }
       if (got->dtype != want->dtype) {
-        return FailedPrecondition("engine ranks disagree at stream position " + position + ": tensor " +
+        return FailedPrecondition("engine ranks disagree at stream position " + position() + ": tensor " +
                                   quoted(want) + " is " + std::string(dtype_name(want->dtype)) +
                                   " on rank 0 but " + std::string(dtype_name(got->dtype)) + " on rank " +
                                   std::to_string(r));

@@ -154,22 +154,23 @@ Status ReferenceEngine::apply(const AlignedBatch& batch) {
       }
       for (std::size_t r = 0; r < ranks; ++r) {
         const TensorView& view = batch.payload[r][i];
-        const std::string who = "tensor '" + spec->name + "' on rank " + std::to_string(r);
-        if (view.spec == nullptr) return FailedPrecondition(where + ": " + who + " has no spec");
+        // Built only for an error: this loop runs once per tensor and rank.
+        const auto who = [&] { return "tensor '" + spec->name + "' on rank " + std::to_string(r); };
+        if (view.spec == nullptr) return FailedPrecondition(where + ": " + who() + " has no spec");
         if (view.spec->name != spec->name) {
-          return FailedPrecondition(where + ": " + who + ": payload[" + std::to_string(r) + "][" +
+          return FailedPrecondition(where + ": " + who() + ": payload[" + std::to_string(r) + "][" +
                                     std::to_string(i) + "] is '" + view.spec->name + "'");
         }
         if (view.spec->dtype != group.dtype) {
-          return FailedPrecondition(where + ": " + who + " has dtype " + std::string(dtype_name(view.spec->dtype)) +
+          return FailedPrecondition(where + ": " + who() + " has dtype " + std::string(dtype_name(view.spec->dtype)) +
                                     ", the post is " + std::string(dtype_name(group.dtype)));
         }
         auto own = shapes_[r].find(spec->name);
         if (own == shapes_[r].end()) {
-          return FailedPrecondition(where + ": " + who + ": rank " + std::to_string(r) + " has no such parameter");
+          return FailedPrecondition(where + ": " + who() + ": rank " + std::to_string(r) + " has no such parameter");
         }
         if (view.spec->shape != own->second->shape || view.spec->dtype != own->second->dtype) {
-          return FailedPrecondition(where + ": " + who + ": payload shape " + shape_string(view.spec->shape) +
+          return FailedPrecondition(where + ": " + who() + ": payload shape " + shape_string(view.spec->shape) +
                                     " differs from rank " + std::to_string(r) + "'s parameter shape " +
                                     shape_string(own->second->shape) +
                                     " (payload index i must be engine TP rank i)");
@@ -216,7 +217,8 @@ Status ReferenceEngine::apply(const AlignedBatch& batch) {
       for (std::size_t i : group.indices) {
         const TensorView& view = mine[i];
         const std::uint64_t n = view.spec->nbytes();
-        if (n > 0) runs.push_back(copy_run_1d(view.data, arena + offsets_[r][view.spec->name], n));
+        // Validated above: every hosted rank has this parameter.
+        if (n > 0) runs.push_back(copy_run_1d(view.data, arena + offsets_[r].at(view.spec->name), n));
         ++stats_.tensors_applied;
         stats_.bytes_applied += n;
       }

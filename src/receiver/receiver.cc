@@ -536,9 +536,14 @@ StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
     batch.sequence = sequence++;
     batch.bucket = j;
     batch.tensors.reserve(bucket.completes.size());
+    // A binary search per completed tensor (a MoE bucket completes thousands:
+    // a linear one made this quadratic). Entries come in stream order, which
+    // is usually tensor order already.
+    const auto by_tensor = [](const auto& a, const auto& b) { return a.first < b.first; };
+    if (!std::is_sorted(done.begin(), done.end(), by_tensor)) std::sort(done.begin(), done.end(), by_tensor);
     for (std::uint32_t t : bucket.completes) {
-      auto it = std::find_if(done.begin(), done.end(), [t](const auto& d) { return d.first == t; });
-      if (it == done.end()) {
+      auto it = std::lower_bound(done.begin(), done.end(), std::pair<std::uint32_t, std::byte*>{t, nullptr}, by_tensor);
+      if (it == done.end() || it->first != t) {
         return Internal(options.name + ": bucket " + std::to_string(j) + " lists tensor '" + plan->specs[t].name +
                         "' as completed but holds none of its last bytes");
       }

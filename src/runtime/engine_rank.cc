@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <cstdio>
 #include <vector>
@@ -345,10 +346,15 @@ class EngineRank::Impl {
     }
     ASSIGN_OR_RETURN(Aligner aligner, Aligner::Create(sources));
     std::uint64_t aligned = 0;
+    // Where this rank's refit time goes: waiting for batches, applying them.
+    std::chrono::steady_clock::duration waiting{}, applying{};
     for (;;) {
       // A batch that does not come within the bucket deadline means a
       // stalled or dead trainer rank.
+      const auto asked = std::chrono::steady_clock::now();
       auto batch = aligner.next(deadline.min(Deadline::AfterSeconds(options_.bucket_timeout_s)));
+      const auto got = std::chrono::steady_clock::now();
+      waiting += got - asked;
       if (!batch.ok() && batch.status().code() == StatusCode::kDeadlineExceeded && !deadline.expired()) {
         return DeadlineExceeded(name() + " received no bucket for " + seconds_text(options_.bucket_timeout_s) +
                                 " after " + std::to_string(aligned) + " aligned batches of refit " +
@@ -358,6 +364,7 @@ class EngineRank::Impl {
       if (!batch.ok()) return batch.status();
       if (!*batch) break;
       RETURN_IF_ERROR(engine_->apply(**batch));
+      applying += std::chrono::steady_clock::now() - got;
       ++aligned;
     }
     RETURN_IF_ERROR(client_->send(Json{{"type", "sent"}, {"version", version}}));
@@ -368,7 +375,9 @@ class EngineRank::Impl {
                                   {"batches", stats.batches},
                                   {"tensors", stats.tensors},
                                   {"bytes", stats.bytes},
-                                  {"aligned_batches", aligned}});
+                                  {"aligned_batches", aligned},
+                                  {"wait_ms", std::chrono::duration<double, std::milli>(waiting).count()},
+                                  {"apply_ms", std::chrono::duration<double, std::milli>(applying).count()}});
   }
 
   // Direct mode: the trainers write every byte into the weights; this rank

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <cstdio>
 #include <vector>
@@ -154,6 +155,7 @@ class TrainerRank::Impl {
       ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(gpu));
       copier_ = std::make_unique<BatchedCopier>(std::move(copier));
       ASSIGN_OR_RETURN(stream_, CudaStream::Create(gpu));
+      if (source_on_device_) RETURN_IF_ERROR(create_gpu_span(gpu));
       // Host weights that never move (a mapped checkpoint): registered once,
       // then the copy engines read them directly, with no host-side copy.
       if (!source_on_device_ && target_on_device_ && options_.register_host_weights) {
@@ -256,6 +258,7 @@ class TrainerRank::Impl {
     (void)go;
     Deadline deadline = Deadline::AfterSeconds(options_.refit_timeout_s);
     const Clock::time_point went = Clock::now();
+    if (gpu_span_) RETURN_IF_ERROR(gpu_span_->first.record(stream_.handle()).WithContext(name()));
     std::uint64_t buckets = 0, bytes = 0;
     Clock::time_point last_progress = Clock::now();
     for (std::uint64_t j = trainer_index_; j < plan_.buckets.size(); j += feeders_) {
@@ -274,13 +277,18 @@ class TrainerRank::Impl {
     RETURN_IF_ERROR(flush_h2d(deadline));
     RETURN_IF_ERROR(finish_remote(deadline));
     const double send_ms = std::chrono::duration<double, std::milli>(Clock::now() - went).count();
+    Json stats{{"buckets", buckets}, {"bytes", bytes}, {"send_ms", send_ms}, {"memory_path", memory_path()}};
+    if (gpu_span_) {
+      // From 'go' reaching this rank's stream to the end of its last copy:
+      // close to send_ms when the copies, not the host, set the pace.
+      RETURN_IF_ERROR(gpu_span_->second.record(stream_.handle()).WithContext(name()));
+      RETURN_IF_ERROR(gpu_span_->second.synchronize().WithContext(name()));
+      ASSIGN_OR_RETURN(float gpu_ms, gpu_span_->second.elapsed_ms_since(gpu_span_->first));
+      stats["gpu_span_ms"] = gpu_ms;
+    }
     RETURN_IF_ERROR(client_->send(Json{{"type", "progress"}, {"version", version}, {"bytes", bytes}}));
     RETURN_IF_ERROR(client_->send(Json{{"type", "sent"}, {"version", version}}));
-    RETURN_IF_ERROR(client_->send(
-        Json{{"type", "done"},
-             {"version", version},
-             {"stats",
-              {{"buckets", buckets}, {"bytes", bytes}, {"send_ms", send_ms}, {"memory_path", memory_path()}}}}));
+    RETURN_IF_ERROR(client_->send(Json{{"type", "done"}, {"version", version}, {"stats", std::move(stats)}}));
     ASSIGN_OR_RETURN(Json commit, client_->wait_for("commit", deadline));
     (void)commit;
     committed_ = version;
@@ -444,6 +452,7 @@ class TrainerRank::Impl {
     ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(gpu));
     copier_ = std::make_unique<BatchedCopier>(std::move(copier));
     ASSIGN_OR_RETURN(stream_, CudaStream::Create(gpu));
+    RETURN_IF_ERROR(create_gpu_span(gpu));
     device_reads_ = true;
     remote_staged_ = caps.device_memory_staged;
     for (int b = 0; b < 2; ++b) {
@@ -687,6 +696,13 @@ class TrainerRank::Impl {
 
   // Direct mode on a device: launches what is left, waits once for every
   // launch, then announces every packed bucket.
+  Status create_gpu_span(int gpu) {
+    ASSIGN_OR_RETURN(CudaEvent first, CudaEvent::Create(gpu, /*timing=*/true));
+    ASSIGN_OR_RETURN(CudaEvent second, CudaEvent::Create(gpu, /*timing=*/true));
+    gpu_span_.emplace(std::move(first), std::move(second));
+    return Status::Ok();
+  }
+
   Status flush_direct(std::uint64_t version, Deadline deadline) {
     if (pending_landed_.empty()) return Status::Ok();
     const std::string where = name() + ", direct writes of refit " + std::to_string(version);
@@ -723,6 +739,8 @@ class TrainerRank::Impl {
   std::vector<std::uint64_t> engine_offsets_;  // direct mode: of each tensor in the engine's arena
   std::unique_ptr<BatchedCopier> copier_;
   CudaStream stream_;
+  // Timing events on stream_ (device weights only): the refit's GPU span.
+  std::optional<std::pair<CudaEvent, CudaEvent>> gpu_span_;
   // Host weights into a device target (the pinned path): two pinned buckets,
   // one packed while the other is copied to the device.
   struct PendingH2D {
