@@ -383,23 +383,18 @@ TEST_P(UcxExpose, WritesFromAnotherProcessLandInTheExposedRange) {
   SKIP_WITHOUT_UCX();
   ScopedUcxTls tls(GetParam());
   constexpr std::uint64_t kBytes = (1 << 20) + 13, kGuard = 4096;
-  std::vector<std::byte> arena(kBytes + 2 * kGuard, std::byte{0x5A});
-  std::byte* base = arena.data() + kGuard;
-  auto t = make_transport("ucx");
-  ASSERT_TRUE(t.ok());
-  auto exposed = (*t)->expose_memory(base, kBytes, MemoryKind::kHost, -1);
-  ASSERT_TRUE(exposed.ok()) << exposed.status().ToString();
-  EXPECT_EQ((*exposed)->slots(), 1);
-  EXPECT_EQ((*exposed)->slot_bytes(), kBytes);
-  EXPECT_EQ((*exposed)->slot(0), base);
-  const std::string descriptor = (*exposed)->descriptor();
-
   struct Write {
     std::uint64_t offset, bytes;
   };
   const std::vector<Write> writes = {{0, 1000}, {kBytes - 77, 77}, {4097, 300000}, {777777, 3}};
   auto byte_of = [](std::uint64_t pos) { return static_cast<std::byte>((pos * 131 + 7) % 251); };
-  ChildProcess trainer([&](int up, int) {
+  // The trainer is forked before this process initializes UCX (a child
+  // forked after it inherits UCX's global state without its threads, and
+  // under ASan its writes over tcp then never completed); it gets the
+  // descriptor through the pipe.
+  ChildProcess trainer([&](int up, int down) {
+    const std::string descriptor = ReceiveString(down);
+    if (descriptor.empty()) return 8;
     auto ct = make_transport("ucx");
     if (!ct.ok()) return 2;
     auto remote = (*ct)->open_target(descriptor, nullptr);
@@ -423,6 +418,18 @@ TEST_P(UcxExpose, WritesFromAnotherProcessLandInTheExposedRange) {
     char done = 1;
     return WriteAll(up, &done, 1) ? 0 : 7;
   });
+
+  std::vector<std::byte> arena(kBytes + 2 * kGuard, std::byte{0x5A});
+  std::byte* base = arena.data() + kGuard;
+  auto t = make_transport("ucx");
+  ASSERT_TRUE(t.ok());
+  auto exposed = (*t)->expose_memory(base, kBytes, MemoryKind::kHost, -1);
+  ASSERT_TRUE(exposed.ok()) << exposed.status().ToString();
+  EXPECT_EQ((*exposed)->slots(), 1);
+  EXPECT_EQ((*exposed)->slot_bytes(), kBytes);
+  EXPECT_EQ((*exposed)->slot(0), base);
+  ASSERT_TRUE(SendString(trainer.to_child(), (*exposed)->descriptor())) << "the trainer process died";
+
   char done = 0;
   ASSERT_TRUE(ReadAll(trainer.from_child(), &done, 1)) << "the trainer process failed (see its stderr)";
   // poll returned true in the child: the bytes are here now.
