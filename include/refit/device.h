@@ -204,6 +204,20 @@ Status copy_device_to_device(std::byte* device_dst, const std::byte* device_src,
 // Sets `bytes` bytes at device_dst to `value` (0..255), on the pointer's device.
 Status device_memset(std::byte* device_dst, int value, std::uint64_t bytes);
 
+// OK while `device`'s CUDA context in this process still works. After a
+// sticky error (an illegal address, a failed launch, a hardware exception,
+// an uncorrectable ECC error) every later CUDA call of the process fails the
+// same way, so no refit can succeed until the process restarts: kAborted,
+// naming the error, the device and that the process must restart. Other
+// errors (out of memory, invalid arguments) leave the context usable: OK.
+// Cheap (one query of the legacy default stream); call it after a failure.
+Status cuda_context_health(int device);
+
+// Fault injection for tests (`--debug-cuda-fault-refit`): launches a kernel
+// on `stream` that writes to an unmapped device address, which breaks this
+// process's context on `device` with a sticky cudaErrorIllegalAddress.
+Status inject_illegal_address(int device, void* stream);
+
 // Enqueues a copy of `bytes` bytes on `stream` (a cudaStream_t) and returns at
 // once; unified addressing decides the direction. For host-to-device copies
 // at link speed the host side must be pinned (PinnedBuffer); the bytes land

@@ -291,6 +291,42 @@ Status device_memset(std::byte* device_dst, int value, std::uint64_t bytes) {
                     "device_memset: cudaStreamSynchronize on device " + std::to_string(device));
 }
 
+namespace {
+// Errors after which the context is unusable (CUDA's "sticky" errors).
+bool is_sticky(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
+}  // namespace
+
+Status cuda_context_health(int device) {
+  // A sticky error is returned by every call, whichever is asked first: the
+  // device switch, or the query of the default stream (which reports the
+  // error of any work, not only its own).
+  cudaError_t e = cudaSetDevice(device);
+  if (e == cudaSuccess) e = cudaStreamQuery(nullptr);
+  if (!is_sticky(e)) {
+    (void)cudaGetLastError();  // a non-sticky error (or cudaErrorNotReady) is not this function's to report
+    return Status::Ok();
+  }
+  return Aborted(std::string("the CUDA context on device ") + std::to_string(device) + " is broken by " +
+                 cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
+                 "): a sticky error, every later CUDA call in this process fails; restart the process");
+}
+
 #else  // !REFIT_HAVE_CUDA
 
 // ---------------------------------------------------------------- stubs
@@ -321,6 +357,7 @@ Status copy_host_to_device(std::byte*, std::span<const std::byte>) { return no_c
 Status copy_device_to_device(std::byte*, const std::byte*, std::uint64_t) { return no_cuda("copy_device_to_device"); }
 Status device_memset(std::byte*, int, std::uint64_t) { return no_cuda("device_memset"); }
 Status copy_async(std::byte*, const std::byte*, std::uint64_t, void*) { return no_cuda("copy_async"); }
+Status cuda_context_health(int) { return Status::Ok(); }  // no CUDA context to break
 StatusOr<HostRegistration> HostRegistration::Register(const void*, std::uint64_t) {
   return no_cuda("HostRegistration::Register");
 }

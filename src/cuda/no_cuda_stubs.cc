@@ -5,6 +5,7 @@
 #include <string>
 
 #include "refit/batched_copy.h"
+#include "refit/device.h"
 #include "refit/device_content.h"
 
 namespace refit {
@@ -35,6 +36,7 @@ StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t, std::uint64_
 StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t, const ContentRows&, const std::byte*, void*) {
   return no_cuda("first_content_mismatch_device");
 }
+Status inject_illegal_address(int, void*) { return no_cuda("inject_illegal_address"); }
 
 }  // namespace refit
 

@@ -63,7 +63,17 @@ class EngineRank::Impl {
     Status status = refit(version);
     if (!status.ok()) {
       engine_->abort(version, status);  // the version stays at the last committed one
+      // A broken CUDA context (a sticky error) fails every later refit the
+      // same way: report it, and end this process instead of relinking.
+      const Status health = on_device_ ? cuda_context_health(device_) : Status::Ok();
+      if (!health.ok()) status = Status(health.code(), status.message() + "; " + health.message());
       status = client_->report_failure(version, status);
+      if (!health.ok()) {
+        // Exit only once the coordinator took the report (its relink or
+        // shutdown), so that the job's error is this cause, not this exit.
+        (void)client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s));
+        return status;
+      }
       auto recovered = recover();
       if (!recovered.ok()) return status.WithContext("recovery failed: " + recovered.status().message());
       recovered_ = *recovered;

@@ -46,6 +46,9 @@ struct RankOptions {
   // Fault injection for tests (trainer only): fail refit N after its first
   // bucket, as a crashing step would, without exiting. 0: off.
   std::uint64_t debug_fail_refit = 0;
+  // Fault injection for tests: in refit N, break this trainer's CUDA context
+  // with an illegal-address kernel (device weights only).
+  std::uint64_t debug_cuda_fault_refit = 0;
   // Fault injection for tests (trainer only): authenticate the data link
   // with this secret instead of `secret`, as a trainer configured with
   // another job's secret would. "": off.

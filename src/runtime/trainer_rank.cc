@@ -155,6 +155,7 @@ class TrainerRank::Impl {
       ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(gpu));
       copier_ = std::make_unique<BatchedCopier>(std::move(copier));
       ASSIGN_OR_RETURN(stream_, CudaStream::Create(gpu));
+      stream_device_ = gpu;
       if (source_on_device_) RETURN_IF_ERROR(create_gpu_span(gpu));
       // Host weights that never move (a mapped checkpoint): registered once,
       // then the copy engines read them directly, with no host-side copy.
@@ -222,7 +223,17 @@ class TrainerRank::Impl {
     recovered_ = false;
     Status status = run_refit(version);
     if (status.ok()) return Status::Ok();
+    // A broken CUDA context (a sticky error) fails every later refit the same
+    // way: report it, and end this process instead of relinking.
+    const Status health = stream_device_ >= 0 ? cuda_context_health(stream_device_) : Status::Ok();
+    if (!health.ok()) status = Status(health.code(), status.message() + "; " + health.message());
     status = client_->report_failure(version, status);
+    if (!health.ok()) {
+      // Exit only once the coordinator took the report (its relink or
+      // shutdown), so that the job's error is this cause, not this exit.
+      (void)client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s));
+      return status;
+    }
     // Nothing of the failed refit may still be writing when the link is
     // replaced: wait for the device, forget the half-sent refit.
     if (copier_) (void)stream_.synchronize();
@@ -265,6 +276,11 @@ class TrainerRank::Impl {
       RETURN_IF_ERROR(send_bucket(version, j, deadline));
       if (version == options_.debug_fail_refit) {
         return Internal(name() + ": injected fault in refit " + std::to_string(version) + " (--debug-fail-refit)");
+      }
+      if (version == options_.debug_cuda_fault_refit && stream_device_ >= 0) {
+        RETURN_IF_ERROR(inject_illegal_address(stream_device_, stream_.handle()));
+        RETURN_IF_ERROR(stream_.synchronize().WithContext(name() + ", refit " + std::to_string(version) +
+                                                          " (--debug-cuda-fault-refit)"));
       }
       ++buckets;
       bytes += plan_.buckets[j].bytes;
@@ -452,6 +468,7 @@ class TrainerRank::Impl {
     ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(gpu));
     copier_ = std::make_unique<BatchedCopier>(std::move(copier));
     ASSIGN_OR_RETURN(stream_, CudaStream::Create(gpu));
+    stream_device_ = gpu;
     RETURN_IF_ERROR(create_gpu_span(gpu));
     device_reads_ = true;
     remote_staged_ = caps.device_memory_staged;
@@ -739,6 +756,7 @@ class TrainerRank::Impl {
   std::vector<std::uint64_t> engine_offsets_;  // direct mode: of each tensor in the engine's arena
   std::unique_ptr<BatchedCopier> copier_;
   CudaStream stream_;
+  int stream_device_ = -1;  // stream_'s GPU, once created
   // Timing events on stream_ (device weights only): the refit's GPU span.
   std::optional<std::pair<CudaEvent, CudaEvent>> gpu_span_;
   // Host weights into a device target (the pinned path): two pinned buckets,

@@ -189,6 +189,9 @@ int main(int argc, char** argv) {
   trainer_cmd->add_option("--debug-fail-refit", trainer.debug_fail_refit,
                           "Fault injection for tests: fail refit N after its first bucket")
       ->group("");  // hidden
+  trainer_cmd->add_option("--debug-cuda-fault-refit", trainer.debug_cuda_fault_refit,
+                          "Fault injection for tests: break the trainer's CUDA context in refit N")
+      ->group("");  // hidden
   std::string trainer_debug_data_secret_file;
   trainer_cmd->add_option("--debug-data-secret-file", trainer_debug_data_secret_file,
                           "Fault injection for tests: authenticate the data link with this secret instead")
