@@ -8,6 +8,9 @@
 #         trainer rank r feeds engine rank r and sits on the OTHER GPU
 #         (--gpu 1-r), so every byte crosses the GPU-to-GPU link both ways.
 #   tp1   1 trainer rank on GPU 0, 1 engine rank on GPU 1 (--base-gpu-id 1).
+#   tp2x  (4 GPUs) 2 trainer ranks on GPUs 0 and 1, 2 engine ranks on GPUs 2
+#         and 3 (--base-gpu-id 2): trainers and engines on GPUs of their own.
+#   tp4   (4 GPUs) 4 engine ranks on GPUs 0..3, trainer rank r on GPU (r+2)%4.
 #   rule7 (llama3-8b only) tp1 with the engine under CUDA_VISIBLE_DEVICES=<GPU 1>
 #         and --base-gpu-id 0 (DESIGN.md rule 7: a local index), and the
 #         same engine with --base-gpu-id 1 (the physical id) must be refused.
@@ -15,7 +18,8 @@
 # timing); its ceiling is `refit ceiling --kind peer` over the same bytes,
 # measured in this run once the job's processes exited: one way (0 -> 1) for
 # tp1/rule7, both ways at once (half each way) for tp2, whose trainers feed
-# the other GPU in both directions. tp2 lines carry the one-way figure too.
+# the other GPU in both directions, and every trainer GPU -> engine GPU pair at
+# once (`--pairs`) for tp2x and tp4. tp2 lines carry the one-way figure too.
 #
 # Output ($OUT, default /tmp/refit-multi-gpu-out): gpu.txt (nvidia-smi),
 # multi_gpu.jsonl (one JSON line per job), multi_gpu.log (one line per job),
@@ -105,6 +109,7 @@ ceiling() {
   if [[ -z ${ceilings[$key]:-} ]]; then
     local args=(--kind peer --bytes "$1" --from 0 --to 1)
     [[ $2 == bothways ]] && args+=(--both-ways)
+    [[ $2 == pairs:* ]] && args=(--kind peer --bytes "$1" --pairs "${2#pairs:}")
     [[ $device == cpu ]] && args=(--kind memcpy --bytes "$1")
     local line
     line=$(timeout -k 5 60 "$refit" ceiling "${args[@]}" 2>>"$failures") || line=
@@ -140,10 +145,12 @@ job() {
   fi
   local work t0=$SECONDS
   work=$(mktemp -d /tmp/refit-multi-gpu-XXXXXX)
-  local engines trainers base engine_env=() trainer_gpus=() engine_visible="(unset)"
+  local engines trainers base engine_env=() trainer_gpus=() engine_visible="(unset)" pairs=""
   case $topo in
     tp2) engines=2 trainers=2 base=0 trainer_gpus=(1 0) ;;
     tp1) engines=1 trainers=1 base=1 trainer_gpus=(0) ;;
+    tp2x) engines=2 trainers=2 base=2 trainer_gpus=(0 1) pairs="0:2,1:3" ;;
+    tp4) engines=4 trainers=4 base=0 trainer_gpus=(2 3 0 1) pairs="2:0,3:1,0:2,1:3" ;;
     rule7)
       engines=1 trainers=1 base=0 trainer_gpus=(0)
       engine_env=(env "CUDA_VISIBLE_DEVICES=$gpu1")
@@ -199,6 +206,7 @@ job() {
   bytes=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("bytes_per_refit", 0))' \
     "$work/report.json" 2>/dev/null || echo 0)
   [[ $topo == tp2 ]] && dir=bothways
+  [[ -n $pairs ]] && dir="pairs:$pairs"
   local primary='{}' oneway='{}'
   if [[ $bytes != 0 ]]; then
     primary=$(ceiling "$bytes" "$dir")
@@ -235,7 +243,9 @@ try:
         peak[idx] = max(peak.get(idx, 0.0), float(used) / 1024)
 except (OSError, ValueError):
     pass
-if c.get("ceiling") == "peer":
+if c.get("ceiling") == "peer" and c.get("pairs"):
+    ceiling = "peer pairs " + ",".join(f"{a}->{b}" for a, b in c["pairs"])
+elif c.get("ceiling") == "peer":
     ceiling = "peer both ways" if c.get("both_ways") else f"peer {c.get('from')}->{c.get('to')}"
 else:
     ceiling = c.get("ceiling", "none")

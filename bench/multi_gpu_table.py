@@ -14,6 +14,8 @@ import sys
 PLACEMENT = {
     "tp2": "TP2: trainer r on GPU 1-r -> engine r on GPU r",
     "tp1": "TP1: trainer GPU 0 -> engine GPU 1",
+    "tp2x": "TP2: trainers on GPUs 0, 1 -> engine ranks on GPUs 2, 3",
+    "tp4": "TP4: trainer r on GPU (r+2)%4 -> engine r on GPU r",
     "rule7": "TP1, engine under CUDA_VISIBLE_DEVICES={visible}, base-gpu-id 0",
 }
 

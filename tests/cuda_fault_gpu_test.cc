@@ -5,6 +5,7 @@
 // the cause and "restart", exits, and the coordinator ends the job naming it.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -35,8 +36,13 @@ TEST(CudaFaultGpuTest, AStickyErrorInATrainerEndsTheJobNamingIt) {
   spec.refits = 4;
   spec.extra["trainer rank 0"] = {"--device", "cuda", "--debug-cuda-fault-refit", "2"};
   spec.extra["engine rank 0"] = {"--device", "cuda"};
+  const auto started = std::chrono::steady_clock::now();
   ASSERT_TRUE(start_job(g, spec)) << g.all_stderr();
   ASSERT_TRUE(g.wait_all(120)) << "hung:\n" << g.all_stderr();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  // "At once": well inside the 20 s setup and refit deadlines, which a
+  // relink attempt or a rank waiting for its lost peer would run into.
+  EXPECT_LT(seconds, 15.0) << g.all_stderr();
 
   EXPECT_NE(g.exit_code("trainer rank 0"), 0) << "the trainer with a broken context must exit\n" << g.all_stderr();
   EXPECT_NE(g.exit_code("coordinator"), 0) << g.all_stderr();

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <cstdio>
 #include <vector>
 
@@ -240,7 +241,15 @@ class EngineRank::Impl {
     int refused = 0;
     std::string last_refusal;
     while (linked < feeders_.size()) {
-      auto accepted = listener_->accept(deadline);
+      // In slices, so that a job the coordinator ends meanwhile (a trainer
+      // rank that will never link again) ends this wait too.
+      auto accepted = listener_->accept(deadline.min(Deadline::After(std::chrono::milliseconds(200))));
+      if (!accepted.ok() && accepted.status().code() == StatusCode::kDeadlineExceeded && !deadline.expired()) {
+        if (std::optional<Status> why = client_->abort_reason()) {
+          return Status(why->code(), name() + " stopped waiting for its trainer ranks' data links: " + why->message());
+        }
+        continue;
+      }
       if (!accepted.ok() && accepted.status().code() != StatusCode::kDeadlineExceeded) return accepted.status();
       if (!accepted.ok() || deadline.expired()) {
         std::string missing;

@@ -184,6 +184,87 @@ Status measure_peer_copy(const CeilingOptions& o, int repeats, Json& out) {
 #endif
 }
 
+// The ceiling of several GPU-to-GPU copies at once: o.bytes / pairs from
+// each pair's first device to its second, each on a stream of its source
+// device, started together (every stream waits for one start event) and
+// timed from that start to the last copy's end; best of `repeats` after a
+// warm-up. Peer access is enabled for each pair where the devices allow it.
+// Adds "gbps" (all bytes over the time), "peer_access" to `out`.
+Status measure_peer_pairs(const CeilingOptions& o, int repeats, Json& out) {
+#if !REFIT_HAVE_CUDA
+  (void)o;
+  (void)repeats;
+  (void)out;
+  return FailedPrecondition("refit was built without CUDA");
+#else
+  ASSIGN_OR_RETURN(const int visible, cuda_device_count());
+  const std::uint64_t each = o.bytes / o.pairs.size();
+  if (each == 0) return InvalidArgument("--kind peer --pairs: --bytes is below one byte per pair");
+  bool peer_access = true;
+  struct Lane {
+    DeviceBuffer src, dst;
+    CudaStream stream;
+    CudaEvent done;
+  };
+  std::vector<Lane> lanes(o.pairs.size());
+  for (std::size_t i = 0; i < o.pairs.size(); ++i) {
+    const auto [from, to] = o.pairs[i];
+    const std::string pair = std::to_string(from) + ":" + std::to_string(to);
+    if (from < 0 || to < 0 || from >= visible || to >= visible || from == to) {
+      return InvalidArgument("--kind peer --pairs: pair " + pair + " needs two different visible devices (0.." +
+                             std::to_string(visible - 1) + ")");
+    }
+    int can = 0;
+    RETURN_IF_ERROR(cuda_check(cudaDeviceCanAccessPeer(&can, from, to), "cudaDeviceCanAccessPeer " + pair));
+    if (can) {
+      ScopedDevice scope(from);
+      RETURN_IF_ERROR(scope.status());
+      const cudaError_t err = cudaDeviceEnablePeerAccess(to, 0);
+      if (err == cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();
+      } else {
+        RETURN_IF_ERROR(cuda_check(err, "cudaDeviceEnablePeerAccess " + pair));
+      }
+    }
+    peer_access = peer_access && can != 0;
+    Lane& l = lanes[i];
+    ASSIGN_OR_RETURN(l.src, DeviceBuffer::Allocate(from, each));
+    ASSIGN_OR_RETURN(l.dst, DeviceBuffer::Allocate(to, each));
+    RETURN_IF_ERROR(device_memset(l.src.data(), 0x5a, each));
+    ASSIGN_OR_RETURN(l.stream, CudaStream::Create(from));
+    ASSIGN_OR_RETURN(l.done, CudaEvent::Create(from));
+  }
+  const int first = o.pairs[0].first;
+  ASSIGN_OR_RETURN(CudaEvent start, CudaEvent::Create(first, /*timing=*/true));
+  ASSIGN_OR_RETURN(CudaEvent stop, CudaEvent::Create(first, /*timing=*/true));
+  auto copy_once = [&]() -> StatusOr<float> {
+    RETURN_IF_ERROR(start.record(lanes[0].stream.handle()));
+    for (std::size_t i = 0; i < lanes.size(); ++i) {
+      Lane& l = lanes[i];
+      if (i > 0) RETURN_IF_ERROR(start.wait(l.stream.handle()));
+      RETURN_IF_ERROR(cuda_check(cudaMemcpyPeerAsync(l.dst.data(), o.pairs[i].second, l.src.data(), o.pairs[i].first,
+                                                     each, static_cast<cudaStream_t>(l.stream.handle())),
+                                 "cudaMemcpyPeerAsync of " + std::to_string(each) + " bytes over pair " +
+                                     std::to_string(o.pairs[i].first) + ":" + std::to_string(o.pairs[i].second)));
+      RETURN_IF_ERROR(l.done.record(l.stream.handle()));
+      if (i > 0) RETURN_IF_ERROR(l.done.wait(lanes[0].stream.handle()));
+    }
+    RETURN_IF_ERROR(stop.record(lanes[0].stream.handle()));
+    RETURN_IF_ERROR(stop.synchronize());
+    return stop.elapsed_ms_since(start);
+  };
+  RETURN_IF_ERROR(copy_once().status());  // warm-up
+  double best = 0;
+  for (int i = 0; i < repeats; ++i) {
+    ASSIGN_OR_RETURN(float ms, copy_once());
+    if (ms > 0) best = std::max(best, static_cast<double>(each * lanes.size()) / (ms / 1e3) / 1e9);
+  }
+  out["gbps"] = best;
+  out["peer_access"] = peer_access;
+  return Status::Ok();
+#endif
+}
+
 }  // namespace
 
 int run_ceiling(const CeilingOptions& o) {
@@ -192,10 +273,17 @@ int run_ceiling(const CeilingOptions& o) {
   if (o.kind == "memcpy") {
     out["gbps"] = std::max(memcpy_gbps(o.bytes, 5), memcpy_gbps(o.bytes, 5));
   } else if (o.kind == "peer") {
-    out["from"] = o.from;
-    out["to"] = o.to;
-    out["both_ways"] = o.both_ways;
-    status = measure_peer_copy(o, 5, out);
+    if (o.pairs.empty()) {
+      out["from"] = o.from;
+      out["to"] = o.to;
+      out["both_ways"] = o.both_ways;
+      status = measure_peer_copy(o, 5, out);
+    } else {
+      Json pairs = Json::array();
+      for (const auto& [from, to] : o.pairs) pairs.push_back(Json::array({from, to}));
+      out["pairs"] = pairs;
+      status = measure_peer_pairs(o, 5, out);
+    }
   } else {
     auto measured = o.kind == "h2d" ? pinned_h2d_gbps(o.bytes, 5) : device_copy_gbps(o.bytes, 5);
     if (measured.ok()) {

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "refit/demo.h"
 
@@ -24,6 +26,10 @@ struct CeilingOptions {
   // GPU's engine rank moves over the link).
   int from = 0, to = 1;
   bool both_ways = false;
+  // peer only, instead of from/to: copies over several (from, to) device
+  // pairs at the same time, bytes / pairs each (what trainers on some GPUs
+  // feeding engine ranks on others move at once).
+  std::vector<std::pair<int, int>> pairs;
 };
 
 // `refit ceiling`: measures one ceiling over `bytes` bytes now and prints

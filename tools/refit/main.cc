@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -293,6 +294,9 @@ int main(int argc, char** argv) {
   ceiling_cmd->add_option("--from", ceiling.from, "peer: local CUDA device copied from")->check(CLI::NonNegativeNumber);
   ceiling_cmd->add_option("--to", ceiling.to, "peer: local CUDA device copied to")->check(CLI::NonNegativeNumber);
   ceiling_cmd->add_flag("--both-ways", ceiling.both_ways, "peer: half the bytes each way at the same time");
+  std::string ceiling_pairs;
+  ceiling_cmd->add_option("--pairs", ceiling_pairs,
+                          "peer: copies over several device pairs at once, bytes / pairs each (\"0:2,1:3\")");
 
   try {
     app.parse(argc, argv);
@@ -365,6 +369,19 @@ int main(int argc, char** argv) {
   if (*make_cmd) return report_status("make-checkpoint", refit::make_checkpoint(make));
   if (*ceiling_cmd) {
     ceiling.bytes = bytes_of(ceiling_bytes);
+    // "0:2,1:3": device pairs, from:to.
+    std::stringstream list(ceiling_pairs);
+    for (std::string item; std::getline(list, item, ',');) {
+      int from = -1, to = -1;
+      char colon = 0, extra = 0;
+      std::stringstream one(item);
+      if (!(one >> from >> colon >> to) || colon != ':' || (one >> extra)) {
+        std::fprintf(stderr, "refit ceiling: error: --pairs \"%s\": \"%s\" is not FROM:TO\n", ceiling_pairs.c_str(),
+                     item.c_str());
+        return 1;
+      }
+      ceiling.pairs.emplace_back(from, to);
+    }
     return refit::run_ceiling(ceiling);
   }
   if (*push_cmd) {
