@@ -14,6 +14,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <string>
@@ -134,6 +136,29 @@ std::string ReceiveString(int fd) {
   if (!ReadAll(fd, &n, sizeof n) || n > (1u << 20)) return {};
   std::string s(n, '\0');
   return ReadAll(fd, s.data(), n) ? s : std::string();
+}
+
+// Stops `pid` (SIGSTOP) and returns once every thread of it is stopped:
+// kill() returns before the signal takes effect, and a thread of a busy
+// process may still run (and, say, complete a write) for a moment after.
+bool StopAndWait(pid_t pid) {
+  if (::kill(pid, SIGSTOP) != 0) return false;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  while (std::chrono::steady_clock::now() < give_up) {
+    bool all_stopped = true;
+    for (const auto& task : std::filesystem::directory_iterator(tasks)) {
+      std::ifstream stat(task.path() / "stat");
+      std::string line;
+      std::getline(stat, line);
+      // "pid (comm) S ...": the state is the first field after the last ')'.
+      const std::size_t close = line.rfind(')');
+      if (close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'T') all_stopped = false;
+    }
+    if (all_stopped) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
 }
 
 // A Link whose only job is to name the peer ("engine rank 3 at ...").
@@ -354,7 +379,7 @@ TEST(UcxTransport, SilentEngineFailsAtOpenAfterTheConnectTimeout) {
   ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, 4096); });
   const std::string descriptor = ReceiveString(engine.from_child());
   ASSERT_EQ(descriptor.rfind("ucx:", 0), 0u);
-  ASSERT_EQ(::kill(engine.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(StopAndWait(engine.pid())) << "the engine process did not stop";
   UcxOptions options;
   options.connect_timeout = 1s;
   NamingLink link("engine rank 3 at 10.1.2.3:4567");
@@ -529,7 +554,9 @@ TEST(UcxTransport, SubmitWaitsForACancelledWrite) {
   ASSERT_TRUE(remote.ok()) << remote.status().ToString();
   std::vector<std::byte> bytes(kSlotBytes, std::byte{9});
   ASSERT_TRUE(WriteAndWait(**remote, 0, 0, bytes, Deadline::After(20s)).ok());
-  ASSERT_EQ(::kill(engine.pid(), SIGSTOP), 0);
+  // Stopped for sure before the write starts (under ASan on a loaded machine
+  // the engine once took the whole 8 MiB before SIGSTOP took effect).
+  ASSERT_TRUE(StopAndWait(engine.pid())) << "the engine process did not stop";
   auto stuck = (*remote)->submit(0, 0, bytes, 2, Deadline::After(1s));
   ASSERT_TRUE(stuck.ok()) << stuck.status().ToString();
   auto done = (*remote)->poll(*stuck);
