@@ -155,7 +155,6 @@ class TrainerRank::Impl {
       ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(gpu));
       copier_ = std::make_unique<BatchedCopier>(std::move(copier));
       ASSIGN_OR_RETURN(stream_, CudaStream::Create(gpu));
-      stream_device_ = gpu;
       if (source_on_device_) RETURN_IF_ERROR(create_gpu_span(gpu));
       // Host weights that never move (a mapped checkpoint): registered once,
       // then the copy engines read them directly, with no host-side copy.
@@ -225,7 +224,7 @@ class TrainerRank::Impl {
     if (status.ok()) return Status::Ok();
     // A broken CUDA context (a sticky error) fails every later refit the same
     // way: report it, and end this process instead of relinking.
-    const Status health = stream_device_ >= 0 ? cuda_context_health(stream_device_) : Status::Ok();
+    const Status health = stream_.device() >= 0 ? cuda_context_health(stream_.device()) : Status::Ok();
     if (!health.ok()) status = Status(health.code(), status.message() + "; " + health.message());
     status = client_->report_failure(version, status);
     if (!health.ok()) {
@@ -277,8 +276,8 @@ class TrainerRank::Impl {
       if (version == options_.debug_fail_refit) {
         return Internal(name() + ": injected fault in refit " + std::to_string(version) + " (--debug-fail-refit)");
       }
-      if (version == options_.debug_cuda_fault_refit && stream_device_ >= 0) {
-        RETURN_IF_ERROR(inject_illegal_address(stream_device_, stream_.handle()));
+      if (version == options_.debug_cuda_fault_refit && stream_.device() >= 0) {
+        RETURN_IF_ERROR(inject_illegal_address(stream_.device(), stream_.handle()));
         RETURN_IF_ERROR(stream_.synchronize().WithContext(name() + ", refit " + std::to_string(version) +
                                                           " (--debug-cuda-fault-refit)"));
       }
@@ -293,17 +292,19 @@ class TrainerRank::Impl {
     RETURN_IF_ERROR(flush_h2d(deadline));
     RETURN_IF_ERROR(finish_remote(deadline));
     const double send_ms = std::chrono::duration<double, std::milli>(Clock::now() - went).count();
+    // Every copy has finished here (the flushes waited for them): the end
+    // event completes at once, and is read after "sent", outside the timing.
+    if (gpu_span_) RETURN_IF_ERROR(gpu_span_->second.record(stream_.handle()).WithContext(name()));
+    RETURN_IF_ERROR(client_->send(Json{{"type", "progress"}, {"version", version}, {"bytes", bytes}}));
+    RETURN_IF_ERROR(client_->send(Json{{"type", "sent"}, {"version", version}}));
     Json stats{{"buckets", buckets}, {"bytes", bytes}, {"send_ms", send_ms}, {"memory_path", memory_path()}};
     if (gpu_span_) {
       // From 'go' reaching this rank's stream to the end of its last copy:
       // close to send_ms when the copies, not the host, set the pace.
-      RETURN_IF_ERROR(gpu_span_->second.record(stream_.handle()).WithContext(name()));
       RETURN_IF_ERROR(gpu_span_->second.synchronize().WithContext(name()));
       ASSIGN_OR_RETURN(float gpu_ms, gpu_span_->second.elapsed_ms_since(gpu_span_->first));
       stats["gpu_span_ms"] = gpu_ms;
     }
-    RETURN_IF_ERROR(client_->send(Json{{"type", "progress"}, {"version", version}, {"bytes", bytes}}));
-    RETURN_IF_ERROR(client_->send(Json{{"type", "sent"}, {"version", version}}));
     RETURN_IF_ERROR(client_->send(Json{{"type", "done"}, {"version", version}, {"stats", std::move(stats)}}));
     ASSIGN_OR_RETURN(Json commit, client_->wait_for("commit", deadline));
     (void)commit;
@@ -468,7 +469,6 @@ class TrainerRank::Impl {
     ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(gpu));
     copier_ = std::make_unique<BatchedCopier>(std::move(copier));
     ASSIGN_OR_RETURN(stream_, CudaStream::Create(gpu));
-    stream_device_ = gpu;
     RETURN_IF_ERROR(create_gpu_span(gpu));
     device_reads_ = true;
     remote_staged_ = caps.device_memory_staged;
@@ -756,7 +756,6 @@ class TrainerRank::Impl {
   std::vector<std::uint64_t> engine_offsets_;  // direct mode: of each tensor in the engine's arena
   std::unique_ptr<BatchedCopier> copier_;
   CudaStream stream_;
-  int stream_device_ = -1;  // stream_'s GPU, once created
   // Timing events on stream_ (device weights only): the refit's GPU span.
   std::optional<std::pair<CudaEvent, CudaEvent>> gpu_span_;
   // Host weights into a device target (the pinned path): two pinned buckets,
