@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>  // PFN_cuMemGetAddressRange (a driver entry point; no libcuda link)
 #include <gtest/gtest.h>
 
 #include "cuda/gpu_test_util.h"
@@ -55,6 +57,27 @@ TEST_F(DeviceGpuTest, AllocateCopyMemsetAndMove) {
   EXPECT_EQ(0, std::memcmp(back.data(), out.data(), 4096));
   c = std::move(b);  // frees c's old allocation
   EXPECT_EQ(c.size(), 1u << 20);
+}
+
+// Catches: a large buffer allocated at its exact size. Another process
+// maps such an allocation over CUDA IPC ~27% slower (docs/PERF.md), so
+// DeviceBuffer::Allocate asks for whole 2 MiB pages; the buffer still reports
+// the size asked for.
+TEST_F(DeviceGpuTest, LargeBuffersAreWhole2MiBPages) {
+  PFN_cuMemGetAddressRange_v3020 range = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  ASSERT_EQ(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", reinterpret_cast<void**>(&range), 3020,
+                                             cudaEnableDefault, &found),
+            cudaSuccess);
+  ASSERT_NE(range, nullptr);
+  const std::uint64_t asked = (3ull << 20) + 5;
+  REFIT_ASSERT_OK_AND_ASSIGN(DeviceBuffer b, DeviceBuffer::Allocate(0, asked));
+  EXPECT_EQ(b.size(), asked);
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  ASSERT_EQ(range(&base, &size, reinterpret_cast<CUdeviceptr>(b.data())), CUDA_SUCCESS);
+  EXPECT_EQ(base, reinterpret_cast<CUdeviceptr>(b.data()));
+  EXPECT_EQ(size, 4ull << 20) << "the allocation behind a " << asked << "-byte buffer";
 }
 
 // Catches: an allocation failure reported without the device, the size or the
