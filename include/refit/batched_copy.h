@@ -38,6 +38,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "refit/device.h"
@@ -85,7 +86,8 @@ class PreparedCopy {
 class BatchedCopier {
  public:
   // Descriptor scratch slots (launches that may be in flight before copy()
-  // waits on the host for the oldest one).
+  // waits on the host for the oldest one). copy() takes an idle slot that is
+  // big enough when there is one, so one copy at a time stays on one slot.
   static constexpr int kSlots = 4;
 
   // Allocates the scratch on `device` (grown later as needed).
@@ -134,6 +136,7 @@ class BatchedCopier {
     CudaEvent done;       // recorded after the launch that read this slot
     bool in_flight = false;
   };
+  StatusOr<Slot*> take_slot(std::uint64_t need, const std::string& where);
 
   int device_ = -1;
   int max_blocks_ = 0;  // resident blocks of the kernel on the whole device

@@ -68,7 +68,12 @@ struct ReferenceEngineStats {
 // with memory == kCuda) at weight_arena_offsets() of its stream, so that the
 // arena can be exposed whole for direct mode. On a device, each post is one
 // BatchedCopier launch and apply() returns once its copies finished, so the
-// staging slots it read may be recycled at once.
+// staging slots it read may be recycled at once. A device engine remembers
+// the batches it validated: a later batch with the same sequence number,
+// the same spec pointers and the same data pointers on every rank is the
+// same batch (specs are immutable while an engine uses them: they point into
+// the receiver's plan), and its prepared copies are replayed with no
+// per-tensor host work (a MoE refit has ~10,000 tensors).
 struct ReferenceEngineOptions {
   MemoryKind memory = MemoryKind::kHost;
   int device = -1;  // local CUDA index for kCuda
@@ -129,6 +134,14 @@ class ReferenceEngine : public Engine {
   ReferenceEngineStats stats_;
   std::unique_ptr<BatchedCopier> copier_;  // device engines only
   std::unique_ptr<CudaStream> stream_;
+  // Device engines: batches already validated, with their posts' copies
+  // prepared, by batch sequence (at most kPreparedPerSequence each; a refit
+  // repeats the same batches from the same staging slots).
+  struct PreparedApply;
+  static constexpr std::size_t kPreparedPerSequence = 2;
+  std::vector<std::vector<std::unique_ptr<PreparedApply>>> prepared_;
+  const PreparedApply* find_prepared(const AlignedBatch& batch) const;
+  Status apply_prepared(const PreparedApply& prepared, const std::string& where);
 };
 
 }  // namespace refit

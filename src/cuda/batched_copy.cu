@@ -444,6 +444,30 @@ Status BatchedCopier::synchronize() {
   return first;
 }
 
+// An idle slot whose scratch already holds `need` bytes; else an idle one
+// (grown by the caller); else the oldest, once the launch that read it has
+// finished. Reusing idle slots keeps a caller with one copy in flight at a
+// time on one slot: each slot's first growth costs a cudaMallocHost and a
+// cudaMalloc (milliseconds for a MoE bucket's descriptors).
+StatusOr<BatchedCopier::Slot*> BatchedCopier::take_slot(std::uint64_t need, const std::string& where) {
+  Slot* idle = nullptr;
+  for (Slot& slot : slots_) {
+    if (slot.in_flight) {
+      ASSIGN_OR_RETURN(bool finished, slot.done.query());
+      if (!finished) continue;
+      slot.in_flight = false;
+    }
+    if (slot.host.size() >= need) return &slot;
+    if (idle == nullptr) idle = &slot;
+  }
+  if (idle != nullptr) return idle;
+  Slot& oldest = slots_[next_slot_];
+  next_slot_ = (next_slot_ + 1) % static_cast<int>(slots_.size());
+  RETURN_IF_ERROR(oldest.done.synchronize().WithContext(where + ": waiting for an earlier batched copy"));
+  oldest.in_flight = false;
+  return &oldest;
+}
+
 Status BatchedCopier::copy(std::span<const CopyRun> runs, void* stream) {
   if (slots_.empty()) return FailedPrecondition("BatchedCopier::copy on an empty (moved-from) copier");
   RETURN_IF_ERROR(validate(runs));
@@ -455,14 +479,9 @@ Status BatchedCopier::copy(std::span<const CopyRun> runs, void* stream) {
   ScopedDevice scope(device_);
   RETURN_IF_ERROR(scope.status().WithContext(where));
 
-  // Take the oldest slot; wait until the launch that last read it has finished.
-  Slot& slot = slots_[next_slot_];
-  next_slot_ = (next_slot_ + 1) % static_cast<int>(slots_.size());
-  if (slot.in_flight) {
-    RETURN_IF_ERROR(slot.done.synchronize().WithContext(where + ": waiting for an earlier batched copy"));
-    slot.in_flight = false;
-  }
   const std::uint64_t need = worst_case_bytes(nonempty);
+  ASSIGN_OR_RETURN(Slot * taken, take_slot(need, where));
+  Slot& slot = *taken;
   if (slot.host.size() < need) {
     const std::uint64_t cap = round_up(std::max<std::uint64_t>(need + need / 2, 64 * 1024), 4096);
     slot.host = PinnedBuffer();

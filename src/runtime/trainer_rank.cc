@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -406,6 +407,16 @@ class TrainerRank::Impl {
       return Internal(where + ": staged buckets of host weights take the pinned pipeline");
     }
 
+    if (device_reads_ && in_place && !direct_ && !host_registered_) {
+      // Staged into a mapped slot: one launch for the whole bucket, replayed
+      // from a table built on first use (no host work per tensor). The engine
+      // reads the slot as soon as it sees kLanded: wait for the copy (one
+      // host wait per bucket).
+      ASSIGN_OR_RETURN(const PreparedCopy* pack, prepared_pack(j, slot, dst, where));
+      RETURN_IF_ERROR(copier_->launch(*pack, stream_.handle()).WithContext(where));
+      RETURN_IF_ERROR(stream_.synchronize().WithContext(where));
+      return send_landed(version, j, slot, deadline);
+    }
     if (!in_place) dst = staging_.data();
     runs_.clear();
     for (const PlanEntry& e : bucket.entries) {
@@ -702,6 +713,28 @@ class TrainerRank::Impl {
     return link_->send(landed, {}, deadline);
   }
 
+  // The pack of bucket j into slot `slot` (mapped at `dst`), prepared on its
+  // first use and kept: the plan, the weights (source_->data) and the
+  // mapped slots do not move while this rank runs; a slot mapped elsewhere
+  // (after a relink) is prepared again.
+  StatusOr<const PreparedCopy*> prepared_pack(std::uint64_t j, std::uint64_t slot, std::byte* dst,
+                                              const std::string& where) {
+    PreparedPack& p = prepared_packs_[{j, slot}];
+    if (p.dst != dst) {
+      runs_.clear();
+      for (const PlanEntry& e : plan_.buckets[j].entries) {
+        append_shard_copy_runs(source_->model().weights[e.tensor], pack_rank_, options_.engine_ranks,
+                               source_->data(e.tensor), e.tensor_offset, e.bytes, dst + e.bucket_offset, &runs_);
+      }
+      p.dst = nullptr;
+      auto prepared = copier_->prepare(runs_);
+      if (!prepared.ok()) return prepared.status().WithContext(where + ": preparing its pack");
+      p.copy = std::move(prepared).value();
+      p.dst = dst;
+    }
+    return &p.copy;
+  }
+
   Status launch_direct(const std::string& where) {
     RETURN_IF_ERROR((host_registered_ ? copy_runs_with_copy_engine(direct_runs_, stream_.handle())
                                       : copier_->copy(direct_runs_, stream_.handle()))
@@ -772,6 +805,11 @@ class TrainerRank::Impl {
   DeviceBuffer device_bucket_; // ... and in direct mode its copy on the device
   std::vector<CopyRun> runs_;
   std::vector<std::uint64_t> pending_landed_;  // direct mode on a device: buckets packed, not yet announced
+  struct PreparedPack {
+    std::byte* dst = nullptr;  // the slot it writes into; null until prepared
+    PreparedCopy copy;
+  };
+  std::map<std::pair<std::uint64_t, std::uint64_t>, PreparedPack> prepared_packs_;  // by (bucket, slot)
   std::vector<CopyRun> direct_runs_;           // runs packed but not launched yet
   std::uint64_t direct_bytes_ = 0;             // their bytes
   static constexpr std::uint64_t kDirectLaunchBytes = 1ull << 30;
