@@ -84,7 +84,11 @@ struct ReferenceEngine::PreparedApply {
 namespace {
 
 std::vector<const void*> batch_key(const AlignedBatch& batch) {
-  std::vector<const void*> key(batch.specs.begin(), batch.specs.end());
+  std::size_t n = batch.specs.size();
+  for (const std::vector<TensorView>& views : batch.payload) n += 3 * views.size();
+  std::vector<const void*> key;
+  key.reserve(n);
+  key.assign(batch.specs.begin(), batch.specs.end());
   for (const std::vector<TensorView>& views : batch.payload) {
     for (const TensorView& v : views) {
       key.push_back(v.spec);

@@ -490,6 +490,7 @@ StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
     const Bucket& bucket = plan->buckets[j];
     std::byte* base = pool->slot(slot);
     std::vector<std::pair<std::uint32_t, std::byte*>> done;  // tensor -> bytes
+    done.reserve(bucket.entries.size());
     bool slot_referenced = false;
     std::vector<int> buffers_used;
     for (const PlanEntry& e : bucket.entries) {
@@ -536,13 +537,18 @@ StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
     batch.sequence = sequence++;
     batch.bucket = j;
     batch.tensors.reserve(bucket.completes.size());
-    // A binary search per completed tensor (a MoE bucket completes thousands:
-    // a linear one made this quadratic). Entries come in stream order, which
-    // is usually tensor order already.
+    // One walk over both lists, both in tensor order (a MoE bucket completes
+    // thousands of tensors: a search per tensor made this quadratic, then
+    // n log n). `completes` is in stream order, which is tensor order;
+    // entries come in layout order, which is usually tensor order too.
     const auto by_tensor = [](const auto& a, const auto& b) { return a.first < b.first; };
     if (!std::is_sorted(done.begin(), done.end(), by_tensor)) std::sort(done.begin(), done.end(), by_tensor);
+    auto it = done.begin();
     for (std::uint32_t t : bucket.completes) {
-      auto it = std::lower_bound(done.begin(), done.end(), std::pair<std::uint32_t, std::byte*>{t, nullptr}, by_tensor);
+      if (it != done.end() && it->first > t) {  // `completes` out of order: search from the start
+        it = std::lower_bound(done.begin(), done.end(), std::pair<std::uint32_t, std::byte*>{t, nullptr}, by_tensor);
+      }
+      while (it != done.end() && it->first < t) ++it;
       if (it == done.end() || it->first != t) {
         return Internal(options.name + ": bucket " + std::to_string(j) + " lists tensor '" + plan->specs[t].name +
                         "' as completed but holds none of its last bytes");
