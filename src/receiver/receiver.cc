@@ -113,6 +113,24 @@ struct Receiver::Impl {
     std::vector<int> buffers;
   };
   std::deque<Held> held;
+  // Views of buckets of whole tensors, by bucket * slots + slot; empty until
+  // built (the plan and the pool do not change while this receiver lives).
+  std::vector<std::vector<TensorView>> whole_views;
+
+  // Numbers `batch`, records what it holds (a slot, or -1; reassembly
+  // buffers), grants what is free and hands it to the consumer.
+  StatusOr<std::optional<Batch>> yield(Batch batch, int slot, std::vector<int> buffers, std::uint64_t v,
+                                       Deadline deadline) {
+    batch.sequence = sequence++;
+    held.push_back(Held{batch.sequence, slot, std::move(buffers)});
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++stats.batches;
+      stats.tensors += batch.tensors.size();
+    }
+    RETURN_IF_ERROR(grant_and_send(v, deadline));
+    return std::optional<Batch>(std::move(batch));
+  }
 
   // ------------------------------------------------ helpers
   std::string link_name(std::size_t i) const {
@@ -488,6 +506,17 @@ StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
 
     // Bucket j landed in `slot`; it is the consumer's until released.
     const Bucket& bucket = plan->buckets[j];
+    // A bucket of whole tensors yields the same views each time it lands in
+    // the same slot: they are built once, then copied (a MoE bucket has
+    // thousands; building them touches every tensor's spec).
+    const std::size_t cached_at = j * static_cast<std::size_t>(pool->slots()) + static_cast<std::size_t>(slot);
+    if (cached_at < whole_views.size() && !whole_views[cached_at].empty()) {
+      ++next_bucket;
+      Batch batch;
+      batch.bucket = j;
+      batch.tensors = whole_views[cached_at];
+      return yield(std::move(batch), slot, {}, v, deadline);
+    }
     std::byte* base = pool->slot(slot);
     std::vector<std::pair<std::uint32_t, std::byte*>> done;  // tensor -> bytes
     done.reserve(bucket.entries.size());
@@ -534,7 +563,6 @@ StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
     }
 
     Batch batch;
-    batch.sequence = sequence++;
     batch.bucket = j;
     batch.tensors.reserve(bucket.completes.size());
     // One walk over both lists, both in tensor order (a MoE bucket completes
@@ -555,14 +583,11 @@ StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
       }
       batch.tensors.push_back(TensorView{&plan->specs[t], it->second, pool->memory(), pool->device()});
     }
-    held.push_back(Held{batch.sequence, slot_referenced ? slot : -1, std::move(buffers_used)});
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      ++stats.batches;
-      stats.tensors += batch.tensors.size();
+    if (slot_referenced && buffers_used.empty() && batch.tensors.size() == bucket.entries.size()) {
+      if (whole_views.size() <= cached_at) whole_views.resize(cached_at + 1);
+      whole_views[cached_at] = batch.tensors;
     }
-    RETURN_IF_ERROR(grant_and_send(v, deadline));
-    return std::optional<Batch>(std::move(batch));
+    return yield(std::move(batch), slot_referenced ? slot : -1, std::move(buffers_used), v, deadline);
   }
 
   ended = true;
