@@ -256,10 +256,10 @@ Status ReferenceEngine::apply(const AlignedBatch& batch) {
 
   // One post per dtype group (DESIGN.md rule 5); payload[r] goes to rank r
   // (rule 8). Payloads of ranks hosted elsewhere are ignored.
-  // On a device each post is one batched copy launch; apply() returns once
-  // they finished (the staging slots may then be recycled).
-  // On a device the posts are prepared, kept (by sequence, replacing the
-  // oldest) and launched.
+  // On a device each post is one batched copy launch, prepared here and kept
+  // (by sequence, replacing the oldest) for the same batch next refit;
+  // apply() returns once they finished (the staging slots may then be
+  // recycled). Every post is prepared before any is launched.
   auto prepared = std::make_unique<PreparedApply>();
   std::vector<CopyRun> runs;
   for (const AlignedBatch::DTypeGroup& group : groups) {
