@@ -50,6 +50,27 @@ INSTANTIATE_TEST_SUITE_P(Modes, GpuDemoTest,
                            return info.param.mode + "_" + m;
                          });
 
+// cuda_ipc on one GPU: the trainer announces a bucket (kLanded) as soon as
+// its pack is queued, with the slot's landing event recorded after it; the
+// engine reads the slot only once that event completed. Buckets of 8 GiB
+// take ~4 ms to pack: far longer than kLanded takes to arrive, and longer
+// than a time slice, so an apply launched early runs in the middle of the
+// pack (two processes' kernels on one GPU take turns; a pack shorter than a
+// slice finishes before the apply can start, which hid this with smaller
+// buckets). Recycled slots are poisoned. Catches: an engine that reads the
+// slot when kLanded arrives (CudaIpcTarget::wait_landed returning at once).
+TEST(GpuDemo, StagedBucketsAnnouncedBeforeTheirPackFinishedAreReadAfterIt) {
+  REFIT_SKIP_WITHOUT_CUDA_DEVICE();
+  auto r = testing::run_refit({"demo", "--json", "--device", "cuda", "--transport", "cuda_ipc", "--mode", "staged",
+                               "--model", "llama3-8b", "--engine-ranks", "1", "--refits", "3", "--bucket-size",
+                               "8GiB", "--poison-recycled", "--timeout", "120"},
+                              600);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  json report = json::parse(r.out);
+  EXPECT_TRUE(report["verified"].get<bool>());
+  ASSERT_EQ(report["refits"].size(), 3u);
+}
+
 // DESIGN.md rule 7 on the device: an engine rank whose base_gpu_id + rank is
 // not a local index inside CUDA_VISIBLE_DEVICES fails at setup naming it.
 TEST(GpuDemo, EngineRankBeyondTheVisibleDevicesFailsAtSetup) {

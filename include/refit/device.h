@@ -18,6 +18,7 @@
 // caller's current device before returning.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -164,6 +165,15 @@ class CudaEvent {
   StatusOr<bool> query() const;
   // Milliseconds from `start` to this event; both timing events, both done.
   StatusOr<float> elapsed_ms_since(const CudaEvent& start) const;
+
+  // An interprocess event's handle (cudaIpcGetEventHandle: 64 bytes), for
+  // another process to open with OpenIpc. Recording it in either process and
+  // querying it in the other orders work across processes on one GPU.
+  static constexpr std::size_t kIpcHandleBytes = 64;
+  StatusOr<std::array<unsigned char, kIpcHandleBytes>> ipc_handle() const;
+  // The event behind `handle`, exported by another process, opened on
+  // `device` (cudaIpcOpenEventHandle; destroyed like any event).
+  static StatusOr<CudaEvent> OpenIpc(int device, const std::array<unsigned char, kIpcHandleBytes>& handle);
 
  private:
   CudaEvent(int device, void* event) : device_(device), event_(event) {}

@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -90,6 +91,18 @@ class TargetMemory {
   // payload into the slot it names. One-sided transports return an error
   // (they never expect one).
   virtual Status receive_data(Link& link, const FrameHeader& header, Deadline deadline) = 0;
+  // Returns once the bytes of slot i are in place, for transports whose
+  // initiators may announce a bucket (kLanded) before its writes finished
+  // (cuda_ipc: a cross-process event per slot, recorded after the writes).
+  // `interrupted` is polled while waiting; a non-OK status from it, or the
+  // deadline, ends the wait with that error. Call it after kLanded for the
+  // slot and before reading it. Default: in place when kLanded arrives.
+  virtual Status wait_landed(int slot, Deadline deadline, const std::function<Status()>& interrupted) {
+    (void)slot;
+    (void)deadline;
+    (void)interrupted;
+    return Status::Ok();
+  }
   // Called once every initiator has opened this target (after their kHello).
   // Transports whose OS objects have names remove the names now, so nothing
   // is left behind if this process is killed later; already-mapped peers keep
@@ -117,6 +130,16 @@ class RemoteTarget {
   // Best effort: a cancelled ticket may still complete; poll until it is done
   // or drop the target.
   virtual void cancel(Ticket ticket) = 0;
+  // Orders the end of the writes queued so far on `stream` (a CUDA stream of
+  // the initiator's writing device) into `slot` with the target: true when
+  // the transport did (the target's wait_landed waits for them), so kLanded
+  // may go out before they finish; false when the initiator must wait for
+  // them itself before kLanded. Default: false.
+  virtual StatusOr<bool> record_landed(int slot, void* stream) {
+    (void)slot;
+    (void)stream;
+    return false;
+  }
   // Recovery after a failed refit: the data-plane Link this target was
   // opened with has just been replaced (Link::adopt) and every earlier ticket
   // is abandoned (cancelled or complete). Transports whose connection to the

@@ -4,6 +4,7 @@
 #include "refit/device.h"
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -250,6 +251,33 @@ StatusOr<bool> CudaEvent::query() const {
   return true;
 }
 
+static_assert(sizeof(cudaIpcEventHandle_t) == CudaEvent::kIpcHandleBytes, "cudaIpcEventHandle_t changed size");
+
+StatusOr<std::array<unsigned char, CudaEvent::kIpcHandleBytes>> CudaEvent::ipc_handle() const {
+  if (event_ == nullptr) return FailedPrecondition("CudaEvent::ipc_handle of an empty event");
+  ScopedDevice scope(device_);
+  RETURN_IF_ERROR(scope.status().WithContext("CudaEvent::ipc_handle"));
+  cudaIpcEventHandle_t h{};
+  RETURN_IF_ERROR(cuda_check(cudaIpcGetEventHandle(&h, static_cast<cudaEvent_t>(event_)),
+                             "cudaIpcGetEventHandle on device " + std::to_string(device_) +
+                                 " (the event must be created interprocess)"));
+  std::array<unsigned char, kIpcHandleBytes> out{};
+  std::memcpy(out.data(), &h, kIpcHandleBytes);
+  return out;
+}
+
+StatusOr<CudaEvent> CudaEvent::OpenIpc(int device, const std::array<unsigned char, kIpcHandleBytes>& handle) {
+  ScopedDevice scope(device);
+  RETURN_IF_ERROR(scope.status().WithContext("CudaEvent::OpenIpc"));
+  cudaIpcEventHandle_t h{};
+  std::memcpy(&h, handle.data(), kIpcHandleBytes);
+  cudaEvent_t e = nullptr;
+  RETURN_IF_ERROR(cuda_check(cudaIpcOpenEventHandle(&e, h),
+                             "cudaIpcOpenEventHandle on device " + std::to_string(device) +
+                                 " (the exporting process must be alive on this host, and not this process)"));
+  return CudaEvent(device, e);
+}
+
 StatusOr<float> CudaEvent::elapsed_ms_since(const CudaEvent& start) const {
   if (event_ == nullptr || start.event_ == nullptr) return FailedPrecondition("CudaEvent::elapsed_ms_since: empty event");
   float ms = 0;
@@ -367,6 +395,12 @@ Status CudaEvent::wait(void*) const { return no_cuda("CudaEvent::wait"); }
 Status CudaEvent::synchronize() const { return no_cuda("CudaEvent::synchronize"); }
 StatusOr<bool> CudaEvent::query() const { return no_cuda("CudaEvent::query"); }
 StatusOr<float> CudaEvent::elapsed_ms_since(const CudaEvent&) const { return no_cuda("CudaEvent::elapsed_ms_since"); }
+StatusOr<std::array<unsigned char, CudaEvent::kIpcHandleBytes>> CudaEvent::ipc_handle() const {
+  return no_cuda("CudaEvent::ipc_handle");
+}
+StatusOr<CudaEvent> CudaEvent::OpenIpc(int, const std::array<unsigned char, kIpcHandleBytes>&) {
+  return no_cuda("CudaEvent::OpenIpc");
+}
 Status copy_device_to_host(std::span<std::byte>, const std::byte*) { return no_cuda("copy_device_to_host"); }
 Status copy_host_to_device(std::byte*, std::span<const std::byte>) { return no_cuda("copy_host_to_device"); }
 Status copy_device_to_device(std::byte*, const std::byte*, std::uint64_t) { return no_cuda("copy_device_to_device"); }

@@ -504,8 +504,24 @@ StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
       slot = bucket_slot[j];
     }
 
-    // Bucket j landed in `slot`; it is the consumer's until released.
+    // Bucket j landed in `slot`; it is the consumer's until released. Its
+    // bytes may still be on their way (cuda_ipc announces a bucket before
+    // its pack finished): wait for them before reading the slot or handing
+    // it out; what needs only the plan is done meanwhile.
     const Bucket& bucket = plan->buckets[j];
+    bool in_place = false;
+    auto wait_in_place = [&]() -> Status {
+      if (in_place) return Status::Ok();
+      auto interrupted = [this]() -> Status {
+        std::lock_guard<std::mutex> lock(mu);
+        return !fatal.ok() ? fatal : error;
+      };
+      RETURN_IF_ERROR(pool->wait_landed(slot, deadline, interrupted)
+                          .WithContext(options.name + ": bucket " + std::to_string(j) + " from " +
+                                       link_name(feeder(j)) + " (refit " + std::to_string(v) + ")"));
+      in_place = true;
+      return Status::Ok();
+    };
     // A bucket of whole tensors yields the same views each time it lands in
     // the same slot: they are built once, then copied (a MoE bucket has
     // thousands; building them touches every tensor's spec).
@@ -515,6 +531,7 @@ StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
       Batch batch;
       batch.bucket = j;
       batch.tensors = whole_views[cached_at];
+      RETURN_IF_ERROR(wait_in_place());
       return yield(std::move(batch), slot, {}, v, deadline);
     }
     std::byte* base = pool->slot(slot);
@@ -544,6 +561,7 @@ StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
         return Internal(options.name + ": bucket " + std::to_string(j) + " continues tensor '" + spec.name +
                         "' that was never started");
       }
+      RETURN_IF_ERROR(wait_in_place());
       RETURN_IF_ERROR(copy_bytes(buffer(chunk_buffer) + e.tensor_offset, base + e.bucket_offset, e.bytes)
                           .WithContext(options.name + ": reassembling '" + spec.name + "' from bucket " +
                                        std::to_string(j)));
@@ -556,7 +574,10 @@ StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
     }
     ++next_bucket;
 
-    if (bucket.completes.empty() || !slot_referenced) release_slot(slot);  // copied out
+    if (bucket.completes.empty() || !slot_referenced) {  // copied out
+      RETURN_IF_ERROR(wait_in_place());  // (waited already, unless the bucket holds no bytes)
+      release_slot(slot);
+    }
     if (bucket.completes.empty()) {
       RETURN_IF_ERROR(grant_and_send(v, deadline));
       continue;
@@ -587,6 +608,7 @@ StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
       if (whole_views.size() <= cached_at) whole_views.resize(cached_at + 1);
       whole_views[cached_at] = batch.tensors;
     }
+    RETURN_IF_ERROR(wait_in_place());
     return yield(std::move(batch), slot_referenced ? slot : -1, std::move(buffers_used), v, deadline);
   }
 

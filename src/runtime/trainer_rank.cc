@@ -237,6 +237,7 @@ class TrainerRank::Impl {
     // Nothing of the failed refit may still be writing when the link is
     // replaced: wait for the device, forget the half-sent refit.
     if (copier_) (void)stream_.synchronize();
+    packs_unwaited_ = false;
     pending_landed_.clear();
     h2d_pending_[0].active = h2d_pending_[1].active = false;
     direct_runs_.clear();
@@ -292,6 +293,12 @@ class TrainerRank::Impl {
     RETURN_IF_ERROR(flush_direct(version, deadline));
     RETURN_IF_ERROR(flush_h2d(deadline));
     RETURN_IF_ERROR(finish_remote(deadline));
+    if (packs_unwaited_) {
+      // Packs announced before they finished: they end before this rank says
+      // "sent" (and before the caller may change its weights).
+      RETURN_IF_ERROR(stream_.synchronize().WithContext(name() + ", the packs of refit " + std::to_string(version)));
+      packs_unwaited_ = false;
+    }
     const double send_ms = std::chrono::duration<double, std::milli>(Clock::now() - went).count();
     // Every copy has finished here (the flushes waited for them): the end
     // event completes at once, and is read after "sent", outside the timing.
@@ -410,11 +417,18 @@ class TrainerRank::Impl {
     if (device_reads_ && in_place && !direct_ && !host_registered_) {
       // Staged into a mapped slot: one launch for the whole bucket, replayed
       // from a table built on first use (no host work per tensor). The engine
-      // reads the slot as soon as it sees kLanded: wait for the copy (one
-      // host wait per bucket).
+      // reads the slot once it sees kLanded and (cuda_ipc on one GPU) the
+      // slot's landing event completed: kLanded goes out at once, and this
+      // rank waits for its stream once, at the end of the refit. Otherwise it
+      // waits for the copy before kLanded (one host wait per bucket).
       ASSIGN_OR_RETURN(const PreparedCopy* pack, prepared_pack(j, slot, dst, where));
       RETURN_IF_ERROR(copier_->launch(*pack, stream_.handle()).WithContext(where));
-      RETURN_IF_ERROR(stream_.synchronize().WithContext(where));
+      ASSIGN_OR_RETURN(const bool ordered, target_->record_landed(static_cast<int>(slot), stream_.handle()));
+      if (ordered) {
+        packs_unwaited_ = true;
+      } else {
+        RETURN_IF_ERROR(stream_.synchronize().WithContext(where));
+      }
       return send_landed(version, j, slot, deadline);
     }
     if (!in_place) dst = staging_.data();
@@ -810,6 +824,7 @@ class TrainerRank::Impl {
     PreparedCopy copy;
   };
   std::map<std::pair<std::uint64_t, std::uint64_t>, PreparedPack> prepared_packs_;  // by (bucket, slot)
+  bool packs_unwaited_ = false;  // packs announced with a landing event, not yet waited for
   std::vector<CopyRun> direct_runs_;           // runs packed but not launched yet
   std::uint64_t direct_bytes_ = 0;             // their bytes
   static constexpr std::uint64_t kDirectLaunchBytes = 1ull << 30;

@@ -7,7 +7,8 @@ namespace refit {
 namespace {
 
 constexpr std::string_view kUsage =
-    "expected cuda_ipc:dev=<pci bus id>:slots=<S>:slot_bytes=<B>:offset=<O>:handle=<128 lowercase hex digits>";
+    "expected cuda_ipc:dev=<pci bus id>:slots=<S>:slot_bytes=<B>:offset=<O>:handle=<128 lowercase hex digits>"
+    "[:events=<S x 128 lowercase hex digits>]";
 
 bool parse_u64(std::string_view s, std::uint64_t* out) {
   if (s.empty() || s.front() < '0' || s.front() > '9') return false;
@@ -34,6 +35,16 @@ int lower_hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   return -1;
+}
+
+// Reads 64 bytes from 128 lowercase hex digits at the start of `s`.
+bool take_handle(std::string_view s, std::array<unsigned char, kCudaIpcHandleBytes>* out) {
+  for (std::size_t i = 0; i < kCudaIpcHandleBytes; ++i) {
+    const int hi = lower_hex_value(s[2 * i]), lo = lower_hex_value(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    (*out)[i] = static_cast<unsigned char>(hi << 4 | lo);
+  }
+  return true;
 }
 
 // Takes the decimal field up to the next ':' (or the end when `last`).
@@ -69,9 +80,14 @@ std::string cuda_ipc_handle_hex(const std::array<unsigned char, kCudaIpcHandleBy
 }
 
 std::string format_cuda_ipc_descriptor(const CudaIpcDescriptor& d) {
+  std::string events;
+  if (!d.events.empty()) {
+    events = ":events=";
+    for (const auto& e : d.events) events += cuda_ipc_handle_hex(e);
+  }
   return "cuda_ipc:dev=" + d.pci_bus_id + ":slots=" + std::to_string(d.slots) +
          ":slot_bytes=" + std::to_string(d.slot_bytes) + ":offset=" + std::to_string(d.offset) +
-         ":handle=" + cuda_ipc_handle_hex(d.handle);
+         ":handle=" + cuda_ipc_handle_hex(d.handle) + events;
 }
 
 StatusOr<CudaIpcDescriptor> parse_cuda_ipc_descriptor(const std::string& text) {
@@ -94,14 +110,20 @@ StatusOr<CudaIpcDescriptor> parse_cuda_ipc_descriptor(const std::string& text) {
   if (!take_field(&s, ":slot_bytes=", false, &d.slot_bytes)) return bad("bad slot_bytes");
   if (!take_field(&s, ":offset=", false, &d.offset)) return bad("bad offset");
   if (!consume(&s, ":handle=")) return bad("missing :handle=");
-  if (s.size() != 2 * kCudaIpcHandleBytes) {
-    return bad("handle has " + std::to_string(s.size()) + " characters, not " +
+  const auto events_at = s.find(":events=");
+  const std::string_view handle = s.substr(0, events_at);
+  if (handle.size() != 2 * kCudaIpcHandleBytes) {
+    return bad("handle has " + std::to_string(handle.size()) + " characters, not " +
                std::to_string(2 * kCudaIpcHandleBytes));
   }
-  for (std::size_t i = 0; i < kCudaIpcHandleBytes; ++i) {
-    const int hi = lower_hex_value(s[2 * i]), lo = lower_hex_value(s[2 * i + 1]);
-    if (hi < 0 || lo < 0) return bad("handle is not lowercase hex");
-    d.handle[i] = static_cast<unsigned char>(hi << 4 | lo);
+  if (!take_handle(handle, &d.handle)) return bad("handle is not lowercase hex");
+  std::string_view events;
+  if (events_at != std::string_view::npos) {
+    events = s.substr(events_at + 8);
+    if (events.empty() || events.size() % (2 * kCudaIpcHandleBytes) != 0) {
+      return bad("events has " + std::to_string(events.size()) + " characters, not a positive multiple of " +
+                 std::to_string(2 * kCudaIpcHandleBytes));
+    }
   }
   constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
   if (slots == 0 || d.slot_bytes == 0 || slots > static_cast<std::uint64_t>(std::numeric_limits<int>::max()) ||
@@ -109,6 +131,18 @@ StatusOr<CudaIpcDescriptor> parse_cuda_ipc_descriptor(const std::string& text) {
     return bad("slots and slot_bytes must be positive and offset + slots * slot_bytes must fit");
   }
   d.slots = static_cast<int>(slots);
+  if (!events.empty()) {
+    const std::size_t n = events.size() / (2 * kCudaIpcHandleBytes);
+    if (n != slots) {
+      return bad("events holds " + std::to_string(n) + " handles for " + std::to_string(slots) + " slots");
+    }
+    d.events.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!take_handle(events.substr(i * 2 * kCudaIpcHandleBytes), &d.events[i])) {
+        return bad("event handle " + std::to_string(i) + " is not lowercase hex");
+      }
+    }
+  }
   return d;
 }
 

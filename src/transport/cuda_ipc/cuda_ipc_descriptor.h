@@ -1,7 +1,7 @@
 // The cuda_ipc descriptor: the text an engine rank publishes so that trainer
 // ranks on the same host can open its device memory.
 //
-//   cuda_ipc:dev=<pci bus id>:slots=<S>:slot_bytes=<B>:offset=<O>:handle=<hex>
+//   cuda_ipc:dev=<pci bus id>:slots=<S>:slot_bytes=<B>:offset=<O>:handle=<hex>[:events=<hex>]
 //
 // dev        the PCI bus id of the device holding the memory, as
 //            cudaDeviceGetPCIBusId writes it ("0000:3B:00.0"); it names the
@@ -13,10 +13,14 @@
 //            direct mode).
 // handle     the 64 bytes of the cudaIpcMemHandle_t of the allocation, as 128
 //            lowercase hex digits.
+// events     optional (a receive pool has them, exposed weights do not): one
+//            cudaIpcEventHandle_t per slot, S x 128 lowercase hex digits, slot
+//            0 first. The initiator records slot i's event after its writes
+//            into slot i; the target reads the slot once the event completed.
 //
-// Parsing is strict: every field present, in this order, decimal digits only
-// (no sign, no hex, no spaces), nothing after the handle. Errors are
-// kInvalidArgument and quote the whole descriptor.
+// Parsing is strict: every field present but events, in this order, decimal
+// digits only (no sign, no hex, no spaces), nothing after the handle or the
+// events. Errors are kInvalidArgument and quote the whole descriptor.
 //
 // Pure text: this file needs no CUDA header and is built in every build, so
 // its tests run on machines without CUDA.
@@ -27,12 +31,14 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "refit/status.h"
 
 namespace refit {
 
-// sizeof(cudaIpcMemHandle_t); checked against the CUDA header where it is used.
+// sizeof(cudaIpcMemHandle_t) and sizeof(cudaIpcEventHandle_t); checked
+// against the CUDA header where they are used.
 inline constexpr std::size_t kCudaIpcHandleBytes = 64;
 
 struct CudaIpcDescriptor {
@@ -41,6 +47,8 @@ struct CudaIpcDescriptor {
   std::uint64_t slot_bytes = 0;
   std::uint64_t offset = 0;         // of slot 0 inside the exported allocation
   std::array<unsigned char, kCudaIpcHandleBytes> handle{};
+  // Empty, or one event handle per slot.
+  std::vector<std::array<unsigned char, kCudaIpcHandleBytes>> events;
 };
 
 // REQUIRES: `d` is valid (what parse_cuda_ipc_descriptor accepts).

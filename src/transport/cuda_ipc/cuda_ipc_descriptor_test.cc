@@ -47,6 +47,41 @@ TEST(CudaIpcDescriptor, FormatIsExactAndRoundTrips) {
   EXPECT_EQ(back->handle, s.handle);
 }
 
+// A receive pool's descriptor carries one event handle per slot. Catches:
+// events lost or reordered in a round trip, a count that does not match the
+// slots, events that are not lowercase hex, an empty events field.
+TEST(CudaIpcDescriptor, EventsRoundTripOnePerSlotAndAreStrict) {
+  CudaIpcDescriptor d = Sample();
+  for (int i = 0; i < d.slots; ++i) {
+    std::array<unsigned char, kCudaIpcHandleBytes> e{};
+    for (std::size_t k = 0; k < e.size(); ++k) e[k] = static_cast<unsigned char>(i * 101 + k * 3);
+    d.events.push_back(e);
+  }
+  const std::string text = format_cuda_ipc_descriptor(d);
+  EXPECT_EQ(text.substr(text.find(":events=") + 8), cuda_ipc_handle_hex(d.events[0]) +
+                                                          cuda_ipc_handle_hex(d.events[1]) +
+                                                          cuda_ipc_handle_hex(d.events[2]));
+  auto back = parse_cuda_ipc_descriptor(text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->handle, d.handle);
+  EXPECT_EQ(back->events, d.events);
+  EXPECT_TRUE(parse_cuda_ipc_descriptor(format_cuda_ipc_descriptor(Sample()))->events.empty());
+
+  const std::string one = cuda_ipc_handle_hex(d.events[0]);
+  const std::string base = format_cuda_ipc_descriptor(Sample());
+  std::string upper = one;
+  upper[0] = 'A';
+  for (const std::string& bad : {base + ":events=", base + ":events=" + one + one, base + ":events=" + one + one + one + one,
+                                 base + ":events=" + one + one + one.substr(1), base + ":events=" + one + one + upper,
+                                 base + ":events=" + one + one + one + ":"}) {
+    auto r = parse_cuda_ipc_descriptor(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_HAS(r.status().message(), bad);
+    }
+  }
+}
+
 TEST(CudaIpcDescriptor, PciBusIds) {
   for (const char* ok : {"0000:3B:00.0", "0000:3b:00.0", "00000000:3B:00.0", "0001:C1:1f.7"}) {
     EXPECT_TRUE(is_pci_bus_id(ok)) << ok;

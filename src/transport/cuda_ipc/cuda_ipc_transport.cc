@@ -6,6 +6,7 @@
 #include <cudaTypedefs.h>  // PFN_cuMemGetAddressRange (a driver entry point; no libcuda link)
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <set>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -132,14 +134,18 @@ class CudaIpcTarget final : public TargetMemory {
   // `pool` owns the memory (create_target) or is empty (expose_memory: the
   // caller owns it). `base` is slot 0.
   // `whose` names the memory in errors ("engine rank 2's cuda_ipc pool on device 0").
+  // `landed`: a pool's interprocess events, one per slot (empty for exposed
+  // memory), whose handles are in the descriptor.
   CudaIpcTarget(std::string whose, int device, DeviceBuffer pool, std::byte* base, int slots,
-                std::uint64_t slot_bytes, std::string descriptor, const std::string& handle_hex)
+                std::uint64_t slot_bytes, std::vector<CudaEvent> landed, std::string descriptor,
+                const std::string& handle_hex)
       : whose_(std::move(whose)),
         device_(device),
         pool_(std::move(pool)),
         base_(base),
         slots_(slots),
         slot_bytes_(slot_bytes),
+        landed_(std::move(landed)),
         descriptor_(std::move(descriptor)),
         record_(handle_hex) {}
 
@@ -159,6 +165,35 @@ class CudaIpcTarget final : public TargetMemory {
   }
   Status seal() override { return Status::Ok(); }  // nothing has a name
 
+  // Polls slot i's event: an event never recorded, or recorded by an
+  // initiator that waited for its writes itself, is complete at once. A
+  // bucket's pack takes milliseconds: yield for the first one, then sleep.
+  Status wait_landed(int slot, Deadline deadline, const std::function<Status()>& interrupted) override {
+    if (landed_.empty()) return Status::Ok();
+    if (slot < 0 || slot >= slots_) {
+      return InvalidArgument("wait_landed: slot " + std::to_string(slot) + " of " + whose_ + " (" +
+                             std::to_string(slots_) + " slots)");
+    }
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+    for (;;) {
+      auto done = landed_[slot].query();
+      if (!done.ok()) {
+        return done.status().WithContext("the landing event of slot " + std::to_string(slot) + " of " + whose_);
+      }
+      if (*done) return Status::Ok();
+      RETURN_IF_ERROR(interrupted());
+      if (deadline.expired()) {
+        return DeadlineExceeded("the writes into slot " + std::to_string(slot) + " of " + whose_ +
+                                " were announced but did not finish before the deadline");
+      }
+      if (std::chrono::steady_clock::now() < spin_until) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+  }
+
  private:
   std::string whose_;
   int device_;
@@ -166,15 +201,17 @@ class CudaIpcTarget final : public TargetMemory {
   std::byte* base_;
   int slots_;
   std::uint64_t slot_bytes_;
+  std::vector<CudaEvent> landed_;  // by slot; empty for exposed memory
   std::string descriptor_;
   ExportRecord record_;
 };
 
 // Exports the allocation starting at `alloc_base` and builds the target whose
-// slot 0 is alloc_base + offset.
+// slot 0 is alloc_base + offset; `landing_events`: one exported
+// interprocess event per slot (a receive pool).
 StatusOr<std::unique_ptr<TargetMemory>> export_target(const std::string& whose, int device, DeviceBuffer pool,
                                                       std::byte* alloc_base, std::uint64_t offset, int slots,
-                                                      std::uint64_t slot_bytes) {
+                                                      std::uint64_t slot_bytes, bool landing_events) {
   ScopedDevice scope(device);
   RETURN_IF_ERROR(scope.status().WithContext("exporting " + whose));
   cudaIpcMemHandle_t handle{};
@@ -200,9 +237,18 @@ StatusOr<std::unique_ptr<TargetMemory>> export_target(const std::string& whose, 
   d.slot_bytes = slot_bytes;
   d.offset = offset;
   std::memcpy(d.handle.data(), &handle, kCudaIpcHandleBytes);
+  std::vector<CudaEvent> landed;
+  for (int i = 0; landing_events && i < slots; ++i) {
+    auto event = CudaEvent::Create(device, /*timing=*/false, /*interprocess=*/true);
+    if (!event.ok()) return event.status().WithContext("the landing event of slot " + std::to_string(i) + " of " + whose);
+    auto h = event->ipc_handle();
+    if (!h.ok()) return h.status().WithContext("exporting the landing event of slot " + std::to_string(i) + " of " + whose);
+    d.events.push_back(*h);
+    landed.push_back(std::move(*event));
+  }
   std::byte* base = alloc_base + offset;
   return std::unique_ptr<TargetMemory>(new CudaIpcTarget(whose, device, std::move(pool), base, slots, slot_bytes,
-                                                         format_cuda_ipc_descriptor(d),
+                                                         std::move(landed), format_cuda_ipc_descriptor(d),
                                                          cuda_ipc_handle_hex(d.handle)));
 }
 
@@ -211,15 +257,18 @@ StatusOr<std::unique_ptr<TargetMemory>> export_target(const std::string& whose, 
 class CudaIpcRemote final : public RemoteTarget {
  public:
   // `mapped` comes from cudaIpcOpenMemHandle in the context of `device`.
+  // `landed`: the target's landing events opened here (one per slot), or
+  // empty (the target has none, or its GPU is not `device`).
   CudaIpcRemote(std::string what, int device, void* mapped, std::uint64_t offset, int slots,
-                std::uint64_t slot_bytes, CudaStream stream)
+                std::uint64_t slot_bytes, CudaStream stream, std::vector<CudaEvent> landed)
       : what_(std::move(what)),
         device_(device),
         mapped_(mapped),
         base_(static_cast<std::byte*>(mapped) + offset),
         slots_(slots),
         slot_bytes_(slot_bytes),
-        stream_(std::move(stream)) {}
+        stream_(std::move(stream)),
+        landed_(std::move(landed)) {}
 
   ~CudaIpcRemote() override {
     // Copies still queued write into the mapping: let them finish first.
@@ -291,6 +340,17 @@ class CudaIpcRemote final : public RemoteTarget {
   // destructor waits for it.
   void cancel(Ticket) override {}
 
+  StatusOr<bool> record_landed(int slot, void* stream) override {
+    if (landed_.empty()) return false;
+    if (slot < 0 || slot >= slots_) {
+      return InvalidArgument("record_landed: slot " + std::to_string(slot) + " of " + what_ + " (" +
+                             std::to_string(slots_) + " slots)");
+    }
+    RETURN_IF_ERROR(landed_[slot].record(stream).WithContext("the landing event of slot " + std::to_string(slot) +
+                                                             " of " + what_));
+    return true;
+  }
+
  private:
   struct Pending {
     Ticket ticket;
@@ -304,6 +364,7 @@ class CudaIpcRemote final : public RemoteTarget {
   int slots_;
   std::uint64_t slot_bytes_;
   CudaStream stream_;
+  std::vector<CudaEvent> landed_;        // the target's, by slot; may be empty
   std::deque<Pending> pending_;          // contiguous tickets, oldest first
   std::vector<CudaEvent> free_events_;   // recorded and completed: reusable
   Ticket next_ticket_ = 0;
@@ -336,7 +397,7 @@ class CudaIpcTransport final : public Transport {
     if (!pool.ok()) return pool.status().WithContext("allocating " + owner + "'s cuda_ipc pool");
     std::byte* base = pool->data();
     return export_target(owner + "'s cuda_ipc pool" + on_device(options.device), options.device, std::move(*pool),
-                         base, 0, options.slots, options.slot_bytes);
+                         base, 0, options.slots, options.slot_bytes, /*landing_events=*/true);
   }
 
   StatusOr<std::unique_ptr<TargetMemory>> expose_memory(std::byte* base, std::uint64_t bytes, MemoryKind memory,
@@ -379,7 +440,8 @@ class CudaIpcTransport final : public Transport {
                    "rounded up to 2 MiB\n",
                    what.c_str(), static_cast<unsigned long long>(alloc.size));
     }
-    return export_target("cuda_ipc " + what, device, DeviceBuffer(), alloc.base, offset, 1, bytes);
+    return export_target("cuda_ipc " + what, device, DeviceBuffer(), alloc.base, offset, 1, bytes,
+                         /*landing_events=*/false);
   }
 
   // `device`: the initiator's local device, whose kernels write into the
@@ -479,8 +541,25 @@ class CudaIpcTransport final : public Transport {
     }
     auto stream = CudaStream::Create(device);
     if (!stream.ok()) return close(stream.status().WithContext("opening " + what));
-    return std::unique_ptr<RemoteTarget>(
-        new CudaIpcRemote(what, device, mapped, d.offset, d.slots, d.slot_bytes, std::move(*stream)));
+    // The landing events, when the writes come from the GPU that holds the
+    // target (an event is recorded on a stream of its own device); across
+    // GPUs the initiator waits for its writes itself.
+    std::vector<CudaEvent> landed;
+    int owner = -1;
+    if (cudaDeviceGetByPCIBusId(&owner, d.pci_bus_id.c_str()) != cudaSuccess) {
+      (void)cudaGetLastError();
+      owner = -1;
+    }
+    for (std::size_t i = 0; owner == device && i < d.events.size(); ++i) {
+      auto event = CudaEvent::OpenIpc(device, d.events[i]);
+      if (!event.ok()) {
+        return close(event.status().WithContext("opening the landing event of slot " + std::to_string(i) + " of " +
+                                                what));
+      }
+      landed.push_back(std::move(*event));
+    }
+    return std::unique_ptr<RemoteTarget>(new CudaIpcRemote(what, device, mapped, d.offset, d.slots, d.slot_bytes,
+                                                           std::move(*stream), std::move(landed)));
   }
 
   // `device` must be a visible local CUDA index.
