@@ -644,8 +644,11 @@ TEST_P(DataPlaneFault, IsRefusedAndLoggedAndTheJobVerifies) {
                  "--timeout", "20"});
   }
   std::vector<pid_t> pids = Pids(group);
-  ASSERT_TRUE(group.wait_all(60)) << group.all_stderr();
+  const bool ended = group.wait_all(60);
+  // Joined before any ASSERT can return (a joinable thread at the end of
+  // the test would abort the whole test binary instead of failing the test).
   if (handshake.joinable()) handshake.join();
+  ASSERT_TRUE(ended) << group.all_stderr();
   ExpectJobVerified(group, spec.refits);
   EXPECT_HAS(group.err("engine rank 0"), "engine rank 0: refused a data connection from 127.0.0.1:");
   EXPECT_HAS(group.err("engine rank 0"), fault.expected);
