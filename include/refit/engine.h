@@ -140,7 +140,7 @@ class ReferenceEngine : public Engine {
   struct PreparedApply;
   static constexpr std::size_t kPreparedPerSequence = 2;
   std::vector<std::vector<std::unique_ptr<PreparedApply>>> prepared_;
-  const PreparedApply* find_prepared(const AlignedBatch& batch) const;
+  const PreparedApply* find_prepared(std::uint64_t sequence, const std::vector<const void*>& key) const;
   Status apply_prepared(const PreparedApply& prepared, const std::string& where);
 };
 

@@ -151,10 +151,10 @@ Status ReferenceEngine::begin(std::uint64_t version) {
   return Status::Ok();
 }
 
-const ReferenceEngine::PreparedApply* ReferenceEngine::find_prepared(const AlignedBatch& batch) const {
-  if (batch.sequence >= prepared_.size()) return nullptr;
-  const std::vector<const void*> key = batch_key(batch);
-  for (const auto& p : prepared_[batch.sequence]) {
+const ReferenceEngine::PreparedApply* ReferenceEngine::find_prepared(std::uint64_t sequence,
+                                                                     const std::vector<const void*>& key) const {
+  if (sequence >= prepared_.size()) return nullptr;
+  for (const auto& p : prepared_[sequence]) {
     if (p->key == key) return p.get();
   }
   return nullptr;
@@ -187,8 +187,10 @@ Status ReferenceEngine::apply(const AlignedBatch& batch) {
                                 std::to_string(batch.specs.size()));
     }
   }
+  std::vector<const void*> key;  // device engines: what identifies this batch (built once)
   if (options_.memory == MemoryKind::kCuda) {
-    if (const PreparedApply* prepared = find_prepared(batch)) return apply_prepared(*prepared, where);
+    key = batch_key(batch);
+    if (const PreparedApply* prepared = find_prepared(batch.sequence, key)) return apply_prepared(*prepared, where);
   }
   const std::vector<AlignedBatch::DTypeGroup> groups = batch.groups();
 
@@ -290,7 +292,7 @@ Status ReferenceEngine::apply(const AlignedBatch& batch) {
     stats_.bytes_applied += prepared->bytes;
     return Status::Ok();
   }
-  prepared->key = batch_key(batch);
+  prepared->key = std::move(key);
   if (prepared_.size() <= batch.sequence) prepared_.resize(batch.sequence + 1);
   std::vector<std::unique_ptr<PreparedApply>>& kept = prepared_[batch.sequence];
   if (kept.size() == kPreparedPerSequence) kept.erase(kept.begin());
