@@ -64,7 +64,7 @@ TEST_P(KillTest, EverySurvivorFailsNamingTheLostRank) {
   for (std::size_t i = 0; i < refits.size(); ++i) EXPECT_EQ(refits[i]["version"], i + 1);
   // Nothing left in /dev/shm by any process of the job (the pool's name is
   // removed once every trainer opened it, so even SIGKILL leaves nothing).
-  for (pid_t pid : pids) EXPECT_TRUE(testing::shm_segments_of(pid).empty()) << "leftover shm of pid " << pid;
+  for (pid_t pid : pids) EXPECT_TRUE(group.shm_left_by(pid).empty()) << "leftover shm of pid " << pid;
 }
 
 INSTANTIATE_TEST_SUITE_P(Roles, KillTest,

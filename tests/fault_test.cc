@@ -71,7 +71,7 @@ void WithSecret(JobSpec& spec, const std::string& path) {
 // Every process exited (none left) and left nothing in /dev/shm.
 void ExpectNoLeftovers(ProcessGroup& group, const std::vector<pid_t>& pids) {
   ASSERT_TRUE(group.wait_all(60)) << "processes left running:\n" << group.all_stderr();
-  for (pid_t pid : pids) EXPECT_TRUE(testing::shm_segments_of(pid).empty()) << "shm left by pid " << pid;
+  for (pid_t pid : pids) EXPECT_TRUE(group.shm_left_by(pid).empty()) << "shm left by pid " << pid;
 }
 
 std::vector<pid_t> Pids(const ProcessGroup& group) {
@@ -669,6 +669,31 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return info.param.name; });
 
 // ---- /dev/shm ----------------------------------------------------------------
+
+// The leftover check itself: a segment named for a pid before the group was
+// made belongs to an earlier process with that pid (killed before it removed
+// its pool; pids wrap), one named after it is blamed on the group's process.
+// Catches: the CI failure of 2026-11-29, where a stale "refit-16326-0" from
+// an earlier killed run failed DataPlaneFault/not_a_hello, whose engine got
+// pid 16326 again; and a check that stopped seeing new segments at all.
+TEST(ShmLeftovers, OnlySegmentsMadeAfterTheGroupAreBlamedOnItsProcesses) {
+  const pid_t pid = 99999999;  // above any pid_max: no real process has it
+  const std::string stale = "/dev/shm/refit-99999999-0", fresh = "/dev/shm/refit-99999999-1";
+  auto touch = [](const std::string& path) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0) << path;
+    ::close(fd);
+  };
+  touch(stale);
+  {
+    ProcessGroup group;
+    EXPECT_TRUE(group.shm_left_by(pid).empty()) << "a segment older than the group was blamed on it";
+    touch(fresh);
+    EXPECT_EQ(group.shm_left_by(pid), std::vector<std::string>{"refit-99999999-1"});
+  }
+  std::remove(stale.c_str());
+  std::remove(fresh.c_str());
+}
 
 // Engine rank 0 runs in a private mount namespace whose /dev/shm is a 1 MiB
 // tmpfs; its receive pool (2 slots of 1 MiB) cannot fit. It fails at setup

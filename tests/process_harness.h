@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -27,14 +28,12 @@ inline std::string read_file(const std::string& path) {
   return s.str();
 }
 
-// /dev/shm entries that a process with this pid created (refit names its
-// segments "refit-<pid>-...").
-inline std::vector<std::string> shm_segments_of(pid_t pid) {
-  std::vector<std::string> out;
-  std::string prefix = "refit-" + std::to_string(pid) + "-";
+// Names in /dev/shm that start with `prefix`.
+inline std::set<std::string> shm_entries(const std::string& prefix) {
+  std::set<std::string> out;
   if (DIR* dir = ::opendir("/dev/shm")) {
     while (dirent* e = ::readdir(dir)) {
-      if (std::string(e->d_name).rfind(prefix, 0) == 0) out.push_back(e->d_name);
+      if (std::string(e->d_name).rfind(prefix, 0) == 0) out.insert(e->d_name);
     }
     ::closedir(dir);
   }
@@ -50,7 +49,7 @@ class ProcessGroup {
     std::string out_path, err_path;
   };
 
-  ProcessGroup() {
+  ProcessGroup() : shm_before_(shm_entries("refit-")) {
     char dir[] = "/tmp/refit-test-XXXXXX";
     dir_ = ::mkdtemp(dir);
   }
@@ -62,12 +61,28 @@ class ProcessGroup {
       }
       std::remove(p.out_path.c_str());
       std::remove(p.err_path.c_str());
+      // A process killed before it sealed its pool leaves the pool's name;
+      // removed here so that it cannot be blamed on a later process that
+      // gets the same pid.
+      for (const auto& entry : shm_left_by(p.pid)) ::unlink(("/dev/shm/" + entry).c_str());
     }
     std::remove((dir_ + "/port").c_str());
     ::rmdir(dir_.c_str());
   }
 
   const std::string& dir() const { return dir_; }
+
+  // /dev/shm entries that the process with this pid created (refit names its
+  // segments "refit-<pid>-<n>"). Entries that existed before this group was
+  // made are not counted: they belong to an earlier process that had the
+  // same pid (one killed before it could remove its pool; pids wrap).
+  std::vector<std::string> shm_left_by(pid_t pid) const {
+    std::vector<std::string> out;
+    for (const auto& entry : shm_entries("refit-" + std::to_string(pid) + "-")) {
+      if (!shm_before_.contains(entry)) out.push_back(entry);
+    }
+    return out;
+  }
 
   // Starts `refit <args...>` as process `name`.
   pid_t spawn(const std::string& name, const std::vector<std::string>& args) {
@@ -174,6 +189,7 @@ class ProcessGroup {
     }
     return s;
   }
+  std::set<std::string> shm_before_;  // "refit-*" names in /dev/shm when the group was made
   std::string dir_;
   std::map<std::string, Proc> procs_;
 };
