@@ -228,6 +228,12 @@ Status cuda_context_health(int device);
 // process's context on `device` with a sticky cudaErrorIllegalAddress.
 Status inject_illegal_address(int device, void* stream);
 
+// Fault injection for tests (`--debug-die-after-announce`): enqueues on
+// `stream` a kernel that spins for `ms` milliseconds, so that what is queued
+// after it (a pack, the slot's landing event) is still pending long after
+// the host has moved on.
+Status inject_gpu_delay(int device, void* stream, std::uint32_t ms);
+
 // Enqueues a copy of `bytes` bytes on `stream` (a cudaStream_t) and returns at
 // once; unified addressing decides the direction. For host-to-device copies
 // at link speed the host side must be pinned (PinnedBuffer); the bytes land

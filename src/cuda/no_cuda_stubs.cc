@@ -37,6 +37,7 @@ StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t, const Conten
   return no_cuda("first_content_mismatch_device");
 }
 Status inject_illegal_address(int, void*) { return no_cuda("inject_illegal_address"); }
+Status inject_gpu_delay(int, void*, std::uint32_t) { return no_cuda("inject_gpu_delay"); }
 
 }  // namespace refit
 

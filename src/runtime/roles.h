@@ -49,6 +49,12 @@ struct RankOptions {
   // Fault injection for tests: in refit N, break this trainer's CUDA context
   // with an illegal-address kernel (device weights only).
   std::uint64_t debug_cuda_fault_refit = 0;
+  // Fault injection for tests (trainer only, device weights): in refit N,
+  // hold this rank's stream behind a 30 s GPU delay, send its first bucket
+  // (over cuda_ipc staged: announced while its pack and landing event still
+  // wait behind the delay), then die by SIGKILL, as a trainer killed in the
+  // middle of a pack would. 0: off.
+  std::uint64_t debug_die_after_announce = 0;
   // Fault injection for tests (trainer only): authenticate the data link
   // with this secret instead of `secret`, as a trainer configured with
   // another job's secret would. "": off.

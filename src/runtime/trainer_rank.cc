@@ -1,6 +1,7 @@
 // The trainer role: see trainer_rank.h and roles.h.
 #include "runtime/trainer_rank.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -274,7 +275,15 @@ class TrainerRank::Impl {
     std::uint64_t buckets = 0, bytes = 0;
     Clock::time_point last_progress = Clock::now();
     for (std::uint64_t j = trainer_index_; j < plan_.buckets.size(); j += feeders_) {
+      const bool die_after_this = version == options_.debug_die_after_announce && stream_.device() >= 0;
+      if (die_after_this) RETURN_IF_ERROR(inject_gpu_delay(stream_.device(), stream_.handle(), 30000));
       RETURN_IF_ERROR(send_bucket(version, j, deadline));
+      if (die_after_this) {
+        std::fprintf(stderr, "%s: bucket %llu of refit %llu sent behind a 30 s GPU delay; dying by SIGKILL "
+                     "(--debug-die-after-announce)\n", name().c_str(), static_cast<unsigned long long>(j),
+                     static_cast<unsigned long long>(version));
+        ::raise(SIGKILL);
+      }
       if (version == options_.debug_fail_refit) {
         return Internal(name() + ": injected fault in refit " + std::to_string(version) + " (--debug-fail-refit)");
       }

@@ -193,6 +193,9 @@ int main(int argc, char** argv) {
   trainer_cmd->add_option("--debug-cuda-fault-refit", trainer.debug_cuda_fault_refit,
                           "Fault injection for tests: break the trainer's CUDA context in refit N")
       ->group("");  // hidden
+  trainer_cmd->add_option("--debug-die-after-announce", trainer.debug_die_after_announce,
+                          "Fault injection for tests: in refit N, send a bucket behind a GPU delay, then SIGKILL")
+      ->group("");  // hidden
   std::string trainer_debug_data_secret_file;
   trainer_cmd->add_option("--debug-data-secret-file", trainer_debug_data_secret_file,
                           "Fault injection for tests: authenticate the data link with this secret instead")

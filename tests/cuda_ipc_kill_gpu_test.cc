@@ -1,0 +1,141 @@
+// GPU (label gpu): kill -9 of a rank in the middle of a job over cuda_ipc,
+// trainer and engine as separate processes on one GPU. The failure tests of
+// failure_test.cc do this over shm and tcp on the CPU; on the GPU two things
+// differ. A staged trainer announces a bucket (kLanded) while its pack is
+// still queued, with the slot's interprocess landing event recorded after
+// it: killed then, its event is never completed by anyone, and the engine,
+// which polls that event before reading the slot, must still fail within
+// the refit deadline. An engine killed while a trainer holds its pool or its
+// weights mapped (cudaIpcOpenMemHandle) leaves the trainer writing into
+// memory whose owner is gone: the trainer must fail naming the engine, not
+// hang in a copy or report the refit complete. Skips where no GPU exists.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cuda/gpu_test_util.h"
+#include "process_harness.h"
+#include "refit/device.h"
+
+namespace refit {
+namespace {
+
+using nlohmann::json;
+using testing::ProcessGroup;
+
+struct KillCase {
+  std::string victim, mode;
+};
+
+class CudaIpcKillTest : public ::testing::TestWithParam<KillCase> {};
+
+// Catches: an engine whose wait for a landing event is bounded by nothing
+// (a dead trainer's event never completes: the engine would hang past the
+// deadline), a trainer whose writes into a dead engine's mapping are
+// reported as a committed refit, and errors that do not name the lost rank.
+TEST_P(CudaIpcKillTest, EverySurvivorFailsNamingTheLostRank) {
+  REFIT_SKIP_WITHOUT_CUDA_DEVICE();
+  const KillCase& c = GetParam();
+  const int refit_timeout_s = 15;
+  const std::vector<std::string> common = {"--trainer-ranks", "1",  "--engine-ranks", "1",
+                                           "--setup-timeout",  "60", "--timeout",      std::to_string(refit_timeout_s)};
+  // Far more refits than will run: the kill lands mid-job.
+  std::vector<std::string> coordinator = {"--refits", "100000"};
+  coordinator.insert(coordinator.end(), common.begin(), common.end());
+  ProcessGroup group;
+  const std::string address = group.spawn_coordinator(coordinator);
+  ASSERT_FALSE(address.empty()) << group.all_stderr();
+  for (const std::string role : {"engine", "trainer"}) {
+    std::vector<std::string> args = {role,       "--coordinator", address,    "--rank",   "0",
+                                     "--model",  "tiny-moe",      "--device", "cuda",     "--transport",
+                                     "cuda_ipc", "--mode",        c.mode,     "--bucket-size", "256KiB"};
+    if (role == "engine" && c.mode == "staged") args.push_back("--poison-recycled");
+    args.insert(args.end(), common.begin(), common.end());
+    group.spawn(role + " rank 0", args);
+  }
+  // Wait until refits run, then kill the victim.
+  bool refitting = false;
+  for (int i = 0; i < 12000 && !refitting; ++i) {
+    refitting = group.err("coordinator").find("setup complete") != std::string::npos;
+    if (group.wait_one("coordinator", 0)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(refitting) << group.all_stderr();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  group.kill(c.victim, SIGKILL);
+  ASSERT_TRUE(group.wait_all(refit_timeout_s + 15)) << "a survivor hung:\n" << group.all_stderr();
+  for (const auto& name : group.names()) {
+    if (name == c.victim) continue;
+    EXPECT_NE(group.exit_code(name), 0) << name << " exited 0 after " << c.victim << " died\n" << group.all_stderr();
+    EXPECT_NE(group.err(name).find(c.victim), std::string::npos) << name << ":\n" << group.err(name);
+  }
+  const json report = json::parse(group.report());
+  EXPECT_FALSE(report["verified"].get<bool>());
+  EXPECT_NE(report["error"].get<std::string>().find(c.victim), std::string::npos) << report.dump();
+  ASSERT_GE(report["refits"].size(), 1u) << "no refit committed before the kill: " << report.dump();
+  for (std::size_t i = 0; i < report["refits"].size(); ++i) EXPECT_EQ(report["refits"][i]["version"], i + 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Roles, CudaIpcKillTest,
+                         ::testing::Values(KillCase{"trainer rank 0", "staged"}, KillCase{"engine rank 0", "staged"},
+                                           KillCase{"trainer rank 0", "direct"}, KillCase{"engine rank 0", "direct"}),
+                         [](const auto& info) {
+                           std::string v = info.param.victim;
+                           for (char& ch : v) {
+                             if (ch == ' ') ch = '_';
+                           }
+                           return v + "_" + info.param.mode;
+                         });
+
+// The case a random kill rarely hits: the trainer announces its first bucket
+// of refit 2 while the bucket's pack, and the slot's landing event after it,
+// wait on its stream behind a 30 s GPU delay, then dies by SIGKILL
+// (--debug-die-after-announce). The engine, polling that event, must stop at
+// once when the link to the trainer breaks or the coordinator aborts, far
+// inside the 60 s refit and bucket deadlines.
+// Catches: CudaIpcTarget::wait_landed polling without its `interrupted`
+// check (the engine waits the whole deadline for an event nobody will
+// complete; mutation tried, see docs/TESTING.md).
+TEST(CudaIpcKill, ATrainerKilledBeforeItsAnnouncedPackRanEndsTheEngineAtOnce) {
+  REFIT_SKIP_WITHOUT_CUDA_DEVICE();
+  const std::vector<std::string> common = {"--trainer-ranks", "1",  "--engine-ranks", "1",
+                                           "--setup-timeout",  "60", "--timeout",      "60"};
+  std::vector<std::string> coordinator = {"--refits", "3"};
+  coordinator.insert(coordinator.end(), common.begin(), common.end());
+  ProcessGroup group;
+  const std::string address = group.spawn_coordinator(coordinator);
+  ASSERT_FALSE(address.empty()) << group.all_stderr();
+  for (const std::string role : {"engine", "trainer"}) {
+    std::vector<std::string> args = {role,       "--coordinator", address,    "--rank",   "0",
+                                     "--model",  "tiny",          "--device", "cuda",     "--transport",
+                                     "cuda_ipc", "--mode",        "staged",   "--bucket-size", "1MiB",
+                                     "--bucket-timeout", "60"};
+    if (role == "engine") args.push_back("--poison-recycled");
+    if (role == "trainer") args.insert(args.end(), {"--debug-die-after-announce", "2"});
+    args.insert(args.end(), common.begin(), common.end());
+    group.spawn(role + " rank 0", args);
+  }
+  ASSERT_TRUE(group.wait_one("trainer rank 0", 120)) << group.all_stderr();
+  ASSERT_EQ(group.exit_code("trainer rank 0"), 128 + SIGKILL) << group.all_stderr();
+  ASSERT_NE(group.err("trainer rank 0").find("dying by SIGKILL"), std::string::npos) << group.all_stderr();
+  const auto died = std::chrono::steady_clock::now();
+  ASSERT_TRUE(group.wait_all(20)) << "a survivor still runs 20 s after the trainer died:\n" << group.all_stderr();
+  const double took_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - died).count();
+  EXPECT_LT(took_s, 10.0) << group.all_stderr();
+  for (const std::string name : {"coordinator", "engine rank 0"}) {
+    EXPECT_NE(group.exit_code(name), 0) << name << "\n" << group.all_stderr();
+    EXPECT_NE(group.err(name).find("trainer rank 0"), std::string::npos) << name << ":\n" << group.err(name);
+  }
+  const json report = json::parse(group.report());
+  EXPECT_FALSE(report["verified"].get<bool>());
+  EXPECT_EQ(report["refits"].size(), 1u) << report.dump();
+}
+
+}  // namespace
+}  // namespace refit
