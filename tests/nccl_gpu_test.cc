@@ -169,6 +169,13 @@ TEST_P(NcclRefitTest, EveryByteVerifiedOnTheDevice) {
   EXPECT_TRUE(report["verified"].get<bool>()) << report.dump();
   ASSERT_EQ(report["refits"].size(), static_cast<std::size_t>(job.refits)) << report.dump();
   for (std::size_t i = 0; i < report["refits"].size(); ++i) EXPECT_EQ(report["refits"][i]["version"], i + 1);
+  // The coordinator warns when the ranks share a GPU (one visible GPU), and
+  // only then. Catches: a rank that does not report its GPU's UUID in its
+  // join, or a warning for ranks on GPUs of their own.
+  const bool one_gpu = visible_gpus(*cuda_device_count()).size() < 2;
+  const bool warned =
+      group.err("coordinator").find("warning: trainer rank 0 and engine rank 0 share GPU GPU-") != std::string::npos;
+  EXPECT_EQ(warned, one_gpu) << group.err("coordinator");
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, NcclRefitTest,

@@ -38,6 +38,11 @@ bool cuda_built();
 // "cudaGetDeviceCount: no CUDA-capable device is detected (cudaErrorNoDevice)".
 StatusOr<int> cuda_device_count();
 
+// The UUID of local CUDA device `device`, as nvidia-smi -L prints it
+// ("GPU-4c2a46b8-d994-7be1-2bd6-c7b4991ff3ca"): the same for every process
+// that sees that physical GPU, whatever its CUDA_VISIBLE_DEVICES.
+StatusOr<std::string> cuda_device_uuid(int device);
+
 // DESIGN rule 7: the device of engine TP rank `tp_rank` is the LOCAL index
 // base_gpu_id + tp_rank inside CUDA_VISIBLE_DEVICES, never a physical GPU id.
 // `visible_device_count` is cuda_device_count() of the engine's process.

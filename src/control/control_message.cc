@@ -108,7 +108,7 @@ struct Schema {
 };
 
 constexpr std::uint64_t kMaxTypeBytes = 64;
-constexpr std::uint64_t kMaxNameBytes = 64;      // role, device, mode, transport, digest
+constexpr std::uint64_t kMaxNameBytes = 64;      // role, device, gpu (UUID), mode, transport, digest
 constexpr std::uint64_t kMaxAddressBytes = 512;  // host:port
 constexpr std::uint64_t kMaxDescriptorBytes = 4096;
 constexpr std::uint64_t kMaxHexBytes = 256;      // auth nonces and MACs
@@ -124,6 +124,7 @@ const std::vector<Schema>& schemas() {
                   {"rank", kUint, true, kMaxRanks},
                   {"pid", kInt},
                   {"device", kStr, false, kMaxNameBytes},
+                  {"gpu", kStr, false, kMaxNameBytes},
                   {"mode", kStr, false, kMaxNameBytes},
                   {"trainer_ranks", kUint, false, kMaxRanks},
                   {"engine_ranks", kUint, false, kMaxRanks},

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "control/join_gate.h"
+#include "control/shared_gpu.h"
 #include "control/spec_json.h"
 #include "refit/aligner.h"
 #include "refit/link.h"
@@ -211,6 +212,13 @@ class Coordinator {
     report_["mode"] = first.join["mode"];
     report_["device"] = first.join.value("device", std::string("cpu"));
     report_["bucket_size"] = first.join["bucket_size"];
+    if (first.join["transport"] == "nccl") {
+      std::vector<RankGpu> placed;
+      for (auto* group : {&trainers_, &engines_}) {
+        for (const auto& m : *group) placed.push_back({m->name(), m->join.value("gpu", std::string())});
+      }
+      for (const std::string& warning : nccl_shared_gpu_warnings(placed)) log(warning);
+    }
 
     // Engine-local resources.
     for (const auto& e : engines_) {

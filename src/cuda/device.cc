@@ -119,6 +119,17 @@ StatusOr<int> cuda_device_count() {
   return n;
 }
 
+StatusOr<std::string> cuda_device_uuid(int device) {
+  cudaDeviceProp props{};
+  RETURN_IF_ERROR(cuda_check(cudaGetDeviceProperties(&props, device),
+                             "cudaGetDeviceProperties of device " + std::to_string(device)));
+  const auto* b = reinterpret_cast<const unsigned char*>(props.uuid.bytes);
+  char text[64];
+  std::snprintf(text, sizeof text, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return std::string(text);
+}
+
 namespace {
 
 // What cudaMalloc is asked for: a buffer of 2 MiB or more is rounded up to
@@ -381,6 +392,7 @@ Status no_cuda(std::string_view what) {
 }  // namespace
 
 StatusOr<int> cuda_device_count() { return no_cuda("cuda_device_count"); }
+StatusOr<std::string> cuda_device_uuid(int) { return no_cuda("cuda_device_uuid"); }
 StatusOr<DeviceBuffer> DeviceBuffer::Allocate(int, std::uint64_t) { return no_cuda("DeviceBuffer::Allocate"); }
 void DeviceBuffer::reset() {}
 StatusOr<PinnedBuffer> PinnedBuffer::Allocate(std::uint64_t) { return no_cuda("PinnedBuffer::Allocate"); }

@@ -167,6 +167,9 @@ class EngineRank::Impl {
               {"memory_limit", options_.memory_limit},
               {"supported_dtypes", supported},
               {"specs", specs_to_json(own)}};
+    if (on_device_) {  // for the coordinator's check of ranks sharing a GPU
+      if (auto uuid = cuda_device_uuid(device_); uuid.ok()) join["gpu"] = *uuid;
+    }
     ASSIGN_OR_RETURN(Json setup, client_->join(join, deadline));
     if (!pool && !direct_) return Internal("the coordinator accepted a receive pool that was never allocated");
     ASSIGN_OR_RETURN(seed_, json_uint(setup, "seed"));

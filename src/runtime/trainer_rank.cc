@@ -121,6 +121,11 @@ class TrainerRank::Impl {
               {"engine_rank", engine_rank_},
               {"plan_digest", plan_.digest_hex()},
               {"stream_dtypes", dtypes}};
+    // Which physical GPU this rank uses (the coordinator warns where an nccl
+    // job puts two ranks on one); a rank that cannot tell just says nothing.
+    if (source_on_device_) {
+      if (auto uuid = cuda_device_uuid(source_->device()); uuid.ok()) join["gpu"] = *uuid;
+    }
     ASSIGN_OR_RETURN(Json setup, client_->join(join, deadline));
     ASSIGN_OR_RETURN(seed_, json_uint(setup, "seed"));
     ASSIGN_OR_RETURN(std::string address, json_string(setup, "engine_address"));
