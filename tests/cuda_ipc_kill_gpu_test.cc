@@ -29,6 +29,38 @@ namespace {
 using nlohmann::json;
 using testing::ProcessGroup;
 
+// A job over cuda_ipc on one GPU: a coordinator, engine rank 0, trainer rank 0.
+struct Job {
+  std::string mode = "staged";
+  std::string model = "tiny";
+  std::string bucket = "1MiB";
+  int refits = 3;
+  int refit_timeout_s = 60;
+  std::vector<std::string> rank_extra;     // appended to both ranks' flags
+  std::vector<std::string> trainer_extra;  // appended to the trainer's
+};
+
+// Starts `job`; false when the coordinator did not listen.
+bool Start(ProcessGroup& group, const Job& job) {
+  const std::vector<std::string> common = {"--trainer-ranks",  "1",  "--engine-ranks", "1",
+                                           "--setup-timeout", "60", "--timeout",      std::to_string(job.refit_timeout_s)};
+  std::vector<std::string> coordinator = {"--refits", std::to_string(job.refits)};
+  coordinator.insert(coordinator.end(), common.begin(), common.end());
+  const std::string address = group.spawn_coordinator(coordinator);
+  if (address.empty()) return false;
+  for (const std::string role : {"engine", "trainer"}) {
+    std::vector<std::string> args = {role,       "--coordinator", address,   "--rank",   "0",
+                                     "--model",  job.model,       "--device", "cuda",    "--transport",
+                                     "cuda_ipc", "--mode",        job.mode,  "--bucket-size", job.bucket};
+    if (role == "engine" && job.mode == "staged") args.push_back("--poison-recycled");
+    if (role == "trainer") args.insert(args.end(), job.trainer_extra.begin(), job.trainer_extra.end());
+    args.insert(args.end(), job.rank_extra.begin(), job.rank_extra.end());
+    args.insert(args.end(), common.begin(), common.end());
+    group.spawn(role + " rank 0", args);
+  }
+  return true;
+}
+
 struct KillCase {
   std::string victim, mode;
 };
@@ -42,23 +74,14 @@ class CudaIpcKillTest : public ::testing::TestWithParam<KillCase> {};
 TEST_P(CudaIpcKillTest, EverySurvivorFailsNamingTheLostRank) {
   REFIT_SKIP_WITHOUT_CUDA_DEVICE();
   const KillCase& c = GetParam();
-  const int refit_timeout_s = 15;
-  const std::vector<std::string> common = {"--trainer-ranks", "1",  "--engine-ranks", "1",
-                                           "--setup-timeout",  "60", "--timeout",      std::to_string(refit_timeout_s)};
-  // Far more refits than will run: the kill lands mid-job.
-  std::vector<std::string> coordinator = {"--refits", "100000"};
-  coordinator.insert(coordinator.end(), common.begin(), common.end());
+  Job job;
+  job.mode = c.mode;
+  job.model = "tiny-moe";
+  job.bucket = "256KiB";
+  job.refits = 100000;  // far more than will run: the kill lands mid-job
+  job.refit_timeout_s = 15;
   ProcessGroup group;
-  const std::string address = group.spawn_coordinator(coordinator);
-  ASSERT_FALSE(address.empty()) << group.all_stderr();
-  for (const std::string role : {"engine", "trainer"}) {
-    std::vector<std::string> args = {role,       "--coordinator", address,    "--rank",   "0",
-                                     "--model",  "tiny-moe",      "--device", "cuda",     "--transport",
-                                     "cuda_ipc", "--mode",        c.mode,     "--bucket-size", "256KiB"};
-    if (role == "engine" && c.mode == "staged") args.push_back("--poison-recycled");
-    args.insert(args.end(), common.begin(), common.end());
-    group.spawn(role + " rank 0", args);
-  }
+  ASSERT_TRUE(Start(group, job)) << group.all_stderr();
   // Wait until refits run, then kill the victim.
   bool refitting = false;
   for (int i = 0; i < 12000 && !refitting; ++i) {
@@ -69,7 +92,7 @@ TEST_P(CudaIpcKillTest, EverySurvivorFailsNamingTheLostRank) {
   ASSERT_TRUE(refitting) << group.all_stderr();
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   group.kill(c.victim, SIGKILL);
-  ASSERT_TRUE(group.wait_all(refit_timeout_s + 15)) << "a survivor hung:\n" << group.all_stderr();
+  ASSERT_TRUE(group.wait_all(job.refit_timeout_s + 15)) << "a survivor hung:\n" << group.all_stderr();
   for (const auto& name : group.names()) {
     if (name == c.victim) continue;
     EXPECT_NE(group.exit_code(name), 0) << name << " exited 0 after " << c.victim << " died\n" << group.all_stderr();
@@ -104,23 +127,11 @@ INSTANTIATE_TEST_SUITE_P(Roles, CudaIpcKillTest,
 // complete; mutation tried, see docs/TESTING.md).
 TEST(CudaIpcKill, ATrainerKilledBeforeItsAnnouncedPackRanEndsTheEngineAtOnce) {
   REFIT_SKIP_WITHOUT_CUDA_DEVICE();
-  const std::vector<std::string> common = {"--trainer-ranks", "1",  "--engine-ranks", "1",
-                                           "--setup-timeout",  "60", "--timeout",      "60"};
-  std::vector<std::string> coordinator = {"--refits", "3"};
-  coordinator.insert(coordinator.end(), common.begin(), common.end());
+  Job job;  // staged, tiny, 1 MiB buckets, 3 refits, 60 s refit deadline
+  job.rank_extra = {"--bucket-timeout", "60"};
+  job.trainer_extra = {"--debug-die-after-announce", "2"};
   ProcessGroup group;
-  const std::string address = group.spawn_coordinator(coordinator);
-  ASSERT_FALSE(address.empty()) << group.all_stderr();
-  for (const std::string role : {"engine", "trainer"}) {
-    std::vector<std::string> args = {role,       "--coordinator", address,    "--rank",   "0",
-                                     "--model",  "tiny",          "--device", "cuda",     "--transport",
-                                     "cuda_ipc", "--mode",        "staged",   "--bucket-size", "1MiB",
-                                     "--bucket-timeout", "60"};
-    if (role == "engine") args.push_back("--poison-recycled");
-    if (role == "trainer") args.insert(args.end(), {"--debug-die-after-announce", "2"});
-    args.insert(args.end(), common.begin(), common.end());
-    group.spawn(role + " rank 0", args);
-  }
+  ASSERT_TRUE(Start(group, job)) << group.all_stderr();
   ASSERT_TRUE(group.wait_one("trainer rank 0", 120)) << group.all_stderr();
   ASSERT_EQ(group.exit_code("trainer rank 0"), 128 + SIGKILL) << group.all_stderr();
   ASSERT_NE(group.err("trainer rank 0").find("dying by SIGKILL"), std::string::npos) << group.all_stderr();

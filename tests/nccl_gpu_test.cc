@@ -35,6 +35,7 @@
 #include "process_harness.h"
 #include "refit/device.h"
 #include "refit/transport.h"
+#include "testing/scoped_env.h"
 
 namespace refit {
 namespace {
@@ -50,31 +51,6 @@ using testing::ProcessGroup;
       GTEST_SKIP() << "refit was built without NCCL (nccl.h / libnccl not found by CMake)"; \
     }                                                                                      \
   } while (0)
-
-// Sets environment variables for the processes spawned while it lives (they
-// inherit the environment at fork) and restores the previous values.
-class ScopedEnv {
- public:
-  explicit ScopedEnv(const std::map<std::string, std::string>& vars) {
-    for (const auto& [k, v] : vars) {
-      const char* old = std::getenv(k.c_str());
-      saved_[k] = old != nullptr ? std::optional<std::string>(old) : std::nullopt;
-      ::setenv(k.c_str(), v.c_str(), 1);
-    }
-  }
-  ~ScopedEnv() {
-    for (const auto& [k, v] : saved_) {
-      if (v) {
-        ::setenv(k.c_str(), v->c_str(), 1);
-      } else {
-        ::unsetenv(k.c_str());
-      }
-    }
-  }
-
- private:
-  std::map<std::string, std::optional<std::string>> saved_;
-};
 
 // The physical GPUs this process may use, as CUDA_VISIBLE_DEVICES entries.
 std::vector<std::string> visible_gpus(int count) {
@@ -137,7 +113,7 @@ bool start(ProcessGroup& group, const Job& job) {
       args.insert(args.end(), job.trainer_extra.begin(), job.trainer_extra.end());
       for (const auto& [k, v] : job.trainer_env) vars[k] = v;
     }
-    ScopedEnv env(vars);
+    testing::ScopedEnv env(vars);
     group.spawn(role + " rank 0", args);
   }
   return true;

@@ -31,6 +31,7 @@
 
 #include "process_harness.h"
 #include "refit/transport.h"
+#include "testing/ucx_test_util.h"
 
 namespace refit {
 namespace {
@@ -68,13 +69,6 @@ CommandResult RunCommand(const std::vector<std::string>& argv) {
   ::waitpid(pid, &status, 0);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
-}
-
-bool UcxBuilt() {
-  for (const std::string& name : transport_names()) {
-    if (name == "ucx") return true;
-  }
-  return false;
 }
 
 // Removes the namespaces of test processes that no longer run ("rft<pid>x"
@@ -304,8 +298,7 @@ class NetnsJob {
 
 #define SKIP_UNLESS_NETNS(net)                                                                          \
   do {                                                                                                  \
-    if (!UcxBuilt()) GTEST_SKIP() << "refit was built without UCX (pkg-config found no ucx: install "  \
-                                     "libucx-dev, see scripts/setup.sh)";                               \
+    REFIT_SKIP_WITHOUT_UCX();                                                                         \
     if (!(net).ok()) GTEST_SKIP() << (net).skip_reason();                                              \
   } while (0)
 

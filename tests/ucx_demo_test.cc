@@ -13,6 +13,8 @@
 
 #include "job.h"
 #include "refit/transport.h"
+#include "testing/scoped_env.h"
+#include "testing/ucx_test_util.h"
 
 namespace refit {
 namespace {
@@ -22,38 +24,6 @@ using testing::JobSpec;
 using testing::ProcessGroup;
 using testing::run_refit;
 using testing::start_job;
-
-bool UcxBuilt() {
-  for (const std::string& name : transport_names()) {
-    if (name == "ucx") return true;
-  }
-  return false;
-}
-
-#define SKIP_WITHOUT_UCX()                                                                             \
-  do {                                                                                                 \
-    if (!UcxBuilt()) GTEST_SKIP() << "refit was built without UCX (pkg-config found no ucx: install " \
-                                     "libucx-dev, see scripts/setup.sh)";                              \
-  } while (0)
-
-// UCX_TLS for the processes this test starts (they inherit the environment).
-class ScopedUcxTls {
- public:
-  explicit ScopedUcxTls(const std::string& value) {
-    if (const char* old = std::getenv("UCX_TLS")) saved_ = old;
-    ::setenv("UCX_TLS", value.c_str(), 1);
-  }
-  ~ScopedUcxTls() {
-    if (saved_) {
-      ::setenv("UCX_TLS", saved_->c_str(), 1);
-    } else {
-      ::unsetenv("UCX_TLS");
-    }
-  }
-
- private:
-  std::optional<std::string> saved_;
-};
 
 struct UcxDemoCase {
   std::string tls;
@@ -72,9 +42,9 @@ class UcxDemoTest : public ::testing::TestWithParam<UcxDemoCase> {};
 // (kLanded overtaking the bytes: verification fails), a wrong slot or offset
 // in the remote address, a descriptor whose addr is not the pool's.
 TEST_P(UcxDemoTest, EveryByteVerifiedOnEveryRank) {
-  SKIP_WITHOUT_UCX();
+  REFIT_SKIP_WITHOUT_UCX();
   const UcxDemoCase& c = GetParam();
-  ScopedUcxTls tls(c.tls);
+  testing::ScopedEnv tls("UCX_TLS", c.tls);
   auto r = run_refit({"demo", "--json", "--transport", "ucx", "--engine-ranks", std::to_string(c.engine_ranks),
                       "--trainer-ranks", std::to_string(c.trainer_ranks), "--model", c.model, "--refits", "3",
                       "--bucket-size", "512KiB", "--poison-recycled", "--mode", c.mode, "--timeout", "120"});
@@ -117,9 +87,9 @@ class UcxKillTest : public ::testing::TestWithParam<UcxKillCase> {};
 // (UCX 1.13's software put), a trainer that hangs on writes into a dead
 // engine (no peer error handling), survivors that do not name the victim.
 TEST_P(UcxKillTest, EverySurvivorFailsNamingTheLostRank) {
-  SKIP_WITHOUT_UCX();
+  REFIT_SKIP_WITHOUT_UCX();
   const UcxKillCase& c = GetParam();
-  ScopedUcxTls tls("tcp");
+  testing::ScopedEnv tls("UCX_TLS", "tcp");
   JobSpec spec;
   spec.engine_ranks = 2;
   spec.trainer_ranks = 2;

@@ -16,37 +16,14 @@
 
 #include "process_harness.h"
 #include "refit/transport.h"
+#include "testing/scoped_env.h"
+#include "testing/ucx_test_util.h"
 
 namespace refit {
 namespace {
 
 using nlohmann::json;
 using testing::run_refit;
-
-bool UcxBuilt() {
-  for (const std::string& name : transport_names()) {
-    if (name == "ucx") return true;
-  }
-  return false;
-}
-
-class ScopedUcxTls {
- public:
-  explicit ScopedUcxTls(const std::string& value) {
-    if (const char* old = std::getenv("UCX_TLS")) saved_ = old;
-    ::setenv("UCX_TLS", value.c_str(), 1);
-  }
-  ~ScopedUcxTls() {
-    if (saved_) {
-      ::setenv("UCX_TLS", saved_->c_str(), 1);
-    } else {
-      ::unsetenv("UCX_TLS");
-    }
-  }
-
- private:
-  std::optional<std::string> saved_;
-};
 
 struct DirectCase {
   std::string tls;
@@ -67,9 +44,9 @@ class UcxDirectTest : public ::testing::TestWithParam<DirectCase> {};
 // writes completed (the engine verifies bytes still on their way), and
 // capabilities().direct left false (the ranks refuse --mode direct at setup).
 TEST_P(UcxDirectTest, EveryByteLandsInTheEnginesWeights) {
-  if (!UcxBuilt()) GTEST_SKIP() << "refit was built without UCX (install libucx-dev, see scripts/setup.sh)";
+  REFIT_SKIP_WITHOUT_UCX();
   const DirectCase& c = GetParam();
-  ScopedUcxTls tls(c.tls);
+  testing::ScopedEnv tls("UCX_TLS", c.tls);
   auto r = run_refit({"demo", "--json", "--transport", "ucx", "--mode", "direct", "--engine-ranks",
                       std::to_string(c.engine_ranks), "--trainer-ranks", std::to_string(c.trainer_ranks), "--model",
                       c.model, "--refits", "3", "--bucket-size", c.bucket, "--timeout", "120"});
@@ -103,8 +80,8 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcxDirectTest,
 // The staged path reports its memory path too (host weights, host pools).
 // Catches: a report without ucx_memory_path (the field the GPU runs read).
 TEST(UcxMemoryPath, StagedHostJobReportsHost) {
-  if (!UcxBuilt()) GTEST_SKIP() << "refit was built without UCX (install libucx-dev, see scripts/setup.sh)";
-  ScopedUcxTls tls("tcp");
+  REFIT_SKIP_WITHOUT_UCX();
+  testing::ScopedEnv tls("UCX_TLS", "tcp");
   auto r = run_refit({"demo", "--json", "--transport", "ucx", "--refits", "1", "--bucket-size", "1MiB", "--timeout",
                       "120"});
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;

@@ -20,42 +20,19 @@
 #include "cuda/gpu_test_util.h"
 #include "process_harness.h"
 #include "refit/transport.h"
+#include "testing/scoped_env.h"
+#include "testing/ucx_test_util.h"
 
 namespace refit {
 namespace {
 
 using nlohmann::json;
 
-bool UcxBuilt() {
-  for (const std::string& name : transport_names()) {
-    if (name == "ucx") return true;
-  }
-  return false;
-}
-
 std::size_t Count(const std::string& haystack, const std::string& needle) {
   std::size_t n = 0;
   for (auto at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
   return n;
 }
-
-class ScopedUcxTls {
- public:
-  explicit ScopedUcxTls(const std::string& value) {
-    if (const char* old = std::getenv("UCX_TLS")) saved_ = old;
-    ::setenv("UCX_TLS", value.c_str(), 1);
-  }
-  ~ScopedUcxTls() {
-    if (saved_) {
-      ::setenv("UCX_TLS", saved_->c_str(), 1);
-    } else {
-      ::unsetenv("UCX_TLS");
-    }
-  }
-
- private:
-  std::optional<std::string> saved_;
-};
 
 struct UcxGpuCase {
   std::string tls;
@@ -74,9 +51,9 @@ class UcxGpuTest : public ::testing::TestWithParam<UcxGpuCase> {};
 // fails), a path taken without saying so, or said more than once per process.
 TEST_P(UcxGpuTest, DeviceWeightsVerifiedAndThePathReported) {
   REFIT_SKIP_WITHOUT_CUDA_DEVICE();
-  if (!UcxBuilt()) GTEST_SKIP() << "refit was built without UCX";
+  REFIT_SKIP_WITHOUT_UCX();
   const UcxGpuCase& c = GetParam();
-  ScopedUcxTls tls(c.tls);
+  testing::ScopedEnv tls("UCX_TLS", c.tls);
   auto staged = make_transport("ucx");
   ASSERT_TRUE(staged.ok());
   const bool host_staged = (*staged)->capabilities().device_memory_staged;

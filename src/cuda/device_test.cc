@@ -8,29 +8,10 @@
 #include <gtest/gtest.h>
 
 #include "refit/device.h"
+#include "testing/scoped_env.h"
 
 namespace refit {
 namespace {
-
-// Sets an environment variable for one scope, restoring the old value.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 // Catches: ignoring tp_rank (every rank on the base GPU) or ignoring base_gpu_id.
 TEST(EngineLocalDeviceTest, IsBasePlusTpRank) {
@@ -49,7 +30,7 @@ TEST(EngineLocalDeviceTest, IsBasePlusTpRank) {
 // std::stoi(parse_visible_devices(getenv("CUDA_VISIBLE_DEVICES"))[base+rank])
 // made this test fail (7 != 3), as intended.
 TEST(EngineLocalDeviceTest, LocalIndexNotPhysicalId) {
-  ScopedEnv env("CUDA_VISIBLE_DEVICES", "4,5,6,7");
+  testing::ScopedEnv env("CUDA_VISIBLE_DEVICES", "4,5,6,7");
   EXPECT_EQ(*engine_local_device(1, 2, 4), 3);
   EXPECT_EQ(*engine_local_device(0, 0, 4), 0);
   const StatusOr<int> physical = engine_local_device(4, 0, 4);

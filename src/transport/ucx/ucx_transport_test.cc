@@ -26,6 +26,8 @@
 #include "refit/link.h"
 #include "refit/transport.h"
 #include "transport/ucx/ucx_transport.h"  // declarations only: defined where REFIT_HAVE_UCX
+#include "testing/scoped_env.h"
+#include "testing/ucx_test_util.h"
 
 namespace refit {
 namespace {
@@ -33,34 +35,9 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-#define SKIP_WITHOUT_UCX()                                                                              \
-  do {                                                                                                  \
-    if (!REFIT_HAVE_UCX) GTEST_SKIP() << "refit was built without UCX (pkg-config found no ucx: install " \
-                                         "libucx-dev, see scripts/setup.sh)";                           \
-  } while (0)
-
 #define EXPECT_HAS(haystack, needle)                               \
   EXPECT_NE(std::string(haystack).find(needle), std::string::npos) \
       << "expected \"" << (needle) << "\" in: " << (haystack)
-
-// Sets UCX_TLS for the test's lifetime (forked children inherit it).
-class ScopedUcxTls {
- public:
-  explicit ScopedUcxTls(const std::string& value) {
-    if (const char* old = std::getenv("UCX_TLS")) saved_ = old;
-    ::setenv("UCX_TLS", value.c_str(), 1);
-  }
-  ~ScopedUcxTls() {
-    if (saved_) {
-      ::setenv("UCX_TLS", saved_->c_str(), 1);
-    } else {
-      ::unsetenv("UCX_TLS");
-    }
-  }
-
- private:
-  std::optional<std::string> saved_;
-};
 
 // A forked child running `body` (its return value is the exit code);
 // killed and reaped if the test leaves early. `to_parent` / `from_parent`
@@ -241,8 +218,8 @@ int HostPoolAnsweringLanded(int to_parent, int from_parent, std::uint64_t bytes,
 // UcxRemote): the bytes wait in UCX's queue until the next poll, and the
 // pack and the write do not overlap.
 TEST(UcxTransport, WritesMoveWhileTheInitiatorDoesNotPoll) {
-  SKIP_WITHOUT_UCX();
-  ScopedUcxTls tls("tcp");
+  REFIT_SKIP_WITHOUT_UCX();
+  testing::ScopedEnv tls("UCX_TLS", "tcp");
   constexpr std::uint64_t kBytes = 48 << 20;  // far more than the socket buffers hold
   ChildProcess engine([&](int up, int down) { return HostPoolAnsweringLanded(up, down, kBytes, std::byte{0x5a}); });
   const std::string descriptor = ReceiveString(engine.from_child());
@@ -275,8 +252,8 @@ TEST(UcxTransport, WritesMoveWhileTheInitiatorDoesNotPoll) {
 // pass over tcp: the reset connection fails the write in either mode; it
 // matters for a peer lost silently, which this does not test.)
 TEST(UcxTransport, KilledPeerFailsTheNextWriteWithUnavailableNamingThePeer) {
-  SKIP_WITHOUT_UCX();
-  ScopedUcxTls tls("tcp");
+  REFIT_SKIP_WITHOUT_UCX();
+  testing::ScopedEnv tls("UCX_TLS", "tcp");
   constexpr std::uint64_t kSlotBytes = 1 << 20;
   ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
   const std::string descriptor = ReceiveString(engine.from_child());
@@ -315,8 +292,8 @@ TEST(UcxTransport, KilledPeerFailsTheNextWriteWithUnavailableNamingThePeer) {
 // Catches: a target whose worker aborts the engine process when a peer dies
 // mid-write (UCX's "Fatal: unexpected error" on an internal request).
 TEST(UcxTransport, TrainerKilledMidWriteLeavesTheEngineRunning) {
-  SKIP_WITHOUT_UCX();
-  ScopedUcxTls tls("tcp");
+  REFIT_SKIP_WITHOUT_UCX();
+  testing::ScopedEnv tls("UCX_TLS", "tcp");
   constexpr std::uint64_t kSlotBytes = 8 << 20;
   ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
   const std::string descriptor = ReceiveString(engine.from_child());
@@ -349,8 +326,8 @@ TEST(UcxTransport, TrainerKilledMidWriteLeavesTheEngineRunning) {
 // Catches: an error that does not name the peer or is not kUnavailable
 // (here UCX's connect is refused at once, inside ucp_ep_create).
 TEST(UcxTransport, UnreachableEngineFailsAtOpenNamingIt) {
-  SKIP_WITHOUT_UCX();
-  ScopedUcxTls tls("tcp");
+  REFIT_SKIP_WITHOUT_UCX();
+  testing::ScopedEnv tls("UCX_TLS", "tcp");
   ChildProcess engine([&](int up, int down) {
     ::close(down);  // exit at once after sending the descriptor
     return HostPool(up, -1, 2, 4096);
@@ -375,7 +352,7 @@ TEST(UcxTransport, UnreachableEngineFailsAtOpenNamingIt) {
 // then, naming the engine, so the job fails at setup, not in its first refit.
 // Catches: an open_target that returns before the endpoint is wired up.
 TEST(UcxTransport, SilentEngineFailsAtOpenAfterTheConnectTimeout) {
-  ScopedUcxTls tls("tcp");
+  testing::ScopedEnv tls("UCX_TLS", "tcp");
   ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, 4096); });
   const std::string descriptor = ReceiveString(engine.from_child());
   ASSERT_EQ(descriptor.rfind("ucx:", 0), 0u);
@@ -405,8 +382,8 @@ TEST(UcxTransport, SilentEngineFailsAtOpenAfterTheConnectTimeout) {
 class UcxExpose : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(UcxExpose, WritesFromAnotherProcessLandInTheExposedRange) {
-  SKIP_WITHOUT_UCX();
-  ScopedUcxTls tls(GetParam());
+  REFIT_SKIP_WITHOUT_UCX();
+  testing::ScopedEnv tls("UCX_TLS", GetParam());
   constexpr std::uint64_t kBytes = (1 << 20) + 13, kGuard = 4096;
   struct Write {
     std::uint64_t offset, bytes;
@@ -487,10 +464,10 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcxExpose, ::testing::Values("tcp", "sm"),
 class UcxCompletion : public ::testing::TestWithParam<bool> {};
 
 TEST_P(UcxCompletion, LargeWriteIsInTheTargetsMemoryWhenPollReturnsTrue) {
-  SKIP_WITHOUT_UCX();
+  REFIT_SKIP_WITHOUT_UCX();
 #if REFIT_HAVE_UCX
   const bool force_put = GetParam();
-  ScopedUcxTls tls("tcp");
+  testing::ScopedEnv tls("UCX_TLS", "tcp");
   constexpr std::uint64_t kSlotBytes = 32 << 20;
   constexpr int kRounds = 3;
   auto t = make_transport("ucx");
@@ -541,8 +518,8 @@ INSTANTIATE_TEST_SUITE_P(Writes, UcxCompletion, ::testing::Values(false, true),
 // Catches: a cancel that forgets the write (the next submit goes ahead while
 // the old bytes are still on their way to the same slot).
 TEST(UcxTransport, SubmitWaitsForACancelledWrite) {
-  SKIP_WITHOUT_UCX();
-  ScopedUcxTls tls("tcp");
+  REFIT_SKIP_WITHOUT_UCX();
+  testing::ScopedEnv tls("UCX_TLS", "tcp");
   constexpr std::uint64_t kSlotBytes = 8 << 20;
   ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
   const std::string descriptor = ReceiveString(engine.from_child());
@@ -581,8 +558,8 @@ TEST(UcxTransport, SubmitWaitsForACancelledWrite) {
 // Catches: an active-message write handler that copies to any address it
 // is given (the engine would crash or corrupt memory outside its pool).
 TEST(UcxTransport, WriteOutsideTheRegisteredMemoryIsRefusedByTheEngine) {
-  SKIP_WITHOUT_UCX();
-  ScopedUcxTls tls("tcp");
+  REFIT_SKIP_WITHOUT_UCX();
+  testing::ScopedEnv tls("UCX_TLS", "tcp");
   constexpr std::uint64_t kSlotBytes = 1 << 20;
   ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
   std::string descriptor = ReceiveString(engine.from_child());
@@ -612,7 +589,7 @@ TEST(UcxTransport, WriteOutsideTheRegisteredMemoryIsRefusedByTheEngine) {
 // claimed without a way to reach it (a build without CUDA), or staging not
 // said where this UCX cannot register CUDA memory (Debian's).
 TEST(UcxTransport, CapabilitiesMatchWhatItDoes) {
-  SKIP_WITHOUT_UCX();
+  REFIT_SKIP_WITHOUT_UCX();
   auto t = make_transport("ucx");
   ASSERT_TRUE(t.ok());
   const TransportCapabilities c = (*t)->capabilities();
@@ -656,7 +633,7 @@ TEST(UcxTransport, OptionsOverrideTheEnvironmentWhichIsOtherwiseRespected) {
   o.slots = 2;
   o.slot_bytes = 4096;
   {
-    ScopedUcxTls tls("tcp");
+    testing::ScopedEnv tls("UCX_TLS", "tcp");
     UcxOptions options;
     options.tls = "no_such_transport";
     auto target = make_ucx_transport_with(options)->create_target(o);
@@ -666,7 +643,7 @@ TEST(UcxTransport, OptionsOverrideTheEnvironmentWhichIsOtherwiseRespected) {
     EXPECT_TRUE(from_env.ok()) << from_env.status().ToString();
   }
   {
-    ScopedUcxTls tls("no_such_transport");
+    testing::ScopedEnv tls("UCX_TLS", "no_such_transport");
     auto target = make_ucx_transport()->create_target(o);
     ASSERT_FALSE(target.ok()) << "UCX_TLS=no_such_transport from the environment was not respected";
     EXPECT_HAS(target.status().message(), "UCX_TLS=no_such_transport");
@@ -677,8 +654,8 @@ TEST(UcxTransport, OptionsOverrideTheEnvironmentWhichIsOtherwiseRespected) {
 // Catches: a destructor that waits forever for writes that never complete,
 // or crashes on outstanding requests (a trainer torn down mid-refit).
 TEST(UcxTransport, DestroyingARemoteWithWritesInFlightIsClean) {
-  SKIP_WITHOUT_UCX();
-  ScopedUcxTls tls("tcp");
+  REFIT_SKIP_WITHOUT_UCX();
+  testing::ScopedEnv tls("UCX_TLS", "tcp");
   constexpr std::uint64_t kSlotBytes = 8 << 20;
   ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
   const std::string descriptor = ReceiveString(engine.from_child());
