@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda/gpu_test_util.h"
+#include "kill_mid_job.h"
 #include "process_harness.h"
 #include "refit/device.h"
 #include "refit/transport.h"
@@ -182,25 +183,8 @@ TEST_P(NcclKillTest, EverySurvivorFailsNamingTheLostRank) {
   job.refit_timeout_s = 15;
   ProcessGroup group;
   ASSERT_TRUE(start(group, job)) << group.all_stderr();
-  // Wait until refits run (at least one committed), then kill the victim.
-  bool refitting = false;
-  for (int i = 0; i < 12000 && !refitting; ++i) {
-    refitting = group.err("coordinator").find("setup complete") != std::string::npos;
-    if (group.wait_one("coordinator", 0)) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_TRUE(refitting) << group.all_stderr();
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  group.kill(c.victim, SIGKILL);
-  ASSERT_TRUE(group.wait_all(job.refit_timeout_s + 15)) << "a survivor hung:\n" << group.all_stderr();
-  for (const auto& name : group.names()) {
-    if (name == c.victim) continue;
-    EXPECT_NE(group.exit_code(name), 0) << name << " exited 0 after " << c.victim << " died\n" << group.all_stderr();
-    EXPECT_NE(group.err(name).find(c.victim), std::string::npos) << name << ":\n" << group.err(name);
-  }
-  const json report = json::parse(group.report());
-  EXPECT_FALSE(report["verified"].get<bool>());
-  EXPECT_NE(report["error"].get<std::string>().find(c.victim), std::string::npos) << report.dump();
+  ASSERT_NO_FATAL_FAILURE(
+      testing::KillMidJobAndExpectEverySurvivorToNameIt(group, c.victim, job.refit_timeout_s + 15));
 }
 
 INSTANTIATE_TEST_SUITE_P(Roles, NcclKillTest,
