@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "control/join_gate.h"
-#include "control/shared_gpu.h"
+#include "control/gpu_sharing.h"
 #include "control/spec_json.h"
 #include "refit/aligner.h"
 #include "refit/link.h"

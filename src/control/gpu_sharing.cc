@@ -1,4 +1,4 @@
-#include "control/shared_gpu.h"
+#include "control/gpu_sharing.h"
 
 namespace refit {
 

@@ -1,4 +1,4 @@
-#include "control/shared_gpu.h"
+#include "control/gpu_sharing.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@ namespace {
 // Catches: a warning for ranks on GPUs of their own, for ranks without a GPU
 // (CPU ranks report ""), a shared GPU that goes unnamed, or a warning that
 // does not name every rank on it.
-TEST(SharedGpu, EveryGpuWithTwoOrMoreRanksIsNamedWithItsRanks) {
+TEST(GpuSharing, EveryGpuWithTwoOrMoreRanksIsNamedWithItsRanks) {
   const std::vector<RankGpu> ranks = {{"engine rank 0", "GPU-a"},  {"engine rank 1", "GPU-b"},
                                       {"trainer rank 0", "GPU-b"}, {"trainer rank 1", "GPU-a"},
                                       {"trainer rank 2", "GPU-a"}, {"engine rank 2", "GPU-c"},
@@ -21,7 +21,7 @@ TEST(SharedGpu, EveryGpuWithTwoOrMoreRanksIsNamedWithItsRanks) {
   EXPECT_NE(warnings[1].find("--transport cuda_ipc"), std::string::npos) << warnings[1];
 }
 
-TEST(SharedGpu, RanksOnGpusOfTheirOwnOrOnNoGpuGetNoWarning) {
+TEST(GpuSharing, RanksOnGpusOfTheirOwnOrOnNoGpuGetNoWarning) {
   EXPECT_TRUE(nccl_shared_gpu_warnings({{"engine rank 0", "GPU-a"}, {"trainer rank 0", "GPU-b"}}).empty());
   EXPECT_TRUE(nccl_shared_gpu_warnings({{"engine rank 0", ""}, {"trainer rank 0", ""}}).empty());
   EXPECT_TRUE(nccl_shared_gpu_warnings({}).empty());
