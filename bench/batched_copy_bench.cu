@@ -28,10 +28,10 @@
 
 #include <cuda_runtime.h>
 
-#include "refit/batched_copy.h"
-#include "refit/copy_engine.h"
-#include "refit/device.h"
-#include "refit/device_content.h"
+#include "cuda/batched_copy.h"
+#include "cuda/copy_engine.h"
+#include "cuda/device.h"
+#include "cuda/device_content.h"
 
 namespace {
 

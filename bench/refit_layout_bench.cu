@@ -30,11 +30,11 @@
 #include <string>
 #include <vector>
 
-#include "refit/batched_copy.h"
-#include "refit/engine.h"
+#include "cuda/batched_copy.h"
+#include "refit/reference_engine.h"
 #include "refit/model.h"
 #include "refit/plan.h"
-#include "refit/shard_copy.h"
+#include "model/shard_copy.h"
 
 namespace {
 

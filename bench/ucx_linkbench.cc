@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "refit/transport.h"
+#include "transport/transport.h"
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "fuzz_util.h"
-#include "refit/transport.h"
+#include "transport/transport.h"
 #include "transport/cuda_ipc/cuda_ipc_descriptor.h"
 #include "transport/nccl/nccl_descriptor.h"
 #include "transport/pool_layout.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "refit/link.h"
+#include "net/link.h"
 
 namespace refit::fuzz {
 

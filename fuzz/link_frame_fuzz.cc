@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "fuzz_util.h"
-#include "refit/link.h"
+#include "net/link.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0 || size > refit::fuzz::kMaxFedBytes) return 0;

@@ -12,8 +12,8 @@
 
 #include "fuzz_util.h"
 #include "refit/plan.h"
-#include "refit/receiver.h"
-#include "refit/transport.h"
+#include "receiver/receiver.h"
+#include "transport/transport.h"
 
 namespace {
 

@@ -13,7 +13,7 @@
 
 #include "control/spec_json.h"
 #include "fuzz_util.h"
-#include "refit/aligner.h"
+#include "aligner/aligner.h"
 #include "refit/plan.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

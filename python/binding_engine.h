@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "refit/batched_copy.h"
-#include "refit/device.h"
-#include "refit/engine.h"
+#include "cuda/batched_copy.h"
+#include "cuda/device.h"
+#include "refit/reference_engine.h"
 #include "refit/status.h"
 #include "refit/tensor.h"
 

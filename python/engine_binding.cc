@@ -32,9 +32,9 @@
 #include "device_sync.h"
 #include "dlpack_interop.h"
 #include "errors.h"
-#include "refit/device.h"
+#include "cuda/device.h"
 #include "refit/dtype.h"
-#include "runtime/engine_rank.h"
+#include "refit/engine_rank.h"
 
 namespace py = pybind11;
 

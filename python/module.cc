@@ -11,10 +11,10 @@
 #include "dlpack_interop.h"
 #include "errors.h"
 #include "refit/checkpoint.h"
-#include "refit/device.h"
+#include "cuda/device.h"
 #include "refit/dtype.h"
-#include "refit/transport.h"
-#include "runtime/roles.h"
+#include "transport/transport.h"
+#include "refit/roles.h"
 
 namespace py = pybind11;
 

@@ -21,7 +21,7 @@
 #include "refit/checkpoint.h"
 #include "refit/model.h"
 #include "refit/weight_source.h"
-#include "runtime/trainer_rank.h"
+#include "refit/trainer_rank.h"
 
 namespace py = pybind11;
 

@@ -14,7 +14,7 @@
 #include "cuda/gpu_test_util.h"
 #include "job.h"
 #include "process_harness.h"
-#include "refit/device.h"
+#include "cuda/device.h"
 
 namespace refit::testing {
 namespace {

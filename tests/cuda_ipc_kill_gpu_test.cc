@@ -22,7 +22,7 @@
 #include "cuda/gpu_test_util.h"
 #include "kill_mid_job.h"
 #include "process_harness.h"
-#include "refit/device.h"
+#include "cuda/device.h"
 
 namespace refit {
 namespace {

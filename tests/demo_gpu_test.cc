@@ -8,7 +8,7 @@
 
 #include "cuda/gpu_test_util.h"
 #include "process_harness.h"
-#include "refit/device.h"
+#include "cuda/device.h"
 
 namespace refit {
 namespace {

@@ -24,7 +24,7 @@
 #include "control/auth.h"
 #include "control/control_message.h"
 #include "job.h"
-#include "refit/link.h"
+#include "net/link.h"
 
 namespace refit {
 namespace {

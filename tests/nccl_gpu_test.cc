@@ -34,8 +34,8 @@
 #include "cuda/gpu_test_util.h"
 #include "kill_mid_job.h"
 #include "process_harness.h"
-#include "refit/device.h"
-#include "refit/transport.h"
+#include "cuda/device.h"
+#include "transport/transport.h"
 #include "testing/scoped_env.h"
 
 namespace refit {

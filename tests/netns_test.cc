@@ -30,7 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "process_harness.h"
-#include "refit/transport.h"
+#include "transport/transport.h"
 #include "testing/ucx_test_util.h"
 
 namespace refit {

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "job.h"
-#include "refit/transport.h"
+#include "transport/transport.h"
 
 namespace refit {
 namespace {

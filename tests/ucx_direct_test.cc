@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "process_harness.h"
-#include "refit/transport.h"
+#include "transport/transport.h"
 #include "testing/scoped_env.h"
 #include "testing/ucx_test_util.h"
 

@@ -19,7 +19,7 @@
 
 #include "cuda/gpu_test_util.h"
 #include "process_harness.h"
-#include "refit/transport.h"
+#include "transport/transport.h"
 #include "testing/scoped_env.h"
 #include "testing/ucx_test_util.h"
 

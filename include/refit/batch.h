@@ -1,22 +1,20 @@
-// Batches and batch sources.
+// Batches: what a receiver yields and what an engine applies.
 //
 // A Batch is the list of complete tensors a receiver yields after a bucket
 // lands, in stream order: views into a staging slot or a reassembly buffer,
-// valid as the source's lifetime contract says (receiver.h).
+// valid as the source's lifetime contract says.
 //
-// A BatchSource is anything the Aligner can pull batches from: a Receiver
-// (real bytes) or a PlanReplay (the same batch boundaries, metadata only,
-// computed from a plan: used to align against ranks whose bytes live in other
-// processes, and to validate alignment at setup).
+// An AlignedBatch is what the Engine contract (engine.h) receives: the
+// per-rank batches of one engine cut so that every rank holds the same
+// names, in the same order, with the same dtypes (shapes may differ: they
+// are shards). Its views are valid until the engine returns from apply().
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <vector>
 
-#include "refit/deadline.h"
-#include "refit/plan.h"
-#include "refit/status.h"
+#include "refit/dtype.h"
 #include "refit/tensor.h"
 
 namespace refit {
@@ -27,34 +25,22 @@ struct Batch {
   std::vector<TensorView> tensors;   // stream order
 };
 
-class BatchSource {
- public:
-  virtual ~BatchSource() = default;
-  // The next batch; std::nullopt at the end of the stream.
-  virtual StatusOr<std::optional<Batch>> next(Deadline deadline) = 0;
-  // The engine TP rank this source feeds.
-  virtual int rank() const = 0;
-  virtual const Plan& plan() const = 0;
-};
+struct AlignedBatch {
+  std::uint64_t sequence = 0;
+  // One entry per tensor name, stream order.
+  std::vector<const TensorSpec*> specs;  // rank 0's specs (names/dtypes are common; shapes are rank 0's)
+  // payload[r][i]: rank r's view of tensor i. payload.size() == number of ranks,
+  // index r == engine TP rank r (DESIGN.md rule 8).
+  std::vector<std::vector<TensorView>> payload;
 
-// Replays a plan's batch boundaries without bytes: batch k holds the tensors
-// completed by the k-th bucket that completes any, with data == nullptr.
-// Thread safety: one thread.
-class PlanReplay : public BatchSource {
- public:
-  // `plan` must outlive the replay.
-  PlanReplay(const Plan* plan, int rank) : plan_(plan), rank_(rank) {}
-  StatusOr<std::optional<Batch>> next(Deadline deadline) override;
-  int rank() const override { return rank_; }
-  const Plan& plan() const override { return *plan_; }
-  // Starts over from the first bucket.
-  void reset() { next_bucket_ = 0; sequence_ = 0; }
-
- private:
-  const Plan* plan_;
-  int rank_;
-  std::uint64_t next_bucket_ = 0;
-  std::uint64_t sequence_ = 0;
+  struct DTypeGroup {
+    DType dtype;
+    std::vector<std::size_t> indices;  // into specs, stream order
+  };
+  // Tensors grouped by dtype, groups in order of first appearance: one engine
+  // post per group (DESIGN.md rule 5).
+  std::vector<DTypeGroup> groups() const;
+  std::size_t size() const { return specs.size(); }
 };
 
 }  // namespace refit

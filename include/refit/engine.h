@@ -17,18 +17,9 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <memory>
-#include <string>
-#include <unordered_map>
-#include <vector>
 
-#include "refit/aligner.h"
-#include "refit/batched_copy.h"
-#include "refit/device.h"
-#include "refit/plan.h"
+#include "refit/batch.h"
 #include "refit/status.h"
-#include "refit/tensor.h"
 
 namespace refit {
 
@@ -43,105 +34,6 @@ class Engine {
   virtual std::uint64_t weight_version() const = 0;
   // False after an aborted refit until the next commit.
   virtual bool weights_complete() const = 0;
-};
-
-struct ReferenceEngineStats {
-  std::uint64_t begins = 0;
-  std::uint64_t posts = 0;           // one per dtype group per apply
-  std::uint64_t cache_flushes = 0;   // one per commit
-  std::uint64_t tensors_applied = 0; // per local rank, summed
-  std::uint64_t bytes_applied = 0;
-};
-
-// An embedded engine that behaves like a server: it allocates its weights once
-// (one buffer per tensor per local rank) and copies each applied batch into
-// them. It can host every rank of an engine (one process per engine) or a
-// subset (one process per engine rank): payloads of ranks it does not host are
-// skipped and must have data == nullptr.
-//
-// Checks on every apply, each failing with kFailedPrecondition naming the
-// tensor and rank: a post holds one dtype; payload[r]'s name equals the
-// name at that position; its shape equals rank r's own parameter shape; a
-// hosted rank's payload has bytes.
-//
-// Weights of a hosted rank live in one arena (host memory, or device memory
-// with memory == kCuda) at weight_arena_offsets() of its stream, so that the
-// arena can be exposed whole for direct mode. On a device, each post is one
-// BatchedCopier launch and apply() returns once its copies finished, so the
-// staging slots it read may be recycled at once. A device engine remembers
-// the batches it validated: a later batch with the same sequence number,
-// the same spec pointers and the same data pointers on every rank is the
-// same batch (specs are immutable while an engine uses them: they point into
-// the receiver's plan), and its prepared copies are replayed with no
-// per-tensor host work (a MoE refit has ~10,000 tensors).
-struct ReferenceEngineOptions {
-  MemoryKind memory = MemoryKind::kHost;
-  int device = -1;  // local CUDA index for kCuda
-};
-
-// Offsets of each tensor of `stream` inside a weight arena (stream order,
-// every tensor at a multiple of kPlanAlignment); *total = arena bytes. A pure
-// function of the specs: trainers writing in direct mode compute the same.
-std::vector<std::uint64_t> weight_arena_offsets(const std::vector<TensorSpec>& stream, std::uint64_t* total);
-
-class ReferenceEngine : public Engine {
- public:
-  // streams[r] = rank r's specs (all ranks of the engine, in TP order);
-  // `hosted` = the ranks whose weights live in this process. Allocation
-  // failures (device memory) are reported by Create.
-  static StatusOr<std::unique_ptr<ReferenceEngine>> Create(std::vector<std::vector<TensorSpec>> streams,
-                                                           std::vector<int> hosted,
-                                                           ReferenceEngineOptions options = {});
-  ReferenceEngine(std::vector<std::vector<TensorSpec>> streams, std::vector<int> hosted);
-  ~ReferenceEngine() override;
-
-  Status begin(std::uint64_t version) override;
-  Status apply(const AlignedBatch& batch) override;
-  Status commit(std::uint64_t version) override;
-  void abort(std::uint64_t version, const Status& why) override;
-  std::uint64_t weight_version() const override { return version_; }
-  bool weights_complete() const override { return complete_; }
-
-  // The bytes of `name` on hosted rank `rank`, or nullptr.
-  const std::byte* weight(int rank, const std::string& name) const;
-  std::byte* mutable_weight(int rank, const std::string& name);
-  // The arena of hosted rank `rank` (for direct mode), or nullptr.
-  std::byte* arena(int rank);
-  std::uint64_t arena_bytes(int rank) const;
-  const ReferenceEngineOptions& options() const { return options_; }
-  const std::vector<TensorSpec>& stream(int rank) const { return streams_.at(rank); }
-  const std::vector<int>& hosted() const { return hosted_; }
-  const ReferenceEngineStats& stats() const { return stats_; }
-
- private:
-  struct Arena;  // host or device memory of one hosted rank
-  ReferenceEngine(std::vector<std::vector<TensorSpec>> streams, std::vector<int> hosted,
-                  ReferenceEngineOptions options, int tag);
-  Status allocate();
-
-  std::vector<std::vector<TensorSpec>> streams_;
-  std::vector<int> hosted_;
-  ReferenceEngineOptions options_;
-  std::vector<std::unique_ptr<Arena>> arenas_;  // by rank; null for ranks hosted elsewhere
-  // offsets_[r][name] into rank r's arena (hosted ranks). Hashed: apply()
-  // looks up every tensor of every batch (a MoE refit has ~10,000).
-  std::vector<std::unordered_map<std::string, std::uint64_t>> offsets_;
-  std::vector<std::unordered_map<std::string, const TensorSpec*>> shapes_;
-  std::uint64_t version_ = 0;
-  std::uint64_t pending_version_ = 0;
-  bool in_refit_ = false;
-  bool complete_ = true;
-  ReferenceEngineStats stats_;
-  std::unique_ptr<BatchedCopier> copier_;  // device engines only
-  std::unique_ptr<CudaStream> stream_;
-  // Device engines: batches already validated, with their posts' copies
-  // prepared, by batch sequence (at most kPreparedPerSequence each; a refit
-  // repeats the same batches from the same staging slots).
-  struct PreparedApply;
-  static constexpr std::size_t kPreparedPerSequence = 2;
-  std::vector<std::vector<std::unique_ptr<PreparedApply>>> prepared_;
-  const PreparedApply* find_prepared(std::uint64_t sequence, const std::vector<const void*>& key) const;
-  Status apply_prepared(const PreparedApply& prepared, const std::string& where);
 };
 
 }  // namespace refit

@@ -1,4 +1,4 @@
-#include "refit/aligner.h"
+#include "aligner/aligner.h"
 
 #include <algorithm>
 #include <string>

@@ -1,4 +1,4 @@
-#include "refit/batch.h"
+#include "batch/batch_source.h"
 
 namespace refit {
 

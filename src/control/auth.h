@@ -46,7 +46,7 @@
 #include <string_view>
 
 #include "refit/deadline.h"
-#include "refit/link.h"
+#include "net/link.h"
 #include "refit/status.h"
 
 namespace refit {

@@ -23,7 +23,7 @@
 
 #include "control/auth.h"
 #include "control/control_message.h"
-#include "refit/link.h"
+#include "net/link.h"
 
 namespace refit {
 

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "refit/deadline.h"
-#include "refit/link.h"
+#include "net/link.h"
 #include "refit/status.h"
 
 namespace refit {

@@ -17,8 +17,8 @@
 #include "control/join_gate.h"
 #include "control/gpu_sharing.h"
 #include "control/spec_json.h"
-#include "refit/aligner.h"
-#include "refit/link.h"
+#include "aligner/aligner.h"
+#include "net/link.h"
 #include "refit/plan.h"
 
 namespace refit {

@@ -31,7 +31,7 @@
 
 #include "control/auth.h"
 #include "control/control_message.h"
-#include "refit/link.h"
+#include "net/link.h"
 #include "refit/status.h"
 
 namespace refit {

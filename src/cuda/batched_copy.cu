@@ -8,7 +8,7 @@
 // warps in the grid); it finds a piece's descriptor with a 32-way warp search
 // over first_piece[] (the last descriptor whose first piece is <= the piece),
 // starting from the previous answer since its pieces only increase.
-#include "refit/batched_copy.h"
+#include "cuda/batched_copy.h"
 
 #include <algorithm>
 #include <cstdio>

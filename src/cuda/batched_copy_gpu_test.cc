@@ -13,8 +13,8 @@
 #include <gtest/gtest.h>
 
 #include "cuda/gpu_test_util.h"
-#include "refit/batched_copy.h"
-#include "refit/device.h"
+#include "cuda/batched_copy.h"
+#include "cuda/device.h"
 
 namespace refit {
 namespace {

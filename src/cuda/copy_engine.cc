@@ -1,5 +1,5 @@
 // Copies by the copy engines (include/refit/copy_engine.h).
-#include "refit/copy_engine.h"
+#include "cuda/copy_engine.h"
 
 #include <string>
 

@@ -12,8 +12,8 @@
 #include <gtest/gtest.h>
 
 #include "cuda/gpu_test_util.h"
-#include "refit/copy_engine.h"
-#include "refit/device.h"
+#include "cuda/copy_engine.h"
+#include "cuda/device.h"
 
 namespace refit {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "refit/copy_engine.h"
+#include "cuda/copy_engine.h"
 
 namespace refit {
 namespace {

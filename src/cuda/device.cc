@@ -1,7 +1,7 @@
 // Devices, memory, streams and events: the CUDA runtime behind refit::Status.
 // Without CUDA (REFIT_HAVE_CUDA == 0) the GPU functions are stubs that return
 // kFailedPrecondition; the pure functions work in both builds.
-#include "refit/device.h"
+#include "cuda/device.h"
 
 #include <cstdio>
 #include <cstring>

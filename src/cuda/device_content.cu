@@ -7,7 +7,7 @@
 // since 16 j is a multiple of 8, b % 8 (the shift between content words and
 // the vector) is the same for every j, so each thread builds its vector from
 // two content words (shift 0) or three (funnel-shifted), with no divergence.
-#include "refit/device_content.h"
+#include "cuda/device_content.h"
 
 #include <algorithm>
 #include <string>

@@ -11,8 +11,8 @@
 
 #include "cuda/gpu_test_util.h"
 #include "refit/content.h"
-#include "refit/device.h"
-#include "refit/device_content.h"
+#include "cuda/device.h"
+#include "cuda/device_content.h"
 
 namespace refit {
 namespace {

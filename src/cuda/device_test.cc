@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "refit/device.h"
+#include "cuda/device.h"
 #include "testing/scoped_env.h"
 
 namespace refit {

@@ -7,7 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.h"
-#include "refit/device.h"
+#include "cuda/device.h"
 
 namespace refit {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "refit/device.h"
+#include "cuda/device.h"
 
 // Skips the calling test (or SetUp) with the reason when there is no usable
 // CUDA device, or refit was built without CUDA: "no CUDA device: <why>".

@@ -4,9 +4,9 @@
 
 #include <string>
 
-#include "refit/batched_copy.h"
-#include "refit/device.h"
-#include "refit/device_content.h"
+#include "cuda/batched_copy.h"
+#include "cuda/device.h"
+#include "cuda/device_content.h"
 
 namespace refit {
 namespace {

@@ -5,10 +5,10 @@
 #include <string>
 #include <utility>
 
-#include "refit/engine.h"
-#include "refit/batched_copy.h"
-#include "refit/device.h"
-#include "refit/shard_copy.h"
+#include "refit/reference_engine.h"
+#include "cuda/batched_copy.h"
+#include "cuda/device.h"
+#include "model/shard_copy.h"
 
 namespace refit {
 namespace {

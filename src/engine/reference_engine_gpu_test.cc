@@ -8,8 +8,8 @@
 #include <gtest/gtest.h>
 
 #include "cuda/gpu_test_util.h"
-#include "refit/device.h"
-#include "refit/engine.h"
+#include "cuda/device.h"
+#include "refit/reference_engine.h"
 
 namespace refit {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "refit/engine.h"
+#include "refit/reference_engine.h"
 
 namespace refit {
 namespace {

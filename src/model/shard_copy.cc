@@ -1,4 +1,4 @@
-#include "refit/shard_copy.h"
+#include "model/shard_copy.h"
 
 #include <algorithm>
 #include <cstring>

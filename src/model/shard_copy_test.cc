@@ -1,6 +1,6 @@
 // append_shard_copy_runs must describe exactly copy_shard_range's bytes for
 // every rule, rank count and sub-range, in at most three runs.
-#include "refit/shard_copy.h"
+#include "model/shard_copy.h"
 
 #include <gtest/gtest.h>
 

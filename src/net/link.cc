@@ -4,7 +4,7 @@
 // non-blocking socket); on EAGAIN poll() until the deadline". This never
 // depends on the fd's blocking mode, handles partial reads/writes and EINTR,
 // and never raises SIGPIPE (MSG_NOSIGNAL).
-#include "refit/link.h"
+#include "net/link.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

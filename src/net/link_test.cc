@@ -1,6 +1,6 @@
 // Tests of Link, Listener and split_host_port over real loopback sockets.
 // Each test says which broken implementation it catches ("Catches: ...").
-#include "refit/link.h"
+#include "net/link.h"
 
 #include <gtest/gtest.h>
 #include <pthread.h>

@@ -8,9 +8,9 @@
 //     through the pool, validates kLanded frames and records them.
 // They share only `Impl::Shared`, under one mutex; a condition variable wakes
 // the consumer when a bucket lands, an error arrives or cancel() is called.
-#include "refit/receiver.h"
+#include "receiver/receiver.h"
 
-#include "refit/device.h"
+#include "cuda/device.h"
 
 #include <poll.h>
 #include <sys/eventfd.h>

@@ -3,7 +3,7 @@
 // "tcp", every test runs over both) into the receiver's pool.
 //
 // Each test that guards a rule names the receiver mutation it catches.
-#include "refit/receiver.h"
+#include "receiver/receiver.h"
 
 #include <gtest/gtest.h>
 

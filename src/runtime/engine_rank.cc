@@ -1,5 +1,5 @@
 // The engine role: see engine_rank.h and roles.h.
-#include "runtime/engine_rank.h"
+#include "refit/engine_rank.h"
 
 #include <poll.h>
 #include <unistd.h>
@@ -18,16 +18,16 @@
 #include "control/control_client.h"
 #include "control/coordinator.h"
 #include "control/spec_json.h"
-#include "refit/aligner.h"
+#include "aligner/aligner.h"
 #include "refit/content.h"
-#include "refit/device.h"
-#include "refit/device_content.h"
-#include "refit/engine.h"
+#include "cuda/device.h"
+#include "cuda/device_content.h"
+#include "refit/reference_engine.h"
 #include "refit/model.h"
 #include "refit/plan.h"
-#include "refit/receiver.h"
+#include "receiver/receiver.h"
 #include "refit/safetensors.h"
-#include "refit/transport.h"
+#include "transport/transport.h"
 #include "runtime/model_choice.h"
 
 namespace refit {

@@ -2,8 +2,8 @@
 // unsupported configurations fail at setup with a message naming the setting).
 #include <functional>
 
-#include "refit/transport.h"
-#include "runtime/roles.h"
+#include "transport/transport.h"
+#include "refit/roles.h"
 
 namespace refit {
 namespace {

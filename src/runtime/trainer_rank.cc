@@ -1,5 +1,5 @@
 // The trainer role: see trainer_rank.h and roles.h.
-#include "runtime/trainer_rank.h"
+#include "refit/trainer_rank.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -16,14 +16,14 @@
 #include "control/auth.h"
 #include "control/control_client.h"
 #include "control/coordinator.h"
-#include "refit/batched_copy.h"
-#include "refit/copy_engine.h"
-#include "refit/device.h"
-#include "refit/engine.h"
+#include "cuda/batched_copy.h"
+#include "cuda/copy_engine.h"
+#include "cuda/device.h"
+#include "refit/reference_engine.h"
 #include "refit/model.h"
 #include "refit/plan.h"
-#include "refit/shard_copy.h"
-#include "refit/transport.h"
+#include "model/shard_copy.h"
+#include "transport/transport.h"
 #include "runtime/model_choice.h"
 
 namespace refit {

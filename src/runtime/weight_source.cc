@@ -2,9 +2,9 @@
 #include "refit/weight_source.h"
 
 #include "refit/content.h"
-#include "refit/device.h"
-#include "refit/device_content.h"
-#include "refit/engine.h"
+#include "cuda/device.h"
+#include "cuda/device_content.h"
+#include "refit/reference_engine.h"
 
 namespace refit {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "refit/transport.h"
+#include "transport/transport.h"
 
 namespace refit::testing {
 

@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "refit/status.h"
-#include "refit/transport.h"
+#include "transport/transport.h"
 
 namespace refit {
 

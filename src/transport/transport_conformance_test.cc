@@ -27,8 +27,8 @@
 #include <optional>
 #include <vector>
 
-#include "refit/link.h"
-#include "refit/transport.h"
+#include "net/link.h"
+#include "transport/transport.h"
 
 namespace refit {
 namespace {

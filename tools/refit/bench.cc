@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "refit/device.h"
+#include "cuda/device.h"
 #include "refit/plan.h"
 #include "refit/report_table.h"
 

@@ -22,7 +22,7 @@
 #include "refit/plan.h"
 #include "refit/report_table.h"
 #include "control/coordinator.h"
-#include "runtime/roles.h"
+#include "refit/roles.h"
 
 namespace refit {
 namespace {

@@ -23,8 +23,8 @@
 #include "refit/plan.h"
 #include "refit/make_checkpoint.h"
 #include "refit/push.h"
-#include "refit/transport.h"
-#include "runtime/roles.h"
+#include "transport/transport.h"
+#include "refit/roles.h"
 
 namespace {
 

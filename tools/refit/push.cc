@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/trainer_rank.h"
+#include "refit/trainer_rank.h"
 
 namespace refit {
 

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/roles.h"
+#include "refit/roles.h"
 
 namespace refit {
 

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 
-#include "refit/device.h"
-#include "refit/transport.h"
+#include "cuda/device.h"
+#include "transport/transport.h"
 
 namespace refit {
 namespace {

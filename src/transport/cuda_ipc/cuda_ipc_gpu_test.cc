@@ -10,9 +10,9 @@
 // catches ("Catches: ...").
 #include <gtest/gtest.h>
 
-#include "refit/device.h"
-#include "refit/link.h"
-#include "refit/transport.h"
+#include "cuda/device.h"
+#include "net/link.h"
+#include "transport/transport.h"
 
 #if REFIT_HAVE_CUDA
 

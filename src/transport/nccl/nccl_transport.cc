@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "cuda/cuda_check.h"
-#include "refit/device.h"
+#include "cuda/device.h"
 #include "transport/nccl/nccl_descriptor.h"
 #include "transport/pool_layout.h"
 

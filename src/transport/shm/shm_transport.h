@@ -26,7 +26,7 @@
 
 #include <memory>
 
-#include "refit/transport.h"
+#include "transport/transport.h"
 
 namespace refit {
 

@@ -16,7 +16,7 @@
 
 #include <memory>
 
-#include "refit/transport.h"
+#include "transport/transport.h"
 
 namespace refit {
 

@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "refit/device.h"
+#include "cuda/device.h"
 #include "refit/status.h"
 
 namespace refit {

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "refit/device.h"
+#include "cuda/device.h"
 #include "transport/pool_layout.h"
 #include "transport/ucx/ucx_descriptor.h"
 #include "transport/ucx/ucx_device_stager.h"

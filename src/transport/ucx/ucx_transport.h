@@ -80,7 +80,7 @@
 #include <memory>
 #include <string>
 
-#include "refit/transport.h"
+#include "transport/transport.h"
 
 namespace refit {
 

@@ -22,9 +22,9 @@
 #include <thread>
 #include <vector>
 
-#include "refit/device.h"
-#include "refit/link.h"
-#include "refit/transport.h"
+#include "cuda/device.h"
+#include "net/link.h"
+#include "transport/transport.h"
 #include "transport/ucx/ucx_transport.h"  // declarations only: defined where REFIT_HAVE_UCX
 #include "testing/scoped_env.h"
 #include "testing/ucx_test_util.h"

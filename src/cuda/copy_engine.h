@@ -23,7 +23,7 @@
 #include <span>
 #include <vector>
 
-#include "refit/batched_copy.h"
+#include "cuda/batched_copy.h"
 #include "refit/status.h"
 
 namespace refit {

@@ -41,7 +41,7 @@
 #include <string>
 #include <vector>
 
-#include "refit/device.h"
+#include "cuda/device.h"
 #include "refit/status.h"
 
 namespace refit {

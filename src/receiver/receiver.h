@@ -34,12 +34,12 @@
 #include <thread>
 #include <vector>
 
-#include "refit/batch.h"
+#include "batch/batch_source.h"
 #include "refit/deadline.h"
-#include "refit/link.h"
+#include "net/link.h"
 #include "refit/plan.h"
 #include "refit/status.h"
-#include "refit/transport.h"
+#include "transport/transport.h"
 
 namespace refit {
 

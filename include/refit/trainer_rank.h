@@ -22,7 +22,7 @@
 
 #include "refit/status.h"
 #include "refit/weight_source.h"
-#include "runtime/roles.h"
+#include "refit/roles.h"
 
 namespace refit {
 

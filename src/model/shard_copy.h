@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "refit/batched_copy.h"
+#include "cuda/batched_copy.h"
 #include "refit/model.h"
 
 namespace refit {

@@ -24,28 +24,11 @@
 #include <string>
 #include <vector>
 
+#include "batch/batch_source.h"
 #include "refit/batch.h"
 #include "refit/status.h"
 
 namespace refit {
-
-struct AlignedBatch {
-  std::uint64_t sequence = 0;
-  // One entry per tensor name, stream order.
-  std::vector<const TensorSpec*> specs;  // rank 0's specs (names/dtypes are common; shapes are rank 0's)
-  // payload[r][i]: rank r's view of tensor i. payload.size() == number of ranks,
-  // index r == engine TP rank r (DESIGN.md rule 8).
-  std::vector<std::vector<TensorView>> payload;
-
-  struct DTypeGroup {
-    DType dtype;
-    std::vector<std::size_t> indices;  // into specs, stream order
-  };
-  // Tensors grouped by dtype, groups in order of first appearance: one engine
-  // post per group (DESIGN.md rule 5).
-  std::vector<DTypeGroup> groups() const;
-  std::size_t size() const { return specs.size(); }
-};
 
 class Aligner {
  public:

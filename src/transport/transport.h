@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "refit/deadline.h"
-#include "refit/link.h"
+#include "net/link.h"
 #include "refit/status.h"
 #include "refit/tensor.h"
 

@@ -33,7 +33,7 @@
 #include "refit/engine.h"
 #include "refit/status.h"
 #include "refit/tensor.h"
-#include "runtime/roles.h"
+#include "refit/roles.h"
 
 namespace refit {
 
