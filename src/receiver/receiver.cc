@@ -10,6 +10,9 @@
 // the consumer when a bucket lands, an error arrives or cancel() is called.
 #include "receiver/receiver.h"
 
+#include "net/frames.h"
+#include "receiver/landing_ledger.h"
+#include "cuda/device.h"
 #include "cuda/device.h"
 
 #include <poll.h>
@@ -29,20 +32,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string frame_name(FrameType t) {
-  switch (t) {
-    case FrameType::kHello: return "kHello";
-    case FrameType::kCredit: return "kCredit";
-    case FrameType::kData: return "kData";
-    case FrameType::kLanded: return "kLanded";
-    case FrameType::kControl: return "kControl";
-    case FrameType::kBye: return "kBye";
-  }
-  return "frame type " + std::to_string(static_cast<int>(t));
-}
-
 // A credit to send: consumer-side, sent outside the lock.
-struct Credit {
+struct Grant {
   std::size_t link = 0;
   std::uint64_t bucket = 0;
   int slot = 0;
@@ -51,13 +42,16 @@ struct Credit {
 }  // namespace
 
 struct Receiver::Impl {
-  Impl(const Plan* p, int r, TargetMemory* pl, ReceiverOptions o)
-      : plan(p), rank(r), pool(pl), options(std::move(o)) {}
+  Impl(const Plan* p, int r, TargetMemory* pl, ReceiverOptions o, bool d)
+      : plan(p), rank(r), pool(pl), options(std::move(o)), direct(d), ledger(p, options.name) {}
 
   const Plan* plan;
   int rank;
   TargetMemory* pool;
   ReceiverOptions options;
+  // Direct mode (CreateDirect): `pool` is the engine's exposed weights, one
+  // slot; no credits, no batches: the consumer waits for every bucket.
+  const bool direct;
 
   // Fixed once the I/O thread runs (attach_link is refused after start()).
   std::vector<std::unique_ptr<Link>> links;
@@ -72,10 +66,9 @@ struct Receiver::Impl {
   Status fatal;             // cancel() or misuse: every later call fails with it
   Status error;             // the current refit failed (first error wins)
   Status stray;             // a frame arrived between refits; reported by start()
-  bool active = false;      // between start() and the end of the stream
-  std::uint64_t version = 0;
-  std::vector<int> bucket_slot;  // slot granted to bucket j, -1 before
-  std::vector<char> landed;      // bucket j's kLanded arrived (validated)
+  // The refit in progress (active between start() and the end of the
+  // stream): grants, landings, and the validator of every frame.
+  LandingLedger ledger;
   std::vector<std::string> closed;  // non-empty: why link i is gone
   ReceiverStats stats;
 
@@ -137,21 +130,15 @@ struct Receiver::Impl {
     return "trainer link " + std::to_string(i) + " (" + links[i]->peer() + ")";
   }
   std::size_t feeder(std::uint64_t bucket) const { return static_cast<std::size_t>(bucket % links.size()); }
+  // The largest payload a frame may carry: a bucket's bytes (staged), an
+  // in-band announcement (direct: transport.h).
+  std::uint64_t max_payload() const { return direct ? kMaxAnnouncementBytes : pool->slot_bytes(); }
 
   // REQUIRES: mu held.
   void fail_locked(Status s) {
     if (error.ok()) error = std::move(s);
     cv.notify_all();
   }
-  // REQUIRES: mu held. The first bucket link `i` still owes this refit, or
-  // plan->buckets.size() when it owes none.
-  std::uint64_t owed_by(std::size_t i) const {
-    for (std::uint64_t j = i; j < plan->buckets.size(); j += links.size()) {
-      if (!landed[j]) return j;
-    }
-    return plan->buckets.size();
-  }
-
   void wake() {
     if (wake_fd < 0) return;
     std::uint64_t one = 1;
@@ -175,9 +162,7 @@ struct Receiver::Impl {
   void io_loop();
   void handle_frame(std::size_t i);
   void link_lost(std::size_t i, const Status& why);
-  Status check_landed(std::size_t i, const FrameHeader& h) const;
-  Status check_data(std::size_t i, const FrameHeader& h) const;
-  Status check_version(std::size_t i, const FrameHeader& h) const;
+  void out_of_protocol(std::size_t i, const FrameHeader& h, Status bad);
 
   // ------------------------------------------------ consumer
   void poison(std::byte* p, std::uint64_t n) const {
@@ -209,30 +194,26 @@ struct Receiver::Impl {
     }
   }
   // Grants free slots to the next buckets in order. REQUIRES: mu held.
-  std::vector<Credit> grant_locked() {
-    std::vector<Credit> out;
+  std::vector<Grant> grant_locked() {
+    std::vector<Grant> out;
     while (!free_slots.empty() && next_grant < plan->buckets.size()) {
       const int s = free_slots.front();
       free_slots.pop_front();
-      bucket_slot[next_grant] = s;
-      out.push_back(Credit{feeder(next_grant), next_grant, s});
+      ledger.grant(next_grant, s);
+      out.push_back(Grant{feeder(next_grant), next_grant, s});
       ++next_grant;
     }
     return out;
   }
   Status grant_and_send(std::uint64_t v, Deadline deadline) {
-    std::vector<Credit> credits;
+    std::vector<Grant> credits;
     {
       std::lock_guard<std::mutex> lock(mu);
       credits = grant_locked();
     }
-    for (const Credit& c : credits) {
-      FrameHeader h;
-      h.type = FrameType::kCredit;
-      h.a = v;
-      h.b = c.bucket;
-      h.c = static_cast<std::uint64_t>(c.slot);
-      Status s = links[c.link]->send(h, {}, deadline);
+    for (const Grant& c : credits) {
+      const CreditFrame credit{v, c.bucket, static_cast<std::uint64_t>(c.slot)};
+      Status s = links[c.link]->send(encode(credit), {}, deadline);
       if (!s.ok()) {
         s = s.WithContext(options.name + ": granting slot " + std::to_string(c.slot) + " for bucket " +
                           std::to_string(c.bucket) + " to " + link_name(c.link));
@@ -245,6 +226,7 @@ struct Receiver::Impl {
   }
   StatusOr<std::optional<Batch>> next(Deadline deadline);
   Status start(std::uint64_t v, Deadline deadline);
+  Status wait_all_landed(Deadline deadline);
 };
 
 // ---------------------------------------------------------------- I/O thread
@@ -290,78 +272,19 @@ void Receiver::Impl::link_lost(std::size_t i, const Status& why) {
   std::lock_guard<std::mutex> lock(mu);
   if (stopping) return;
   closed[i] = why.ToString();
-  if (!active) return;  // reported by the next start()
-  const std::uint64_t owed = owed_by(i);
+  if (!ledger.active()) return;  // reported by the next start()
+  const std::uint64_t owed = ledger.owed_by(i);
   if (owed == plan->buckets.size()) return;  // nothing more expected from it
   fail_locked(Aborted(link_name(i) + " closed while " + options.name + " waited for bucket " +
                       std::to_string(owed) + " of " + std::to_string(plan->buckets.size()) + " of refit " +
-                      std::to_string(version) + ": " + why.message()));
+                      std::to_string(ledger.version()) + ": " + why.message()));
 }
 
-// REQUIRES: mu held.
-Status Receiver::Impl::check_version(std::size_t i, const FrameHeader& h) const {
-  if (!active) {
-    return DataLoss(options.name + ": " + link_name(i) + " sent " + frame_name(h.type) + " of version " +
-                    std::to_string(h.a) + " outside a refit (after refit " + std::to_string(version) + " ended)");
-  }
-  if (h.a != version) {
-    return DataLoss(options.name + ": " + link_name(i) + " sent " + frame_name(h.type) + " of version " +
-                    std::to_string(h.a) + " during refit " + std::to_string(version) +
-                    (h.a < version ? " (a stale frame of an older refit)" : " (a frame of a newer refit)"));
-  }
-  return Status::Ok();
-}
-
-// REQUIRES: mu held.
-Status Receiver::Impl::check_landed(std::size_t i, const FrameHeader& h) const {
-  RETURN_IF_ERROR(check_version(i, h));
-  const std::string who = options.name + ": " + link_name(i) + " sent kLanded for bucket " + std::to_string(h.b);
-  const std::uint64_t buckets = plan->buckets.size();
-  if (h.b >= buckets) {
-    return DataLoss(who + ", but the plan has " + std::to_string(buckets) + " buckets");
-  }
-  if (feeder(h.b) != i) {
-    return DataLoss(who + ", which is fed by " + link_name(feeder(h.b)));
-  }
-  if (bucket_slot[h.b] < 0) {
-    return DataLoss(who + " (slot " + std::to_string(h.c) + ") before any slot was granted to it");
-  }
-  if (h.c != static_cast<std::uint64_t>(bucket_slot[h.b])) {
-    return DataLoss(who + " in slot " + std::to_string(h.c) + ", but slot " + std::to_string(bucket_slot[h.b]) +
-                    " was granted to it");
-  }
-  if (landed[h.b]) return DataLoss(who + " twice");
-  if (h.d != plan->buckets[h.b].bytes) {
-    return DataLoss(who + " with " + std::to_string(h.d) + " bytes; the plan's bucket holds " +
-                    std::to_string(plan->buckets[h.b].bytes));
-  }
-  if (h.payload_bytes != 0) {
-    return DataLoss(who + " with a " + std::to_string(h.payload_bytes) + "-byte payload; kLanded has none");
-  }
-  return Status::Ok();
-}
-
-// REQUIRES: mu held. A kData frame may only write into a slot granted to a
-// bucket this link feeds that has not landed yet.
-Status Receiver::Impl::check_data(std::size_t i, const FrameHeader& h) const {
-  RETURN_IF_ERROR(check_version(i, h));
-  for (std::uint64_t j = i; j < plan->buckets.size(); j += links.size()) {
-    if (!landed[j] && bucket_slot[j] >= 0 && static_cast<std::uint64_t>(bucket_slot[j]) == h.b) {
-      if (h.c > pool->slot_bytes() || h.payload_bytes > pool->slot_bytes() - h.c) {
-        return DataLoss(options.name + ": " + link_name(i) + " sent kData of " + std::to_string(h.payload_bytes) +
-                        " bytes at offset " + std::to_string(h.c) + " into slot " + std::to_string(h.b) + " of " +
-                        std::to_string(pool->slot_bytes()) + " bytes");
-      }
-      return Status::Ok();
-    }
-  }
-  return DataLoss(options.name + ": " + link_name(i) + " sent kData for slot " + std::to_string(h.b) +
-                  ", which is not granted to any pending bucket it feeds");
-}
-
+// Every frame a trainer sends is checked by the ledger (landing_ledger.h),
+// staged or direct: one validator, one error code.
 void Receiver::Impl::handle_frame(std::size_t i) {
   Link& link = *links[i];
-  StatusOr<FrameHeader> got = link.recv_header(Deadline::Never(), pool->slot_bytes());
+  StatusOr<FrameHeader> got = link.recv_header(Deadline::Never(), max_payload());
   if (!got.ok()) {
     link_lost(i, got.status());
     return;
@@ -371,23 +294,24 @@ void Receiver::Impl::handle_frame(std::size_t i) {
   switch (h.type) {
     case FrameType::kLanded: {
       std::lock_guard<std::mutex> lock(mu);
-      bad = check_landed(i, h);
-      if (bad.ok()) {
-        landed[h.b] = 1;
+      StatusOr<std::uint64_t> bucket = ledger.land(i, h);
+      if (bucket.ok()) {
         ++stats.buckets;
-        stats.bytes += h.d;
+        stats.bytes += plan->buckets[*bucket].bytes;
         cv.notify_all();
         return;
       }
+      bad = bucket.status();
       break;
     }
     case FrameType::kData: {
       {
         std::lock_guard<std::mutex> lock(mu);
-        bad = check_data(i, h);
+        bad = ledger.check_data(i, h, pool->slot_bytes());
       }
       if (bad.ok()) {
         // The slot is granted to the trainer: the consumer does not touch it.
+        // (Direct mode: a write announcement, nccl, received into the weights.)
         Status s = pool->receive_data(link, h, Deadline::Never());
         if (!s.ok()) link_lost(i, s);
         return;
@@ -397,23 +321,28 @@ void Receiver::Impl::handle_frame(std::size_t i) {
     case FrameType::kBye:
       link_lost(i, Unavailable(link.peer() + " said goodbye (kBye)"));
       return;
-    default:
-      bad = DataLoss(options.name + ": unexpected " + frame_name(h.type) + " from " + link_name(i) +
-                     " on the data plane");
+    default: {
+      std::lock_guard<std::mutex> lock(mu);
+      bad = ledger.land(i, h).status();  // refuses every other type, naming it
       break;
+    }
   }
-  // Out of protocol: fail the refit (or the next start), keep the stream in
-  // sync by discarding the payload.
+  out_of_protocol(i, h, std::move(bad));
+}
+
+// Fails the refit (or the next start) with `bad`, and keeps the stream in
+// sync by discarding the frame's payload.
+void Receiver::Impl::out_of_protocol(std::size_t i, const FrameHeader& h, Status bad) {
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (active) {
-      fail_locked(bad);
+    if (ledger.active()) {
+      fail_locked(std::move(bad));
     } else if (stray.ok()) {
-      stray = bad;
+      stray = std::move(bad);
     }
   }
   if (h.payload_bytes > 0) {
-    Status s = link.skip_payload(h.payload_bytes, Deadline::Never());
+    Status s = links[i]->skip_payload(h.payload_bytes, Deadline::Never());
     if (!s.ok()) link_lost(i, s);
   }
 }
@@ -439,17 +368,21 @@ Status Receiver::Impl::start(std::uint64_t v, Deadline deadline) {
                        " is closed (" + closed[i] + ")");
       }
     }
-    version = v;
-    active = true;
+    if (ledger.links() != links.size()) {  // the links are fixed from the first start() on
+      std::vector<std::string> names;
+      for (std::size_t i = 0; i < links.size(); ++i) names.push_back(link_name(i));
+      ledger.set_links(std::move(names));
+    }
+    ledger.begin(v, direct);
     error = Status::Ok();
-    std::fill(bucket_slot.begin(), bucket_slot.end(), -1);
-    std::fill(landed.begin(), landed.end(), 0);
     stats = ReceiverStats{};
   }
   // Every batch of the previous refit is dead now.
   release_before(UINT64_MAX);
   free_slots.clear();
-  for (int s = 0; s < pool->slots(); ++s) free_slots.push_back(s);
+  if (!direct) {  // direct mode grants nothing: the ledger granted every bucket slot 0
+    for (int s = 0; s < pool->slots(); ++s) free_slots.push_back(s);
+  }
   for (int b = 0; b < 2; ++b) {
     if (buffer_busy[b]) release_buffer(b);
   }
@@ -476,8 +409,9 @@ StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
     std::lock_guard<std::mutex> lock(mu);
     if (!fatal.ok()) return fatal;
     if (!started) return FailedPrecondition(options.name + ": next() called before start()");
+    if (direct) return FailedPrecondition(options.name + ": next() on a direct-mode receiver (no batches: wait_all_landed)");
     if (!error.ok()) return error;
-    v = version;
+    v = ledger.version();
   }
   if (ended) return std::optional<Batch>();
   const std::uint64_t n = sequence;  // the batch asked for
@@ -490,7 +424,7 @@ StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
     int slot = -1;
     {
       std::unique_lock<std::mutex> lock(mu);
-      auto ready = [&] { return landed[j] || !error.ok() || !fatal.ok(); };
+      auto ready = [&] { return ledger.landed(j) || !error.ok() || !fatal.ok(); };
       if (deadline.is_never()) {
         cv.wait(lock, ready);
       } else if (!cv.wait_until(lock, deadline.at(), ready)) {
@@ -501,7 +435,7 @@ StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
       }
       if (!fatal.ok()) return fatal;
       if (!error.ok()) return error;
-      slot = bucket_slot[j];
+      slot = ledger.slot_of(j);
     }
 
     // Bucket j landed in `slot`; it is the consumer's until released. Its
@@ -615,9 +549,32 @@ StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
   ended = true;
   {
     std::lock_guard<std::mutex> lock(mu);
-    active = false;
+    ledger.end();
   }
   return std::optional<Batch>();
+}
+
+Status Receiver::Impl::wait_all_landed(Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu);
+  if (!fatal.ok()) return fatal;
+  if (!started) return FailedPrecondition(options.name + ": wait_all_landed() called before start()");
+  if (!direct) return FailedPrecondition(options.name + ": wait_all_landed() on a staged receiver (read its batches)");
+  auto ready = [&] { return ledger.landed_count() == ledger.buckets() || !error.ok() || !fatal.ok(); };
+  if (deadline.is_never()) {
+    cv.wait(lock, ready);
+  } else if (!cv.wait_until(lock, deadline.at(), ready)) {
+    const std::uint64_t missing = ledger.buckets() - ledger.landed_count();
+    std::uint64_t first = 0;
+    while (ledger.landed(first)) ++first;
+    return DeadlineExceeded(options.name + " timed out waiting for " + std::to_string(missing) + " of " +
+                            std::to_string(ledger.buckets()) + " direct buckets (refit " +
+                            std::to_string(ledger.version()) + "; the first is bucket " + std::to_string(first) +
+                            " from " + link_name(feeder(first)) + ")");
+  }
+  if (!fatal.ok()) return fatal;
+  if (!error.ok()) return error;
+  ledger.end();
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------- Receiver
@@ -637,7 +594,7 @@ StatusOr<std::unique_ptr<Receiver>> Receiver::Create(const Plan* plan, int rank,
     return FailedPrecondition(options.name + ": the receive pool's slot_bytes " + std::to_string(pool->slot_bytes()) +
                               " is smaller than the plan's bucket_size " + std::to_string(plan->bucket_size));
   }
-  std::unique_ptr<Receiver> r(new Receiver(plan, rank, std::move(pool), std::move(options)));
+  std::unique_ptr<Receiver> r(new Receiver(plan, rank, std::move(pool), std::move(options), /*direct=*/false));
   Impl& impl = *r->impl_;
   if (plan->largest_chunked_tensor > 0) {
     try {
@@ -656,14 +613,28 @@ StatusOr<std::unique_ptr<Receiver>> Receiver::Create(const Plan* plan, int rank,
   }
   impl.wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (impl.wake_fd < 0) return ErrnoStatus(impl.options.name + ": eventfd for the receiver's I/O thread", errno);
-  impl.bucket_slot.assign(plan->buckets.size(), -1);
-  impl.landed.assign(plan->buckets.size(), 0);
   return r;
 }
 
-Receiver::Receiver(const Plan* plan, int rank, std::unique_ptr<TargetMemory> pool, ReceiverOptions options)
+StatusOr<std::unique_ptr<Receiver>> Receiver::CreateDirect(const Plan* plan, int rank,
+                                                           std::unique_ptr<TargetMemory> weights,
+                                                           ReceiverOptions options) {
+  if (plan == nullptr) return InvalidArgument(options.name + ": Receiver::CreateDirect without a plan");
+  if (weights == nullptr) return InvalidArgument(options.name + ": Receiver::CreateDirect without exposed weights");
+  if (plan->buckets.empty()) {
+    return FailedPrecondition(options.name + ": the plan has no buckets (an empty stream is an error)");
+  }
+  std::unique_ptr<Receiver> r(new Receiver(plan, rank, std::move(weights), std::move(options), /*direct=*/true));
+  Impl& impl = *r->impl_;
+  impl.wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (impl.wake_fd < 0) return ErrnoStatus(impl.options.name + ": eventfd for the receiver's I/O thread", errno);
+  return r;
+}
+
+Receiver::Receiver(const Plan* plan, int rank, std::unique_ptr<TargetMemory> pool, ReceiverOptions options,
+                   bool direct)
     : plan_(plan), rank_(rank), pool_(std::move(pool)) {
-  impl_ = std::make_unique<Impl>(plan, rank, pool_.get(), std::move(options));
+  impl_ = std::make_unique<Impl>(plan, rank, pool_.get(), std::move(options), direct);
 }
 
 Receiver::~Receiver() { impl_->stop(); }  // before the pool and links go
@@ -693,6 +664,8 @@ void Receiver::attach_link(std::unique_ptr<Link> link) {
 Status Receiver::start(std::uint64_t version, Deadline deadline) { return impl_->start(version, deadline); }
 
 StatusOr<std::optional<Batch>> Receiver::next(Deadline deadline) { return impl_->next(deadline); }
+
+Status Receiver::wait_all_landed(Deadline deadline) { return impl_->wait_all_landed(deadline); }
 
 void Receiver::cancel(Status why) {
   if (why.ok()) why = Aborted(impl_->options.name + ": cancelled");

@@ -68,6 +68,15 @@ class Receiver : public BatchSource {
   static StatusOr<std::unique_ptr<Receiver>> Create(const Plan* plan, int rank,
                                                     std::unique_ptr<TargetMemory> pool,
                                                     ReceiverOptions options);
+  // Direct mode: `weights` is the engine's weight arena exposed as one slot
+  // (Transport::expose_memory). Trainers write into it themselves and
+  // announce every bucket with kLanded in slot 0, in any order, each on the
+  // link that feeds it; no credits are granted and no batches are yielded:
+  // the consumer calls wait_all_landed() instead of next(). The same
+  // validator checks every frame as in staged mode (same codes, same text).
+  static StatusOr<std::unique_ptr<Receiver>> CreateDirect(const Plan* plan, int rank,
+                                                          std::unique_ptr<TargetMemory> weights,
+                                                          ReceiverOptions options);
   ~Receiver() override;
 
   // Adds the link of the next feeding trainer (its index = the number of
@@ -85,6 +94,10 @@ class Receiver : public BatchSource {
   // frame out of protocol, or cancel() fail the call with a message naming
   // the peer and the bucket.
   StatusOr<std::optional<Batch>> next(Deadline deadline) override;
+  // Direct mode: returns once every bucket of refit `version` (start())
+  // landed; a lost link, a frame out of protocol or cancel() fail it as
+  // they fail next(); the deadline fails it naming the first missing bucket.
+  Status wait_all_landed(Deadline deadline);
   int rank() const override { return rank_; }
   const Plan& plan() const override { return *plan_; }
 
@@ -100,7 +113,7 @@ class Receiver : public BatchSource {
   std::unique_ptr<TargetMemory> release_pool();
 
  private:
-  Receiver(const Plan* plan, int rank, std::unique_ptr<TargetMemory> pool, ReceiverOptions options);
+  Receiver(const Plan* plan, int rank, std::unique_ptr<TargetMemory> pool, ReceiverOptions options, bool direct);
   const Plan* plan_;
   int rank_;
   std::unique_ptr<TargetMemory> pool_;

@@ -1,10 +1,8 @@
 // The engine role: see engine_rank.h and roles.h.
 #include "refit/engine_rank.h"
 
-#include <poll.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
 
 #include <algorithm>
@@ -18,6 +16,8 @@
 #include "control/control_client.h"
 #include "control/coordinator.h"
 #include "control/spec_json.h"
+#include "net/frames.h"
+#include "aligner/aligner.h"
 #include "aligner/aligner.h"
 #include "refit/content.h"
 #include "cuda/device.h"
@@ -119,10 +119,11 @@ class EngineRank::Impl {
     std::unique_ptr<TargetMemory> pool;
     std::string descriptor = "none";
     if (direct_) {
-      // Direct mode: trainers write into the weights themselves; no pool.
-      ASSIGN_OR_RETURN(exposed_, transport_->expose_memory(binding_.arena, binding_.arena_bytes, binding_.memory,
-                                                           device_));
-      descriptor = exposed_->descriptor();
+      // Direct mode: trainers write into the weights themselves, exposed
+      // as the receiver's one slot; no pool.
+      ASSIGN_OR_RETURN(pool, transport_->expose_memory(binding_.arena, binding_.arena_bytes, binding_.memory,
+                                                       device_));
+      descriptor = pool->descriptor();
     } else {
       PoolOptions pool_options;
       pool_options.slots = options_.pool_slots;
@@ -205,31 +206,33 @@ class EngineRank::Impl {
       return InvalidArgument("setup: 'feeders' must list the trainer ranks that feed this engine rank");
     }
     for (const Json& f : setup["feeders"]) feeders_.push_back(f.get<std::uint64_t>());
-    if (!direct_) RETURN_IF_ERROR(make_receiver(std::move(pool)));
+    RETURN_IF_ERROR(make_receiver(std::move(pool)));
     RETURN_IF_ERROR(accept_links(deadline));
     // Every trainer has opened the target: remove its name so a crash leaves nothing behind.
-    RETURN_IF_ERROR(direct_ ? exposed_->seal() : receiver_->pool().seal());
+    RETURN_IF_ERROR(receiver_->pool().seal());
     client_->start_reader([this](const Status& why) {
       std::lock_guard<std::mutex> lock(data_mu_);
       if (receiver_) receiver_->cancel(why);
-      for (auto& link : direct_links_) link->shutdown();
     });
     return client_->send(Json{{"type", "linked"}});
   }
 
+  // The receiver over the pool (staged) or the exposed weights (direct):
+  // every data-plane frame of either mode is checked there.
   Status make_receiver(std::unique_ptr<TargetMemory> pool) {
     ReceiverOptions receiver_options;
     receiver_options.poison_recycled = options_.poison_recycled;
     receiver_options.name = name();
-    ASSIGN_OR_RETURN(auto receiver, Receiver::Create(&plan_, rank(), std::move(pool), receiver_options));
+    ASSIGN_OR_RETURN(auto receiver, direct_ ? Receiver::CreateDirect(&plan_, rank(), std::move(pool), receiver_options)
+                                            : Receiver::Create(&plan_, rank(), std::move(pool), receiver_options));
     std::lock_guard<std::mutex> lock(data_mu_);
     receiver_ = std::move(receiver);
     return Status::Ok();
   }
 
   // Accepts one data-plane link from each trainer rank that feeds this rank
-  // (in trainer-index order) and hands them to the receiver (staged) or keeps
-  // them (direct); at setup and at every recovery.
+  // (in trainer-index order) and hands them to the receiver; at setup and at
+  // every recovery.
   // A connection must authenticate (admit_link) and then send the hello of
   // a trainer rank still awaited. One that does not (a stranger, a wrong
   // secret, garbage, silence, a duplicate) is refused and logged on stderr
@@ -284,11 +287,7 @@ class EngineRank::Impl {
       ++linked;
     }
     std::lock_guard<std::mutex> lock(data_mu_);
-    if (direct_) {
-      direct_links_ = std::move(links);
-    } else {
-      for (auto& link : links) receiver_->attach_link(std::move(link));
-    }
+    for (auto& link : links) receiver_->attach_link(std::move(link));
     return Status::Ok();
   }
 
@@ -302,19 +301,24 @@ class EngineRank::Impl {
   StatusOr<std::size_t> admit_link(Link& link, const std::vector<std::string>& addresses, Deadline deadline) {
     RETURN_IF_ERROR(authenticate_as_server(link, Secret(options_.secret), data_auth_context(rank()),
                                            deadline.min(Deadline::After(kDataAuthTimeout))));
-    ASSIGN_OR_RETURN(FrameHeader hello, link.recv_header(deadline, 0));
-    auto it = std::find(feeders_.begin(), feeders_.end(), hello.a);
-    if (hello.type != FrameType::kHello || it == feeders_.end() || hello.b != static_cast<std::uint64_t>(rank())) {
-      return InvalidArgument("not a hello from one of its trainer ranks (frame type " +
-                             std::to_string(static_cast<int>(hello.type)) + ", a " + std::to_string(hello.a) + ", b " +
-                             std::to_string(hello.b) + ")");
+    ASSIGN_OR_RETURN(FrameHeader frame, link.recv_header(deadline, 0));
+    StatusOr<HelloFrame> decoded = decode_hello(frame, link.peer());
+    if (!decoded.ok()) {
+      return InvalidArgument("not a hello from one of its trainer ranks (" + decoded.status().message() + ")");
     }
-    if (hello.c != plan_.digest) {
-      return FailedPrecondition("plan digest mismatch with trainer rank " + std::to_string(hello.a));
+    const HelloFrame& hello = *decoded;
+    auto it = std::find(feeders_.begin(), feeders_.end(), hello.trainer_rank);
+    if (it == feeders_.end() || hello.engine_rank != static_cast<std::uint64_t>(rank())) {
+      return InvalidArgument("not a hello from one of its trainer ranks (trainer rank " +
+                             std::to_string(hello.trainer_rank) + ", engine rank " + std::to_string(hello.engine_rank) +
+                             ")");
+    }
+    if (hello.plan_digest != plan_.digest) {
+      return FailedPrecondition("plan digest mismatch with trainer rank " + std::to_string(hello.trainer_rank));
     }
     const std::size_t index = static_cast<std::size_t>(it - feeders_.begin());
     if (!addresses[index].empty()) {
-      return FailedPrecondition("trainer rank " + std::to_string(hello.a) + " is already linked (from " +
+      return FailedPrecondition("trainer rank " + std::to_string(hello.trainer_rank) + " is already linked (from " +
                                 addresses[index] + "): a duplicate");
     }
     return index;
@@ -329,17 +333,12 @@ class EngineRank::Impl {
     ASSIGN_OR_RETURN(Json instruction, client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s)));
     if (instruction["type"] != "relink") return false;
     Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
-    if (direct_) {
+    std::unique_ptr<Receiver> old;
+    {
       std::lock_guard<std::mutex> lock(data_mu_);
-      direct_links_.clear();
-    } else {
-      std::unique_ptr<Receiver> old;
-      {
-        std::lock_guard<std::mutex> lock(data_mu_);
-        old = std::move(receiver_);
-      }
-      RETURN_IF_ERROR(make_receiver(old->release_pool()));
+      old = std::move(receiver_);
     }
+    RETURN_IF_ERROR(make_receiver(old->release_pool()));
     RETURN_IF_ERROR(accept_links(deadline));
     std::fprintf(stderr, "%s: recovered: weights at version %llu (%s), relinked for the next refit\n",
                  name().c_str(), static_cast<unsigned long long>(engine_->weight_version()),
@@ -352,6 +351,9 @@ class EngineRank::Impl {
 
   Status refit(std::uint64_t version) {
     RETURN_IF_ERROR(engine_->begin(version));
+    // Direct mode has no credits: trainers announce buckets as soon as they
+    // see "go", so the receiver takes this refit's frames before "ready".
+    if (direct_) RETURN_IF_ERROR(receiver_->start(version, Deadline::AfterSeconds(options_.refit_timeout_s)));
     RETURN_IF_ERROR(client_->send(Json{{"type", "ready"}, {"version", version}}));
     Deadline deadline = Deadline::AfterSeconds(options_.refit_timeout_s);
     ASSIGN_OR_RETURN(Json go, client_->wait_for("go", deadline));
@@ -403,45 +405,11 @@ class EngineRank::Impl {
   }
 
   // Direct mode: the trainers write every byte into the weights; this rank
-  // waits for every bucket's kLanded, in any order, from the link that feeds it.
+  // waits until the receiver saw every bucket's kLanded, in any order, from
+  // the link that feeds it (the receiver checks every frame, as in staged mode).
   Status finish_direct(std::uint64_t version, Deadline deadline) {
-    const std::uint64_t buckets = plan_.buckets.size(), n = direct_links_.size();
-    std::vector<bool> landed(buckets, false);
-    std::uint64_t count = 0, bytes = 0;
-    while (count < buckets) {
-      std::vector<pollfd> fds;
-      for (auto& link : direct_links_) fds.push_back({link->fd(), POLLIN, 0});
-      int ready = ::poll(fds.data(), fds.size(), std::min(deadline.remaining_ms(), 100));
-      if (ready < 0 && errno != EINTR) return ErrnoStatus(name() + ": poll on trainer links", errno);
-      if (ready <= 0) {
-        if (deadline.expired()) {
-          return DeadlineExceeded(name() + " timed out waiting for " + std::to_string(buckets - count) + " of " +
-                                  std::to_string(buckets) + " direct buckets (refit " + std::to_string(version) + ")");
-        }
-        continue;
-      }
-      for (std::size_t i = 0; i < fds.size(); ++i) {
-        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        // Only a transport's announcement (nccl: a new communicator's id) has a payload.
-        ASSIGN_OR_RETURN(FrameHeader h, direct_links_[i]->recv_header(deadline, kMaxAnnouncementBytes));
-        if (h.type == FrameType::kData) {
-          // A two-sided transport (nccl) announces each write into the
-          // weights; the target receives it before the next frame is read.
-          RETURN_IF_ERROR(exposed_->receive_data(*direct_links_[i], h, deadline));
-          continue;
-        }
-        if (h.type != FrameType::kLanded || h.payload_bytes != 0 || h.a != version || h.b >= buckets ||
-            h.b % n != i || landed[h.b] || h.d != plan_.buckets[h.b].bytes) {
-          return InvalidArgument(name() + ": protocol error from " + direct_links_[i]->peer() + ": frame type " +
-                                 std::to_string(static_cast<int>(h.type)) + " version " + std::to_string(h.a) +
-                                 " bucket " + std::to_string(h.b) + " bytes " + std::to_string(h.d) +
-                                 " is not a direct bucket it owes in refit " + std::to_string(version));
-        }
-        landed[h.b] = true;
-        ++count;
-        bytes += h.d;
-      }
-    }
+    RETURN_IF_ERROR(receiver_->wait_all_landed(deadline));
+    const std::uint64_t buckets = plan_.buckets.size(), bytes = receiver_->stats().bytes;
     RETURN_IF_ERROR(client_->send(Json{{"type", "sent"}, {"version", version}}));
     if (binding_.verify) RETURN_IF_ERROR(binding_.verify(version, seed_));
     return report_and_commit(version, deadline,
@@ -476,10 +444,8 @@ class EngineRank::Impl {
   bool on_device_ = false, direct_ = false;
   int device_ = -1;  // local CUDA index
   Engine* engine_ = nullptr;  // binding_.engine
-  std::unique_ptr<TargetMemory> exposed_;  // direct mode: the weights, exposed once
   std::vector<std::uint64_t> feeders_;  // trainer ranks feeding this rank, in trainer-index order
-  std::mutex data_mu_;  // receiver_ and direct_links_: the control reader's cancel vs recovery
-  std::vector<std::unique_ptr<Link>> direct_links_;
+  std::mutex data_mu_;  // receiver_: the control reader's cancel vs recovery
   std::unique_ptr<Receiver> receiver_;
   bool recovered_ = false;  // the last failed refit was recovered from
   // Declared last, destroyed first: its reader thread calls into receiver_.

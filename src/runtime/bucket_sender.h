@@ -1,0 +1,127 @@
+// BucketSender: how a trainer rank moves one bucket from its weights into
+// the engine rank it feeds. One implementation per path (src/runtime/senders/),
+// chosen ONCE at setup by make_bucket_sender from the settings and the
+// transport's capabilities, like NCCL's transport table: the trainer rank
+// keeps the protocol (join, per refit go, sent, done) and calls the chosen
+// sender for every bucket without asking which one it is.
+//
+//   kind             weights        engine pool        how
+//   kHostPack        host           host, staged       memcpy into the mapped slot (shm), or into a local
+//                                                      buffer that the transport writes (tcp)
+//   kHostDirect      host           host, direct       memcpy straight into the exposed weights (shm)
+//   kPinned          host           device, staged     pack into two pinned buffers, copy each to the slot
+//   kPinnedDirect    host           device, direct     pinned buffer -> device bucket -> scatter kernel
+//   kDeviceKernel    device         device, staged     one prepared copy kernel per bucket into the slot
+//   kRegisteredHost  host, pinned   device, staged     the copy engines read the registered weights
+//                    in place                          (cudaHostRegister) straight into the slot
+//   kDeviceDirect    device, or     device, direct     batched kernels (or copy-engine copies) of >= 1 GiB
+//                    registered                        into the exposed weights, announced at the end
+//   kRemoteWrite     host or device any (ucx, nccl)    pack into two staging buffers; the transport writes
+//                                                      one while the other is packed
+//
+// Each sender owns its buffers, streams and registrations.
+//
+// The one ordering rule every sender keeps: bucket j-1 is announced
+// (kLanded) before the credit of bucket j is awaited. The engine grants the
+// slot for bucket j only after it asked for the batch after j-1's, so with
+// two pool slots a sender that waits for j's credit first waits forever
+// (issue 16's push deadlock).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "refit/deadline.h"
+#include "cuda/device.h"
+#include "refit/plan.h"
+#include "refit/status.h"
+#include "transport/transport.h"
+#include "refit/weight_source.h"
+
+namespace refit {
+
+// The trainer rank's data-plane protocol, as a sender uses it.
+class BucketProtocol {
+ public:
+  virtual ~BucketProtocol() = default;
+  // Staged mode: waits for the engine's credit for `bucket` of refit
+  // `version` (bounded by the bucket deadline too) and returns its slot.
+  virtual StatusOr<std::uint64_t> wait_credit(std::uint64_t version, std::uint64_t bucket, Deadline deadline) = 0;
+  // kLanded: `bucket` of refit `version` is in `slot` (0 in direct mode).
+  virtual Status send_landed(std::uint64_t version, std::uint64_t bucket, std::uint64_t slot, Deadline deadline) = 0;
+  // The engine side, in errors ("engine rank 1 at 127.0.0.1:4000").
+  virtual std::string peer() const = 0;
+};
+
+// What every sender reads. What it points to outlives the sender.
+struct SenderContext {
+  std::string name;  // the trainer rank, in errors and logs: "trainer rank 2"
+  const Plan* plan = nullptr;
+  const WeightSource* source = nullptr;
+  int pack_rank = 0;     // the engine rank whose shards are packed
+  int engine_ranks = 1;
+  RemoteTarget* target = nullptr;
+  BucketProtocol* protocol = nullptr;
+  // Direct mode: each tensor's offset in the engine's weight arena
+  // (weight_arena_offsets of the plan's specs). Empty when staged.
+  std::vector<std::uint64_t> arena_offsets;
+};
+
+enum class SenderKind {
+  kHostPack,
+  kHostDirect,
+  kPinned,
+  kPinnedDirect,
+  kDeviceKernel,
+  kRegisteredHost,
+  kDeviceDirect,
+  kRemoteWrite,
+};
+
+// "host pack", "host direct", "pinned", ...
+const char* sender_kind_name(SenderKind kind);
+
+class BucketSender {
+ public:
+  virtual ~BucketSender() = default;
+  // Sends bucket `bucket` of refit `version`: waits for its credit (staged),
+  // moves its bytes, announces it now or later (never after finish()).
+  virtual Status send(std::uint64_t version, std::uint64_t bucket, Deadline deadline) = 0;
+  // Ends refit `version`'s sending: every bucket sent is announced, and
+  // nothing reads the weights any more (the caller may change them after).
+  virtual Status finish(std::uint64_t version, Deadline deadline) = 0;
+  // After a failed refit, before the link is replaced: nothing of it may
+  // still be writing. Waits for the device, cancels writes in flight and
+  // forgets what was half sent.
+  virtual void abandon() = 0;
+  // The CUDA stream its copies run on (the GPU span and the debug hooks use
+  // it), or nullptr for the host paths.
+  virtual CudaStream* stream() = 0;
+  virtual SenderKind kind() const = 0;
+};
+
+// The settings the choice depends on, fixed at setup.
+struct SenderSettings {
+  bool direct = false;             // --mode direct
+  bool weights_on_device = false;  // the source's memory is kCuda
+  bool target_on_device = false;   // the engine keeps device memory
+  // Host weights into a device engine: register the source's stable host
+  // ranges and let the copy engines read them (RankOptions).
+  bool register_host_weights = true;
+  int gpu = -1;  // the device that copies: the weights' device, or --gpu
+  std::string transport;  // its name, in messages only
+  TransportCapabilities capabilities;
+};
+
+// Which sender the settings call for. `registered`: the host weights are
+// registered with the device. Pure: unit-tested on every combination.
+SenderKind choose_sender(const SenderSettings& settings, bool registered);
+
+// Chooses (registering the host weights first where the settings ask, and
+// falling back to the pinned buffers where the driver refuses) and creates
+// the sender with its buffers.
+StatusOr<std::unique_ptr<BucketSender>> make_bucket_sender(SenderContext context, const SenderSettings& settings);
+
+}  // namespace refit

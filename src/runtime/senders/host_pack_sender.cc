@@ -1,0 +1,59 @@
+// kHostPack: host weights into a host pool, staged. One-sided transports
+// (shm) map the granted slot: the bucket is packed straight into it, one
+// copy from the weights into the engine's pool. Two-sided ones (tcp) get a
+// bucket packed into a local buffer and written by the transport.
+#include "model/shard_copy.h"
+#include "runtime/senders/pack.h"
+#include "runtime/senders/senders.h"
+
+namespace refit {
+namespace {
+
+class HostPackSender final : public BucketSender {
+ public:
+  HostPackSender(SenderContext c, bool one_sided) : c_(std::move(c)) {
+    if (!one_sided) staging_.resize(c_.plan->bucket_size);
+  }
+
+  Status send(std::uint64_t version, std::uint64_t j, Deadline deadline) override {
+    ASSIGN_OR_RETURN(const std::uint64_t slot, c_.protocol->wait_credit(version, j, deadline));
+    std::byte* dst = c_.target->mapped_slot(static_cast<int>(slot));
+    const bool in_place = dst != nullptr;
+    if (!in_place) {
+      if (staging_.empty()) return Internal(bucket_where(c_, j) + ": the target maps no slot " + std::to_string(slot));
+      dst = staging_.data();
+    }
+    runs_.clear();
+    append_slot_runs(c_, j, dst, &runs_);
+    copy_runs_on_host(runs_);
+    if (!in_place) {
+      const std::uint64_t bytes = c_.plan->buckets[j].bytes;
+      ASSIGN_OR_RETURN(Ticket ticket, c_.target->submit(static_cast<int>(slot), 0,
+                                                        std::span<const std::byte>(dst, bytes), version, deadline));
+      Status written = wait_written(c_, std::span<const Ticket>(&ticket, 1), j, deadline);
+      if (!written.ok()) {
+        c_.target->cancel(ticket);
+        return written;
+      }
+    }
+    return c_.protocol->send_landed(version, j, slot, deadline);
+  }
+
+  Status finish(std::uint64_t, Deadline) override { return Status::Ok(); }
+  void abandon() override {}
+  CudaStream* stream() override { return nullptr; }
+  SenderKind kind() const override { return SenderKind::kHostPack; }
+
+ private:
+  SenderContext c_;
+  std::vector<std::byte> staging_;  // two-sided transports: the packed bucket
+  std::vector<CopyRun> runs_;
+};
+
+}  // namespace
+
+std::unique_ptr<BucketSender> make_host_pack_sender(SenderContext c, bool one_sided) {
+  return std::make_unique<HostPackSender>(std::move(c), one_sided);
+}
+
+}  // namespace refit

@@ -1,0 +1,100 @@
+// Shared pieces of the bucket senders: see pack.h.
+#include "runtime/senders/pack.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "model/shard_copy.h"
+
+namespace refit {
+namespace {
+
+// At most this many host threads pack one bucket.
+constexpr unsigned kPackThreads = 14;
+
+}  // namespace
+
+std::string bucket_where(const SenderContext& c, std::uint64_t bucket) {
+  return c.name + ", bucket " + std::to_string(bucket);
+}
+
+void append_slot_runs(const SenderContext& c, std::uint64_t bucket, std::byte* slot, std::vector<CopyRun>* runs) {
+  for (const PlanEntry& e : c.plan->buckets[bucket].entries) {
+    append_shard_copy_runs(c.source->model().weights[e.tensor], c.pack_rank, c.engine_ranks, c.source->data(e.tensor),
+                           e.tensor_offset, e.bytes, slot + e.bucket_offset, runs);
+  }
+}
+
+void append_arena_runs(const SenderContext& c, std::uint64_t bucket, std::byte* arena, std::vector<CopyRun>* runs) {
+  for (const PlanEntry& e : c.plan->buckets[bucket].entries) {
+    append_shard_copy_runs(c.source->model().weights[e.tensor], c.pack_rank, c.engine_ranks, c.source->data(e.tensor),
+                           e.tensor_offset, e.bytes, arena + c.arena_offsets[e.tensor] + e.tensor_offset, runs);
+  }
+}
+
+void copy_runs_on_host_parallel(std::span<const CopyRun> runs) {
+  std::uint64_t total = 0;
+  for (const CopyRun& r : runs) total += r.row_bytes * r.rows;
+  // Up to one thread per core but two (the engine's and this rank's own
+  // threads), at most kPackThreads, at least 4 MiB each.
+  const unsigned cores = std::max(std::thread::hardware_concurrency(), 3u) - 2;
+  const unsigned threads = std::min({kPackThreads, cores, static_cast<unsigned>(total / (4u << 20) + 1)});
+  if (threads <= 1) {
+    copy_runs_on_host(runs);
+    return;
+  }
+  // Split into 1-D pieces of about total / threads bytes each.
+  std::vector<std::vector<CopyRun>> parts(threads);
+  const std::uint64_t share = total / threads + 1;
+  std::uint64_t filled = 0;
+  std::size_t part = 0;
+  for (const CopyRun& r : runs) {
+    for (std::uint64_t row = 0; row < r.rows; ++row) {
+      const std::byte* src = r.src + row * r.src_pitch;
+      std::byte* dst = r.dst + row * r.dst_pitch;
+      std::uint64_t left = r.row_bytes;
+      while (left > 0) {
+        const std::uint64_t take = std::min(left, share - filled);
+        parts[part].push_back(copy_run_1d(src, dst, take));
+        src += take;
+        dst += take;
+        left -= take;
+        filled += take;
+        if (filled >= share && part + 1 < parts.size()) {
+          ++part;
+          filled = 0;
+        }
+      }
+    }
+  }
+  std::vector<std::thread> workers;
+  for (unsigned t = 1; t < threads; ++t) workers.emplace_back([&parts, t] { copy_runs_on_host(parts[t]); });
+  copy_runs_on_host(parts[0]);
+  for (auto& w : workers) w.join();
+}
+
+Status wait_written(const SenderContext& c, std::span<const Ticket> tickets, std::uint64_t bucket,
+                    Deadline deadline) {
+  for (std::size_t i = 0; i < tickets.size(); ++i) {
+    for (;;) {
+      ASSIGN_OR_RETURN(bool done, c.target->poll(tickets[i]));
+      if (done) break;
+      if (deadline.expired()) {
+        return DeadlineExceeded(c.name + " timed out writing bucket " + std::to_string(bucket) + " to " +
+                                c.protocol->peer());
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<bool> announce_after_stream(const SenderContext& c, CudaStream& stream, std::uint64_t version,
+                                     std::uint64_t bucket, std::uint64_t slot, Deadline deadline) {
+  const std::string where = bucket_where(c, bucket);
+  ASSIGN_OR_RETURN(const bool ordered, c.target->record_landed(static_cast<int>(slot), stream.handle()));
+  if (!ordered) RETURN_IF_ERROR(stream.synchronize().WithContext(where));
+  RETURN_IF_ERROR(c.protocol->send_landed(version, bucket, slot, deadline));
+  return ordered;
+}
+
+}  // namespace refit

@@ -1,0 +1,47 @@
+// What the bucket senders share: describing a bucket's copies, packing on
+// the host with several threads, waiting for a transport's writes, and
+// announcing a bucket whose copies are queued on a CUDA stream.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cuda/batched_copy.h"
+#include "cuda/device.h"
+#include "runtime/bucket_sender.h"
+
+namespace refit {
+
+// "trainer rank 2, bucket 7": the context of a bucket's errors.
+std::string bucket_where(const SenderContext& c, std::uint64_t bucket);
+
+// Appends the runs that copy bucket `bucket`'s entries (the fed rank's
+// shards, cut from the full weights) to `runs`, laid out as in a slot: each
+// entry at `slot + entry.bucket_offset`.
+void append_slot_runs(const SenderContext& c, std::uint64_t bucket, std::byte* slot, std::vector<CopyRun>* runs);
+
+// The same entries laid out as in the engine's weight arena (direct mode):
+// each at `arena + arena_offsets[tensor] + tensor_offset`.
+void append_arena_runs(const SenderContext& c, std::uint64_t bucket, std::byte* arena, std::vector<CopyRun>* runs);
+
+// Executes host runs split over a few threads (one thread's memcpy from the
+// page cache is several times slower than the host-to-device link).
+void copy_runs_on_host_parallel(std::span<const CopyRun> runs);
+
+// Polls `tickets` until every write completed (the transport's completion
+// contract: the bytes are in the engine's memory). Past the deadline: fails
+// naming `bucket` and the peer; the caller cancels what is left.
+Status wait_written(const SenderContext& c, std::span<const Ticket> tickets, std::uint64_t bucket,
+                    Deadline deadline);
+
+// After the copies of bucket `bucket` into `slot` were queued on `stream`:
+// when the transport orders their end with the engine (cuda_ipc's landing
+// event: RemoteTarget::record_landed) announces the bucket at once and
+// returns true (the stream must be waited for before the refit's "sent");
+// otherwise waits for the stream, announces, and returns false.
+StatusOr<bool> announce_after_stream(const SenderContext& c, CudaStream& stream, std::uint64_t version,
+                                     std::uint64_t bucket, std::uint64_t slot, Deadline deadline);
+
+}  // namespace refit

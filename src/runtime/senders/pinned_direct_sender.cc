@@ -1,0 +1,65 @@
+// kPinnedDirect: host weights into the engine's exposed device weights: pack
+// on the host into pinned memory, copy it to a device bucket, scatter that
+// into the weights with one launch, wait, announce. One device bucket: its
+// scatter must finish before the next copy overwrites it.
+#include "runtime/senders/pack.h"
+#include "runtime/senders/senders.h"
+
+namespace refit {
+namespace {
+
+class PinnedDirectSender final : public BucketSender {
+ public:
+  explicit PinnedDirectSender(SenderContext c) : c_(std::move(c)) {}
+
+  Status init(int gpu) {
+    ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(gpu));
+    copier_ = std::make_unique<BatchedCopier>(std::move(copier));
+    ASSIGN_OR_RETURN(stream_, CudaStream::Create(gpu));
+    ASSIGN_OR_RETURN(pinned_, PinnedBuffer::Allocate(c_.plan->bucket_size));
+    ASSIGN_OR_RETURN(device_bucket_, DeviceBuffer::Allocate(gpu, c_.plan->bucket_size));
+    return Status::Ok();
+  }
+
+  Status send(std::uint64_t version, std::uint64_t j, Deadline deadline) override {
+    const std::string where = bucket_where(c_, j);
+    std::byte* arena = c_.target->mapped_slot(0);
+    if (arena == nullptr) return Internal(where + ": the device target has no mapped slot");
+    const Bucket& bucket = c_.plan->buckets[j];
+    runs_.clear();
+    append_slot_runs(c_, j, pinned_.data(), &runs_);
+    copy_runs_on_host_parallel(runs_);
+    RETURN_IF_ERROR(copy_async(device_bucket_.data(), pinned_.data(), bucket.bytes, stream_.handle()).WithContext(where));
+    runs_.clear();
+    for (const PlanEntry& e : bucket.entries) {
+      runs_.push_back(copy_run_1d(device_bucket_.data() + e.bucket_offset,
+                                  arena + c_.arena_offsets[e.tensor] + e.tensor_offset, e.bytes));
+    }
+    RETURN_IF_ERROR(copier_->copy(runs_, stream_.handle()).WithContext(where));
+    RETURN_IF_ERROR(stream_.synchronize().WithContext(where));
+    return c_.protocol->send_landed(version, j, 0, deadline);
+  }
+
+  Status finish(std::uint64_t, Deadline) override { return Status::Ok(); }
+  void abandon() override { (void)stream_.synchronize(); }
+  CudaStream* stream() override { return &stream_; }
+  SenderKind kind() const override { return SenderKind::kPinnedDirect; }
+
+ private:
+  SenderContext c_;
+  std::unique_ptr<BatchedCopier> copier_;
+  CudaStream stream_;
+  PinnedBuffer pinned_;
+  DeviceBuffer device_bucket_;
+  std::vector<CopyRun> runs_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<BucketSender>> make_pinned_direct_sender(SenderContext c, int gpu) {
+  auto sender = std::make_unique<PinnedDirectSender>(std::move(c));
+  RETURN_IF_ERROR(sender->init(gpu));
+  return std::unique_ptr<BucketSender>(std::move(sender));
+}
+
+}  // namespace refit

@@ -1,0 +1,161 @@
+// kRemoteWrite: transports that write into the engine's registered memory
+// themselves (ucx puts or active messages, nccl sends), staged or direct.
+// Two staging buffers: bucket j is packed into one while bucket j-1's write
+// from the other is in flight (the transport moves it meanwhile); then j-1
+// is polled to completion and announced, the credit of j awaited, and j's
+// write submitted. Staged mode writes the bucket at offset 0 of the granted
+// slot; direct mode writes each packed run at its arena offset, runs
+// adjacent in both the bucket and the arena merged into one write.
+//
+// Staging buffers: host memory for host weights; for device weights device
+// memory, or pinned host memory behind a device bucket when the transport
+// cannot register device memory ("host-staged"). The engine pool's side is
+// the transport's business.
+#include "runtime/senders/pack.h"
+#include "runtime/senders/senders.h"
+
+namespace refit {
+namespace {
+
+class RemoteWriteSender final : public BucketSender {
+ public:
+  explicit RemoteWriteSender(SenderContext c) : c_(std::move(c)) {}
+
+  Status init(int gpu, bool host_staged) {
+    const std::uint64_t bytes = c_.plan->bucket_size;
+    if (gpu < 0) {
+      for (auto& b : host_) b.resize(bytes);
+      return Status::Ok();
+    }
+    ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(gpu));
+    copier_ = std::make_unique<BatchedCopier>(std::move(copier));
+    ASSIGN_OR_RETURN(stream_, CudaStream::Create(gpu));
+    for (int b = 0; b < 2; ++b) {
+      if (host_staged) {
+        ASSIGN_OR_RETURN(pinned_[b], PinnedBuffer::Allocate(bytes));
+      } else {
+        ASSIGN_OR_RETURN(device_[b], DeviceBuffer::Allocate(gpu, bytes));
+      }
+    }
+    if (host_staged) {
+      ASSIGN_OR_RETURN(device_bucket_, DeviceBuffer::Allocate(gpu, bytes));
+    }
+    return Status::Ok();
+  }
+
+  Status send(std::uint64_t version, std::uint64_t j, Deadline deadline) override {
+    const int b = static_cast<int>(sequence_++ % 2);
+    // 1. Pack bucket j (buffer b's last write, of bucket j-2, completed
+    // before bucket j-1 was submitted).
+    RETURN_IF_ERROR(pack(j, b));
+    // 2. Bucket j-1 lands and is announced, before the credit of j.
+    RETURN_IF_ERROR(land_in_flight(deadline));
+    // 3. Bucket j's write starts.
+    std::uint64_t slot = 0;
+    if (c_.arena_offsets.empty()) {
+      ASSIGN_OR_RETURN(slot, c_.protocol->wait_credit(version, j, deadline));
+    }
+    in_flight_ = InFlight{true, version, j, slot, {}};
+    return submit(j, staging(b), deadline).WithContext(bucket_where(c_, j));
+  }
+
+  Status finish(std::uint64_t, Deadline deadline) override { return land_in_flight(deadline); }
+
+  // The writes still in flight are cancelled (the transport lets the next
+  // write wait for them).
+  void abandon() override {
+    if (stream_.device() >= 0) (void)stream_.synchronize();
+    if (in_flight_.active) {
+      for (Ticket t : in_flight_.tickets) c_.target->cancel(t);
+    }
+    in_flight_ = InFlight();
+  }
+  CudaStream* stream() override { return stream_.device() >= 0 ? &stream_ : nullptr; }
+  SenderKind kind() const override { return SenderKind::kRemoteWrite; }
+
+ private:
+  struct InFlight {
+    bool active = false;
+    std::uint64_t version = 0, bucket = 0, slot = 0;
+    std::vector<Ticket> tickets;
+  };
+
+  std::byte* staging(int b) {
+    if (copier_ == nullptr) return host_[b].data();
+    return device_bucket_.data() != nullptr ? pinned_[b].data() : device_[b].data();
+  }
+
+  Status pack(std::uint64_t j, int b) {
+    const std::string where = bucket_where(c_, j);
+    std::byte* to = device_bucket_.data() != nullptr ? device_bucket_.data() : staging(b);
+    runs_.clear();
+    append_slot_runs(c_, j, to, &runs_);
+    if (copier_ == nullptr) {
+      copy_runs_on_host_parallel(runs_);
+      return Status::Ok();
+    }
+    RETURN_IF_ERROR(copier_->copy(runs_, stream_.handle()).WithContext(where));
+    if (device_bucket_.data() != nullptr) {
+      RETURN_IF_ERROR(copy_async(staging(b), to, c_.plan->buckets[j].bytes, stream_.handle()).WithContext(where));
+    }
+    return stream_.synchronize().WithContext(where);
+  }
+
+  // Submits bucket j from `from`: at offset 0 of the granted slot (staged),
+  // or each run at its arena offset (direct).
+  Status submit(std::uint64_t j, const std::byte* from, Deadline deadline) {
+    auto write = [&](std::uint64_t at, std::uint64_t offset, std::uint64_t n) -> Status {
+      ASSIGN_OR_RETURN(Ticket t, c_.target->submit(static_cast<int>(in_flight_.slot), at,
+                                                   std::span<const std::byte>(from + offset, n), in_flight_.version,
+                                                   deadline));
+      in_flight_.tickets.push_back(t);
+      return Status::Ok();
+    };
+    const Bucket& bucket = c_.plan->buckets[j];
+    if (c_.arena_offsets.empty()) return write(0, 0, bucket.bytes);
+    std::uint64_t at = 0, offset = 0, n = 0;
+    for (const PlanEntry& e : bucket.entries) {
+      if (e.bytes == 0) continue;
+      const std::uint64_t to = c_.arena_offsets[e.tensor] + e.tensor_offset;
+      if (n > 0 && to == at + n && e.bucket_offset == offset + n) {
+        n += e.bytes;
+        continue;
+      }
+      if (n > 0) RETURN_IF_ERROR(write(at, offset, n));
+      at = to;
+      offset = e.bucket_offset;
+      n = e.bytes;
+    }
+    return n > 0 ? write(at, offset, n) : Status::Ok();
+  }
+
+  // Waits until the bucket in flight is in the engine's memory, then
+  // announces it. No-op when none is in flight.
+  Status land_in_flight(Deadline deadline) {
+    if (!in_flight_.active) return Status::Ok();
+    RETURN_IF_ERROR(wait_written(c_, in_flight_.tickets, in_flight_.bucket, deadline));
+    in_flight_.active = false;
+    return c_.protocol->send_landed(in_flight_.version, in_flight_.bucket, in_flight_.slot, deadline);
+  }
+
+  SenderContext c_;
+  std::unique_ptr<BatchedCopier> copier_;  // device weights only
+  CudaStream stream_;
+  std::vector<std::byte> host_[2];  // host weights
+  DeviceBuffer device_[2];          // device weights, device memory the transport registers
+  PinnedBuffer pinned_[2];          // device weights, host-staged ...
+  DeviceBuffer device_bucket_;      // ... packed here first
+  std::uint64_t sequence_ = 0;      // buckets sent: picks the staging buffer
+  InFlight in_flight_;
+  std::vector<CopyRun> runs_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<BucketSender>> make_remote_write_sender(SenderContext c, int gpu, bool host_staged) {
+  auto sender = std::make_unique<RemoteWriteSender>(std::move(c));
+  RETURN_IF_ERROR(sender->init(gpu, host_staged));
+  return std::unique_ptr<BucketSender>(std::move(sender));
+}
+
+}  // namespace refit
