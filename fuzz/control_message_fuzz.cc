@@ -1,7 +1,7 @@
 // Fuzz target: control messages as the coordinator and the ranks receive
 // them: kControl frames on a link (size bound, frame checks) and their JSON
-// (parse, nesting bound, schema), then every read the coordinator makes of
-// a validated message (control_message.h promises no exception).
+// (parse, nesting bound), then their typed decode (schema, fields) in every
+// direction (protocol.h promises an error, never an exception).
 //
 // Input: byte 0 picks the mode; the rest is
 //   bit 0 set:   one message's JSON text (parse_control_message)
@@ -11,6 +11,7 @@
 
 #include "control/auth.h"
 #include "control/control_message.h"
+#include "control/protocol.h"
 #include "control/spec_json.h"
 #include "fuzz_util.h"
 
@@ -18,51 +19,21 @@ namespace {
 
 using refit::Json;
 
-// The coordinator's (and ranks') reads of a validated message.
+// The coordinator's (and ranks') reads of a message: its typed decode in
+// every direction (protocol.h promises an error, never an exception), and
+// the arithmetic the coordinator does with a decoded join.
 void use(const Json& m) {
-  const std::string& type = m["type"].get_ref<const std::string&>();
-  if (type == "join") {
-    (void)refit::json_string(m, "role");
-    (void)refit::json_int(m, "rank");
-    (void)m.value("pid", 0);
-    std::uint64_t slots = m.value("pool_slots", 0ull), bucket = m.value("bucket_size", 0ull);
-    // Bounded so that this product (the coordinator's pool size) fits.
-    if (slots != 0 && bucket > UINT64_MAX / slots) __builtin_trap();
-    (void)m.value("memory_limit", 0ull);
-    (void)m.value("plan_digest", std::string());
-    (void)m.value("data_address", std::string());
-    (void)m.value("descriptor", std::string());
-    (void)m.value("device", std::string("cpu"));
-    const Json supported = m.value("supported_dtypes", Json::array());
-    const Json examples = m.value("stream_dtypes", Json::object());
-    for (auto it = examples.begin(); it != examples.end(); ++it) {
-      bool ok = false;
-      for (const Json& s : supported) ok = ok || s == it.key();
-      (void)it.value().get<std::string>();
+  if (auto rank = refit::decode_rank_message(m); rank.ok()) {
+    if (const auto* join = std::get_if<refit::Join>(&*rank)) {
+      // Bounded so that this product (the coordinator's pool size) fits.
+      if (join->pool_slots != 0 && join->bucket_size > UINT64_MAX / join->pool_slots) __builtin_trap();
     }
-    (void)refit::specs_from_json(m.value("specs", Json()), "fuzz");
-    for (const char* field : {"bucket_size", "transport", "mode", "trainer_ranks", "engine_ranks"}) {
-      if (m.contains(field)) (void)m[field].dump();
-    }
-  } else if (type == "done") {
-    (void)m.value("verified", false);
-    Json stats = m.value("stats", Json::object());
-    stats["rank"] = 1;
-  } else if (type == "progress") {
-    (void)m.value("bytes", 0ull);
-  } else if (type == "committed" || type == "ready" || type == "sent" || type == "start") {
-    (void)m.value("version", 0ull);
-    (void)m.value("version", Json()).dump();
-  } else if (type == "failed" || type == "abort" || type == "error") {
-    (void)refit::status_from_json(m.value("error", Json()));
-  } else if (type == "setup") {
-    (void)refit::json_uint(m, "seed");
-    (void)refit::json_uint(m, "trainer_index");
-    (void)m.value("engine_address", std::string());
-    if (auto streams = m.find("streams"); streams != m.end()) {
-      for (const Json& s : *streams) (void)refit::specs_from_json(s, "fuzz stream");
-    }
+    (void)refit::encode(*rank).dump();
   }
+  if (auto coordinator = refit::decode_coordinator_message(m); coordinator.ok()) {
+    (void)refit::encode(*coordinator).dump();
+  }
+  if (auto auth = refit::decode_auth_message(m); auth.ok()) (void)refit::encode(*auth).dump();
   (void)m.dump();
   Json copy = m;
   (void)(copy == m);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "control/protocol.h"
 #include "control/spec_json.h"
 #include "fuzz_util.h"
 #include "aligner/aligner.h"
@@ -38,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::uint64_t bucket_size = refit::kMinBucketSize * (1 + static_cast<std::uint64_t>(data[1]));
   std::string_view text = refit::fuzz::as_text(data + 2, size - 2);
   auto streams = refit::parse_control_message("{\"type\":\"setup\",\"streams\":" + std::string(text) + "}", "fuzz");
-  if (!streams.ok()) return 0;
+  if (!streams.ok() || !refit::validate_control_message(*streams).ok()) return 0;
   std::vector<refit::Plan> plans;
   for (const refit::Json& stream : (*streams)["streams"]) {
     auto specs = refit::specs_from_json(stream, "fuzz stream");

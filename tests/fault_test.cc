@@ -23,6 +23,7 @@
 
 #include "control/auth.h"
 #include "control/control_message.h"
+#include "control/protocol.h"
 #include "job.h"
 #include "net/link.h"
 
@@ -165,19 +166,19 @@ std::vector<Stray> Strays() {
       {"a join whose rank is a string",
        [](Link& l) {
          Authenticate(l);
-         ASSERT_TRUE(send_control(l, Json{{"type", "join"}, {"role", "engine"}, {"rank", "zero"}}, Deadline::After(5s)).ok());
+         ASSERT_TRUE(send_control(l, Json{{"type", "join"}, {"role", "engine"}, {"rank", "zero"}, {"protocol", kControlProtocolVersion}}, Deadline::After(5s)).ok());
        },
        "'join' field 'rank'", "'join' field 'rank'"},
       {"a join for an absurd rank",
        [](Link& l) {
          Authenticate(l);
-         ASSERT_TRUE(send_control(l, Json{{"type", "join"}, {"role", "trainer"}, {"rank", 99}}, Deadline::After(5s)).ok());
+         ASSERT_TRUE(send_control(l, Json{{"type", "join"}, {"role", "trainer"}, {"rank", 99}, {"protocol", kControlProtocolVersion}}, Deadline::After(5s)).ok());
        },
        "trainer rank 99 is out of range", "trainer rank 99 is out of range"},
       {"a join for an unknown role",
        [](Link& l) {
          Authenticate(l);
-         ASSERT_TRUE(send_control(l, Json{{"type", "join"}, {"role", "spy"}, {"rank", 0}}, Deadline::After(5s)).ok());
+         ASSERT_TRUE(send_control(l, Json{{"type", "join"}, {"role", "spy"}, {"rank", 0}, {"protocol", kControlProtocolVersion}}, Deadline::After(5s)).ok());
        },
        "unknown role 'spy'", "unknown role 'spy'"},
   };

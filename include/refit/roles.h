@@ -82,6 +82,13 @@ struct EngineOptions : RankOptions {
   // After each committed refit, write this rank's weights (its shards) to
   // this safetensors file (`refit save`); empty: never.
   std::string save_path;
+  // Fault injection for tests (engine only): in refit N, on receiving the
+  // coordinator's commit and before applying or acknowledging it, log one
+  // line ("... at the commit of refit N") and die by SIGKILL
+  // (debug_die_at_commit) or stop itself by SIGSTOP (debug_stop_at_commit),
+  // as a rank killed or stalled at the commit step would. 0: off.
+  std::uint64_t debug_die_at_commit = 0;
+  std::uint64_t debug_stop_at_commit = 0;
   std::vector<std::string> supported_dtypes;  // empty: every dtype
   // DESIGN.md rule 7: engine rank r uses local device base_gpu_id + r, an
   // index inside CUDA_VISIBLE_DEVICES, never a physical id.

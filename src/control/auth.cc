@@ -11,7 +11,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-#include "control/control_message.h"
+#include "control/protocol.h"
 
 namespace refit {
 namespace {
@@ -24,14 +24,22 @@ constexpr const char* kSecretHelp = "give both sides the same secret with --secr
 // Tells the peer why it is refused (best effort: it may be gone) and returns
 // `why` for the caller to log.
 Status refuse(Link& link, const Status& why, Deadline deadline) {
-  (void)send_control(link, Json{{"type", "error"}, {"error", status_to_json(why)}},
-                     deadline.min(Deadline::After(std::chrono::milliseconds(1000))));
+  (void)send_message(link, AuthMessage(Refusal{why}), deadline.min(Deadline::After(std::chrono::milliseconds(1000))));
   return Status(why.code(), "refused " + link.peer() + ": " + why.message());
 }
 
 StatusOr<Json> recv_auth(Link& link, Deadline deadline, const char* step) {
   auto message = recv_control(link, deadline, kMaxAuthMessageBytes);
   if (!message.ok()) return message.status().WithContext(std::string("authentication (") + step + ")");
+  return message;
+}
+
+// The peer's next message, decoded; a malformed one is kInvalidArgument
+// naming the peer.
+StatusOr<AuthMessage> recv_auth_decoded(Link& link, Deadline deadline, const char* step) {
+  ASSIGN_OR_RETURN(Json json, recv_auth(link, deadline, step));
+  auto message = decode_auth_message(json);
+  if (!message.ok()) return InvalidArgument("malformed control message from " + link.peer() + ": " + message.status().message());
   return message;
 }
 
@@ -156,34 +164,37 @@ std::string auth_hex(std::span<const unsigned char> bytes) {
 
 Status authenticate_as_server(Link& link, const Secret& secret, std::string_view context, Deadline deadline) {
   const bool have = !secret.empty();
+  AuthChallenge challenge{kProtocol, have ? kMethod : kNone, std::string()};
   AuthNonce server_nonce{};
-  Json challenge{{"type", "auth_challenge"}, {"protocol", kProtocol}, {"auth", have ? kMethod : kNone}};
   if (have) {
     ASSIGN_OR_RETURN(server_nonce, random_nonce());
-    challenge["nonce"] = auth_hex(server_nonce);
+    challenge.nonce = auth_hex(server_nonce);
   }
-  RETURN_IF_ERROR(send_control(link, challenge, deadline).WithContext("authentication (challenge)"));
-  ASSIGN_OR_RETURN(Json reply, recv_auth(link, deadline, "waiting for the response"));
-  const std::string& type = reply["type"].get_ref<const std::string&>();
-  if (type == "error") {
-    // The client refused us (it has a secret and we have none, ...).
-    Status why = status_from_json(reply["error"]);
-    return FailedPrecondition(link.peer() + " refused to authenticate: " + why.message());
+  RETURN_IF_ERROR(send_message(link, AuthMessage(challenge), deadline).WithContext("authentication (challenge)"));
+  ASSIGN_OR_RETURN(Json json, recv_auth(link, deadline, "waiting for the response"));
+  auto reply = decode_auth_message(json);
+  if (reply.ok()) {
+    if (const auto* refusal = std::get_if<Refusal>(&*reply)) {
+      // The client refused us (it has a secret and we have none, ...).
+      return FailedPrecondition(link.peer() + " refused to authenticate: " + refusal->error.message());
+    }
   }
-  if (type != "auth_response") {
+  const AuthResponse* response = reply.ok() ? std::get_if<AuthResponse>(&*reply) : nullptr;
+  if (response == nullptr) {
+    const std::string got = reply.ok() ? "got '" + message_name(*reply) + "'" : reply.status().message();
     return refuse(link,
-                  InvalidArgument("authentication required first: expected 'auth_response', got '" + type +
-                                  "' (a client that does not speak refit's authentication protocol " +
+                  InvalidArgument("authentication required first: expected 'auth_response', " + got +
+                                  " (a client that does not speak refit's authentication protocol " +
                                   std::to_string(kProtocol) + "?)"),
                   deadline);
   }
-  const std::string& method = reply["auth"].get_ref<const std::string&>();
+  const std::string& method = response->auth;
   if (!have) {
     if (method != kNone) {
       return refuse(link, InvalidArgument("protocol error: answered '" + method + "' to a challenge without auth"),
                     deadline);
     }
-    RETURN_IF_ERROR(send_control(link, Json{{"type", "auth_ok"}}, deadline).WithContext("authentication (ok)"));
+    RETURN_IF_ERROR(send_message(link, AuthMessage(AuthOk{}), deadline).WithContext("authentication (ok)"));
     return Status::Ok();
   }
   if (method == kNone) {
@@ -197,10 +208,7 @@ Status authenticate_as_server(Link& link, const Secret& secret, std::string_view
   }
   AuthNonce client_nonce{};
   AuthMac client_mac{};
-  auto nonce = reply.find("nonce");
-  auto mac = reply.find("mac");
-  if (nonce == reply.end() || !parse_auth_hex(nonce->get_ref<const std::string&>(), &client_nonce) ||
-      mac == reply.end() || !parse_auth_hex(mac->get_ref<const std::string&>(), &client_mac)) {
+  if (!parse_auth_hex(response->nonce, &client_nonce) || !parse_auth_hex(response->mac, &client_mac)) {
     return refuse(link,
                   InvalidArgument("malformed auth_response: 'nonce' and 'mac' must each be " +
                                   std::to_string(2 * kAuthNonceBytes) + " lowercase hex digits"),
@@ -218,7 +226,7 @@ Status authenticate_as_server(Link& link, const Secret& secret, std::string_view
   }
   const AuthMac proof = auth_mac(secret, AuthDirection::kServerProof, context, server_nonce, client_nonce);
   RETURN_IF_ERROR(
-      send_control(link, Json{{"type", "auth_ok"}, {"mac", auth_hex(proof)}}, deadline).WithContext("authentication (ok)"));
+      send_message(link, AuthMessage(AuthOk{auth_hex(proof)}), deadline).WithContext("authentication (ok)"));
   return Status::Ok();
 }
 
@@ -226,38 +234,35 @@ Status authenticate_as_server(Link& link, const Secret& secret, std::string_view
 
 Status authenticate_as_client(Link& link, const Secret& secret, std::string_view context, Deadline deadline) {
   const bool have = !secret.empty();
-  ASSIGN_OR_RETURN(Json challenge, recv_auth(link, deadline, "waiting for the challenge"));
-  const std::string& type = challenge["type"].get_ref<const std::string&>();
-  if (type == "error") {
-    Status why = status_from_json(challenge["error"]);
-    return Status(why.code(), link.peer() + " refused the connection: " + why.message());
+  ASSIGN_OR_RETURN(AuthMessage first, recv_auth_decoded(link, deadline, "waiting for the challenge"));
+  if (const auto* refusal = std::get_if<Refusal>(&first)) {
+    return Status(refusal->error.code(), link.peer() + " refused the connection: " + refusal->error.message());
   }
-  if (type != "auth_challenge") {
-    return InvalidArgument("protocol error: " + link.peer() + " sent '" + type +
+  const auto* challenge = std::get_if<AuthChallenge>(&first);
+  if (challenge == nullptr) {
+    return InvalidArgument("protocol error: " + link.peer() + " sent '" + message_name(first) +
                            "' instead of an authentication challenge (not a refit server of protocol " +
                            std::to_string(kProtocol) + "?)");
   }
-  const std::uint64_t protocol = challenge["protocol"].get<std::uint64_t>();
-  if (protocol != kProtocol) {
-    return FailedPrecondition(link.peer() + " speaks authentication protocol " + std::to_string(protocol) +
+  if (challenge->protocol != kProtocol) {
+    return FailedPrecondition(link.peer() + " speaks authentication protocol " + std::to_string(challenge->protocol) +
                               ", this side " + std::to_string(kProtocol));
   }
-  const std::string& method = challenge["auth"].get_ref<const std::string&>();
-  auto finish = [&](Json response, const AuthNonce* server_nonce, const AuthNonce* client_nonce) -> Status {
-    RETURN_IF_ERROR(send_control(link, response, deadline).WithContext("authentication (response)"));
-    ASSIGN_OR_RETURN(Json reply, recv_auth(link, deadline, "waiting for the verdict"));
-    const std::string& kind = reply["type"].get_ref<const std::string&>();
-    if (kind == "error") {
-      Status why = status_from_json(reply["error"]);
-      return FailedPrecondition(link.peer() + " refused this side's authentication: " + why.message());
+  const std::string& method = challenge->auth;
+  auto finish = [&](const AuthResponse& response, const AuthNonce* server_nonce, const AuthNonce* client_nonce) -> Status {
+    RETURN_IF_ERROR(send_message(link, AuthMessage(response), deadline).WithContext("authentication (response)"));
+    ASSIGN_OR_RETURN(AuthMessage reply, recv_auth_decoded(link, deadline, "waiting for the verdict"));
+    if (const auto* refusal = std::get_if<Refusal>(&reply)) {
+      return FailedPrecondition(link.peer() + " refused this side's authentication: " + refusal->error.message());
     }
-    if (kind != "auth_ok") {
-      return InvalidArgument("protocol error: " + link.peer() + " answered the authentication with '" + kind + "'");
+    const auto* ok = std::get_if<AuthOk>(&reply);
+    if (ok == nullptr) {
+      return InvalidArgument("protocol error: " + link.peer() + " answered the authentication with '" +
+                             message_name(reply) + "'");
     }
     if (server_nonce == nullptr) return Status::Ok();
     AuthMac got{};
-    auto mac = reply.find("mac");
-    if (mac == reply.end() || !parse_auth_hex(mac->get_ref<const std::string&>(), &got)) {
+    if (!parse_auth_hex(ok->mac, &got)) {
       return FailedPrecondition(link.peer() + " did not prove it knows the secret (no valid 'mac' in auth_ok)");
     }
     const AuthMac expected = auth_mac(secret, AuthDirection::kServerProof, context, *server_nonce, *client_nonce);
@@ -273,36 +278,31 @@ Status authenticate_as_client(Link& link, const Secret& secret, std::string_view
     if (have) {
       Status why = FailedPrecondition(
           "this side has a secret, so it only trusts a server that proves it knows it; the server has none");
-      (void)send_control(link, Json{{"type", "error"}, {"error", status_to_json(why)}}, deadline);
+      (void)send_message(link, AuthMessage(Refusal{why}), deadline);
       return FailedPrecondition(link.peer() + " does not authenticate (it has no secret) but this side has one: " +
                                 "refusing a server that cannot prove it knows the secret (" + kSecretHelp + ")");
     }
-    return finish(Json{{"type", "auth_response"}, {"auth", kNone}}, nullptr, nullptr);
+    return finish(AuthResponse{kNone, "", ""}, nullptr, nullptr);
   }
   if (method != kMethod) {
     return FailedPrecondition(link.peer() + " asks for authentication method '" + method + "', this side knows " +
                               kMethod);
   }
   AuthNonce server_nonce{};
-  auto nonce = challenge.find("nonce");
-  if (nonce == challenge.end() || !parse_auth_hex(nonce->get_ref<const std::string&>(), &server_nonce)) {
+  if (!parse_auth_hex(challenge->nonce, &server_nonce)) {
     return InvalidArgument("malformed authentication challenge from " + link.peer() + ": 'nonce' must be " +
                            std::to_string(2 * kAuthNonceBytes) + " lowercase hex digits");
   }
   if (!have) {
     // Tell the server (it logs the refusal), then say what to do.
-    Status s = finish(Json{{"type", "auth_response"}, {"auth", kNone}}, nullptr, nullptr);
+    Status s = finish(AuthResponse{kNone, "", ""}, nullptr, nullptr);
     if (s.ok()) return s;
     return FailedPrecondition(link.peer() + " requires authentication, but this side has no secret (" + kSecretHelp +
                               ")");
   }
   ASSIGN_OR_RETURN(AuthNonce client_nonce, random_nonce());
   const AuthMac mac = auth_mac(secret, AuthDirection::kClientProof, context, server_nonce, client_nonce);
-  return finish(Json{{"type", "auth_response"},
-                     {"auth", kMethod},
-                     {"nonce", auth_hex(client_nonce)},
-                     {"mac", auth_hex(mac)}},
-                &server_nonce, &client_nonce);
+  return finish(AuthResponse{kMethod, auth_hex(client_nonce), auth_hex(mac)}, &server_nonce, &client_nonce);
 }
 
 }  // namespace refit

@@ -14,19 +14,19 @@ ControlClient::~ControlClient() {
   if (reader_.joinable()) reader_.join();
 }
 
-StatusOr<Json> ControlClient::join(const Json& join, Deadline deadline) {
-  RETURN_IF_ERROR(send_control(*link_, join, deadline));
-  ASSIGN_OR_RETURN(Json reply, recv_control(*link_, deadline));
-  std::string type = reply["type"].get<std::string>();
-  // "error": this rank was refused; "abort": setup failed for every rank.
-  if (type == "error" || type == "abort") return status_from_json(reply.value("error", Json()));
-  if (type != "setup") return InvalidArgument("protocol error: the coordinator answered a join with '" + type + "'");
-  return reply;
+StatusOr<Setup> ControlClient::join(const Join& join, Deadline deadline) {
+  RETURN_IF_ERROR(send_message(*link_, RankMessage(join), deadline));
+  ASSIGN_OR_RETURN(CoordinatorMessage reply, recv_coordinator_message(*link_, deadline));
+  // A refusal: this rank was refused; an abort: setup failed for every rank.
+  if (auto* refusal = std::get_if<Refusal>(&reply)) return refusal->error;
+  if (auto* abort = std::get_if<Abort>(&reply)) return abort->error;
+  if (auto* setup = std::get_if<Setup>(&reply)) return std::move(*setup);
+  return InvalidArgument("protocol error: the coordinator answered a join with '" + message_name(reply) + "'");
 }
 
-Status ControlClient::send(const Json& message) {
+Status ControlClient::send(const RankMessage& message) {
   std::lock_guard<std::mutex> lock(send_mu_);
-  return send_control(*link_, message, Deadline::After(std::chrono::seconds(30)));
+  return send_message(*link_, message, Deadline::After(std::chrono::seconds(30)));
 }
 
 void ControlClient::start_reader(std::function<void(const Status&)> on_abort) {
@@ -34,9 +34,23 @@ void ControlClient::start_reader(std::function<void(const Status&)> on_abort) {
   reader_ = std::thread([this] { read_loop(); });
 }
 
+namespace {
+// Why the coordinator stops this rank's work, when `message` says so.
+std::optional<Status> stop_reason(const CoordinatorMessage& message) {
+  if (const auto* abort = std::get_if<Abort>(&message)) {
+    return Aborted("refit aborted by the coordinator: " + abort->error.ToString());
+  }
+  if (const auto* shutdown = std::get_if<Shutdown>(&message); shutdown != nullptr && shutdown->error) {
+    return Aborted("the coordinator ended the job with refit " + std::to_string(shutdown->committed_version) +
+                   " committed: " + shutdown->error->ToString());
+  }
+  return std::nullopt;
+}
+}  // namespace
+
 void ControlClient::read_loop() {
   for (;;) {
-    auto message = recv_control(*link_, Deadline::Never());
+    auto message = recv_coordinator_message(*link_, Deadline::Never());
     std::function<void(const Status&)> notify;
     Status why;
     {
@@ -49,9 +63,8 @@ void ControlClient::read_loop() {
           notify = on_abort_;
         }
       } else {
-        if ((*message)["type"] == "abort" && !abort_) {
-          Status reason = status_from_json(message->value("error", Json()));
-          abort_ = Aborted("refit aborted by the coordinator: " + reason.ToString());
+        if (std::optional<Status> stop = stop_reason(*message); stop && !abort_) {
+          abort_ = *stop;
           why = *abort_;
           notify = on_abort_;
         }
@@ -64,13 +77,13 @@ void ControlClient::read_loop() {
   }
 }
 
-StatusOr<Json> ControlClient::wait(Deadline deadline) {
+StatusOr<CoordinatorMessage> ControlClient::wait(Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (!queue_.empty()) {
-      Json message = std::move(queue_.front());
+      CoordinatorMessage message = std::move(queue_.front());
       queue_.pop_front();
-      if (message["type"] == "abort") return *abort_;
+      if (std::optional<Status> stop = stop_reason(message)) return abort_ ? *abort_ : *stop;
       return message;
     }
     if (closed_) return abort_ ? *abort_ : Unavailable("lost the coordinator");
@@ -82,28 +95,25 @@ StatusOr<Json> ControlClient::wait(Deadline deadline) {
   }
 }
 
-StatusOr<Json> ControlClient::wait_for(const std::string& type, Deadline deadline, const std::string& alternative) {
-  ASSIGN_OR_RETURN(Json message, wait(deadline));
-  std::string got = message["type"].get<std::string>();
-  if (got != type && (alternative.empty() || got != alternative)) {
-    return InvalidArgument("protocol error: expected '" + type + "' from the coordinator, got '" + got + "'");
-  }
-  return message;
+StatusOr<std::optional<Start>> ControlClient::wait_for_start(Deadline deadline) {
+  ASSIGN_OR_RETURN(CoordinatorMessage message, wait(deadline));
+  if (auto* start = std::get_if<Start>(&message)) return std::optional<Start>(*start);
+  if (std::holds_alternative<Shutdown>(message)) return std::optional<Start>();
+  return InvalidArgument("protocol error: expected 'start' from the coordinator, got '" + message_name(message) + "'");
 }
 
-StatusOr<Json> ControlClient::wait_for_recovery(Deadline deadline) {
+StatusOr<bool> ControlClient::wait_for_recovery(Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     while (!queue_.empty()) {
-      Json message = std::move(queue_.front());
+      CoordinatorMessage message = std::move(queue_.front());
       queue_.pop_front();
-      const std::string type = message.value("type", std::string());
-      if (type == "relink") {
+      if (std::holds_alternative<Relink>(message)) {
         abort_.reset();
-        return message;
+        return true;
       }
-      if (type == "shutdown") return message;
-      // "abort" and whatever the failed refit still had queued.
+      if (std::holds_alternative<Shutdown>(message)) return false;
+      // The Abort and whatever the failed refit still had queued.
     }
     if (closed_) return Unavailable("lost the coordinator while waiting for recovery");
     if (deadline.is_never()) {
@@ -128,7 +138,7 @@ Status ControlClient::report_failure(std::uint64_t version, const Status& local)
     const bool repeats = local.message().find(reason->message()) != std::string::npos;
     status = repeats ? *reason : Status(reason->code(), reason->message() + " (here: " + local.message() + ")");
   }
-  (void)send(Json{{"type", "failed"}, {"version", version}, {"error", status_to_json(status)}});
+  (void)send(Failed{version, status});
   return status;
 }
 

@@ -2,10 +2,11 @@
 //
 // Connect() authenticates (control/auth.h) before anything else is sent.
 // Setup is request/response on the caller's thread (join -> setup). After
-// start_reader(), one background thread reads every coordinator message into
-// a queue; an "abort" message or a lost coordinator also calls the on_abort
-// callback at once, so the rank can wake whatever data-plane wait it is
-// blocked in (DESIGN.md: a failure anywhere reaches every rank).
+// start_reader(), one background thread reads and decodes every coordinator
+// message (control/protocol.h) into a queue; an Abort, a Shutdown with an
+// error or a lost coordinator also calls the on_abort callback at once, so
+// the rank can wake whatever data-plane wait it is blocked in (DESIGN.md: a
+// failure anywhere reaches every rank).
 //
 // Thread safety: send() may be called from any thread; wait() from one
 // thread at a time.
@@ -22,6 +23,8 @@
 #include <thread>
 
 #include "control/auth.h"
+#include "control/protocol.h"
+#include "net/link.h"
 #include "control/control_message.h"
 #include "net/link.h"
 
@@ -42,27 +45,32 @@ class ControlClient {
   }
   ~ControlClient();
 
-  // Sends `join` and returns the coordinator's "setup" reply; an "error"
-  // reply (refused: duplicate rank, bad settings ...) becomes its status.
-  StatusOr<Json> join(const Json& join, Deadline deadline);
+  // Sends `join` and returns the coordinator's Setup; a refusal (duplicate
+  // rank, bad settings, another protocol version ...) or an abort becomes
+  // its status.
+  StatusOr<Setup> join(const Join& join, Deadline deadline);
 
-  Status send(const Json& message);
+  Status send(const RankMessage& message);
 
   void start_reader(std::function<void(const Status&)> on_abort);
 
-  // The next message. "abort" from the coordinator gives kAborted with the
-  // coordinator's reason; a lost coordinator gives kUnavailable.
-  StatusOr<Json> wait(Deadline deadline);
-  // Like wait(), and checks the message's type is `type` (or one of `type`
-  // and `alternative`).
-  StatusOr<Json> wait_for(const std::string& type, Deadline deadline, const std::string& alternative = "");
+  // The next message. An Abort gives kAborted with the coordinator's
+  // reason, a Shutdown with an error that error (the job ended after its
+  // last commit), a lost coordinator kUnavailable.
+  StatusOr<CoordinatorMessage> wait(Deadline deadline);
+  // Like wait(), and checks the message is a T (errors name both types).
+  template <class T>
+  StatusOr<T> wait_for(Deadline deadline);
+  // The next refit's Start, or nullopt when the coordinator ended the job
+  // cleanly (a Shutdown without an error).
+  StatusOr<std::optional<Start>> wait_for_start(Deadline deadline);
 
   // After a failed refit: the coordinator's next instruction, skipping the
-  // "abort" that ended the refit: "relink" (recover: the abort state is
-  // cleared, so the next refit starts clean) or "shutdown". A lost
+  // Abort that ended the refit: true for Relink (recover: the abort state is
+  // cleared, so the next refit starts clean), false for Shutdown. A lost
   // coordinator is kUnavailable; no instruction by `deadline`,
   // kDeadlineExceeded.
-  StatusOr<Json> wait_for_recovery(Deadline deadline);
+  StatusOr<bool> wait_for_recovery(Deadline deadline);
 
   // The reason the refit was aborted, once known (thread-safe).
   std::optional<Status> abort_reason() const;
@@ -84,11 +92,19 @@ class ControlClient {
   std::mutex send_mu_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Json> queue_;
+  std::deque<CoordinatorMessage> queue_;
   std::optional<Status> abort_;
   bool closed_ = false;
   std::function<void(const Status&)> on_abort_;
   std::thread reader_;
 };
+
+template <class T>
+StatusOr<T> ControlClient::wait_for(Deadline deadline) {
+  ASSIGN_OR_RETURN(CoordinatorMessage message, wait(deadline));
+  if (auto* wanted = std::get_if<T>(&message)) return std::move(*wanted);
+  return InvalidArgument("protocol error: expected '" + message_name(CoordinatorMessage(T{})) +
+                         "' from the coordinator, got '" + message_name(message) + "'");
+}
 
 }  // namespace refit

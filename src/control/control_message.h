@@ -1,11 +1,11 @@
-// Control messages: one JSON object per kControl frame on a Link.
+// Control frames: one JSON object per kControl frame on a Link.
 //
-// Every message has a string field "type". Receivers bound the size (the
-// caller's cap, kMaxControlBytes by default), parse, and validate the message
-// against the schema of its type (validate_control_message) before anything
-// uses it; malformed input is kInvalidArgument naming the peer, the message
-// type and the field. A validated message can be read with nlohmann's
-// value()/get() on its schema's fields without any exception.
+// This is the wire layer under the typed protocol (control/protocol.h, the
+// only reader and writer of messages): receivers bound the size (the
+// caller's cap, kMaxControlBytes by default) and the nesting depth, and
+// parse the text into a JSON object; protocol.h checks the object against
+// its type's schema and decodes it. Malformed input is kInvalidArgument
+// naming the peer.
 #pragma once
 
 #include <cstdint>
@@ -36,31 +36,13 @@ inline constexpr std::uint64_t kMaxBucketSize = 1ull << 48;
 inline constexpr std::uint64_t kMaxPoolSlots = 1u << 12;
 
 Status send_control(Link& link, const Json& message, Deadline deadline);
-// Receives one control message of at most `max_bytes` (a larger frame is
-// refused before its payload is read). A frame of another type is a protocol
-// error. The message is parsed and validated (parse_control_message).
+// Receives one control frame of at most `max_bytes` (a larger frame is
+// refused before its payload is read) and parses it (parse_control_message).
+// A frame of another type is a protocol error.
 StatusOr<Json> recv_control(Link& link, Deadline deadline, std::uint64_t max_bytes = kMaxControlBytes);
 
-// Parses one message's text and validates it; errors name `peer`.
+// Parses one message's text into a JSON object (bounded nesting); errors
+// name `peer`. The schema check is decode's (protocol.h).
 StatusOr<Json> parse_control_message(std::string_view text, const std::string& peer);
-
-// Checks `message` against the schema of its type: an object with a string
-// "type" (at most 64 bytes); for every type refit sends, each known field,
-// when present, has the right JSON kind and is within its bounds, and the
-// fields every receiver relies on are present. Unknown types pass (their
-// receiver's protocol state refuses them), and so do unknown fields.
-Status validate_control_message(const Json& message);
-
-// Typed field access with errors naming the message type and field.
-StatusOr<std::string> json_string(const Json& message, const char* field);
-StatusOr<std::int64_t> json_int(const Json& message, const char* field);
-StatusOr<std::uint64_t> json_uint(const Json& message, const char* field);
-StatusOr<bool> json_bool(const Json& message, const char* field);
-
-// Status <-> JSON {"code": "...", "message": "..."} for failures that cross
-// processes. status_from_json never throws: a malformed status becomes
-// kInternal saying so.
-Json status_to_json(const Status& status);
-Status status_from_json(const Json& json);
 
 }  // namespace refit

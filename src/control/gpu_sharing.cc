@@ -2,7 +2,7 @@
 
 namespace refit {
 
-std::vector<std::string> nccl_shared_gpu_warnings(const std::vector<RankGpu>& ranks) {
+std::vector<std::string> shared_gpu_warnings(const std::vector<RankGpu>& ranks) {
   // (gpu, its ranks), in first-seen order; a job has at most a few hundred
   // ranks, so a linear search per rank is enough.
   std::vector<std::pair<std::string, std::vector<std::string>>> by_gpu;

@@ -13,7 +13,7 @@ TEST(GpuSharing, EveryGpuWithTwoOrMoreRanksIsNamedWithItsRanks) {
                                       {"trainer rank 0", "GPU-b"}, {"trainer rank 1", "GPU-a"},
                                       {"trainer rank 2", "GPU-a"}, {"engine rank 2", "GPU-c"},
                                       {"trainer rank 3", ""},      {"engine rank 3", ""}};
-  const auto warnings = nccl_shared_gpu_warnings(ranks);
+  const auto warnings = shared_gpu_warnings(ranks);
   ASSERT_EQ(warnings.size(), 2u);
   EXPECT_EQ(warnings[0].rfind("warning: engine rank 0, trainer rank 1 and trainer rank 2 share GPU GPU-a: ", 0), 0u)
       << warnings[0];
@@ -22,9 +22,9 @@ TEST(GpuSharing, EveryGpuWithTwoOrMoreRanksIsNamedWithItsRanks) {
 }
 
 TEST(GpuSharing, RanksOnGpusOfTheirOwnOrOnNoGpuGetNoWarning) {
-  EXPECT_TRUE(nccl_shared_gpu_warnings({{"engine rank 0", "GPU-a"}, {"trainer rank 0", "GPU-b"}}).empty());
-  EXPECT_TRUE(nccl_shared_gpu_warnings({{"engine rank 0", ""}, {"trainer rank 0", ""}}).empty());
-  EXPECT_TRUE(nccl_shared_gpu_warnings({}).empty());
+  EXPECT_TRUE(shared_gpu_warnings({{"engine rank 0", "GPU-a"}, {"trainer rank 0", "GPU-b"}}).empty());
+  EXPECT_TRUE(shared_gpu_warnings({{"engine rank 0", ""}, {"trainer rank 0", ""}}).empty());
+  EXPECT_TRUE(shared_gpu_warnings({}).empty());
 }
 
 }  // namespace

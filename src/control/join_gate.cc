@@ -1,5 +1,7 @@
 #include "control/join_gate.h"
 
+#include "control/protocol.h"
+
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -126,9 +128,15 @@ void JoinGate::handshake(Handshake* h, std::unique_ptr<Link> link) {
     return finish(nullptr, Json());
   }
   auto join = recv_control(*link, Deadline::After(options_.join_timeout));
+  if (join.ok()) {
+    // Checked against the protocol here, so that a malformed join is refused
+    // off the coordinator's thread.
+    if (Status valid = decode_rank_message(*join).status(); !valid.ok()) {
+      join = InvalidArgument("malformed control message from " + peer + ": " + valid.message());
+    }
+  }
   if (!join.ok()) {
-    (void)send_control(*link, Json{{"type", "error"}, {"error", status_to_json(join.status())}},
-                       Deadline::After(std::chrono::milliseconds(1000)));
+    (void)send_message(*link, CoordinatorMessage(Refusal{join.status()}), Deadline::After(std::chrono::milliseconds(1000)));
     log("refused a connection from " + peer + " after it authenticated: " + join.status().message());
     return finish(nullptr, Json());
   }

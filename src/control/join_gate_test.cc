@@ -57,13 +57,21 @@ struct Gate {
   std::unique_ptr<JoinGate> gate;
 };
 
+// An engine rank's join (only what the gate reads).
+RankMessage EngineJoin(int rank) {
+  refit::Join join;
+  join.role = Role::kEngine;
+  join.rank = rank;
+  return join;
+}
+
 // A rank that authenticates and joins; returns its client (kept open).
 std::unique_ptr<ControlClient> Join(const std::string& address, const Secret& secret, int rank) {
   auto c = ControlClient::Connect(address, secret, Deadline::After(5s));
   if (!c.ok()) return nullptr;
   // Not join(): it waits for the coordinator's reply, and the gate only
   // queues the join.
-  if (!(*c)->send(Json{{"type", "join"}, {"role", "engine"}, {"rank", rank}}).ok()) return nullptr;
+  if (!(*c)->send(EngineJoin(rank)).ok()) return nullptr;
   return std::move(*c);
 }
 
@@ -122,7 +130,7 @@ TEST(JoinGate, MalformedJoinIsRefusedAndTheGateStopsPromptly) {
   Gate g;
   auto c = ControlClient::Connect(g.address, kSecret, Deadline::After(5s));
   ASSERT_TRUE(c.ok());
-  ASSERT_TRUE((*c)->send(Json{{"type", "join"}, {"role", "engine"}, {"rank", -4}}).ok());
+  ASSERT_TRUE((*c)->send(EngineJoin(-4)).ok());
   EXPECT_FALSE(g.Next(500ms).has_value());
   EXPECT_NE(g.Log().find("field 'rank'"), std::string::npos) << g.Log();
   // A handshake in flight (silent peer) does not hold the destructor.

@@ -1,6 +1,7 @@
 // The engine role: see engine_rank.h and roles.h.
 #include "refit/engine_rank.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -23,6 +24,7 @@
 #include "cuda/device.h"
 #include "cuda/device_content.h"
 #include "refit/reference_engine.h"
+#include "refit/log.h"
 #include "refit/model.h"
 #include "refit/plan.h"
 #include "receiver/receiver.h"
@@ -58,9 +60,9 @@ class EngineRank::Impl {
 
   StatusOr<std::optional<std::uint64_t>> next() {
     recovered_ = false;
-    ASSIGN_OR_RETURN(Json message, client_->wait_for("start", Deadline::Never(), "shutdown"));
-    if (message["type"] == "shutdown") return std::optional<std::uint64_t>();
-    ASSIGN_OR_RETURN(std::uint64_t version, json_uint(message, "version"));
+    ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start(Deadline::Never()));
+    if (!start) return std::optional<std::uint64_t>();
+    const std::uint64_t version = start->version;
     Status status = refit(version);
     if (!status.ok()) {
       engine_->abort(version, status);  // the version stays at the last committed one
@@ -144,50 +146,42 @@ class EngineRank::Impl {
     }
     ASSIGN_OR_RETURN(listener_, Listener::Listen(options_.listen_host, 0));
 
-    Json supported = Json::array();
-    if (options_.supported_dtypes.empty()) {
-      for (int d = 0; d < kDTypeCount; ++d) supported.push_back(std::string(dtype_name(static_cast<DType>(d))));
-    } else {
-      for (const std::string& d : options_.supported_dtypes) supported.push_back(d);
-    }
     ASSIGN_OR_RETURN(client_, ControlClient::Connect(options_.coordinator, Secret(options_.secret), deadline));
-    Json join{{"type", "join"},
-              {"role", "engine"},
-              {"rank", rank()},
-              {"pid", static_cast<int>(::getpid())},
-              {"device", options_.device},
-              {"mode", options_.mode},
-              {"trainer_ranks", options_.trainer_ranks},
-              {"engine_ranks", options_.engine_ranks},
-              {"bucket_size", options_.bucket_size},
-              {"transport", options_.transport},
-              {"plan_digest", plan_.digest_hex()},
-              {"data_address", listener_->address()},
-              {"descriptor", descriptor},
-              {"pool_slots", direct_ ? 2 : options_.pool_slots},
-              {"memory_limit", options_.memory_limit},
-              {"supported_dtypes", supported},
-              {"specs", specs_to_json(own)}};
-    if (on_device_) {  // for the coordinator's check of ranks sharing a GPU
-      if (auto uuid = cuda_device_uuid(device_); uuid.ok()) join["gpu"] = *uuid;
+    refit::Join join;
+    join.role = Role::kEngine;
+    join.rank = rank();
+    join.pid = ::getpid();
+    join.device = options_.device;
+    join.mode = options_.mode;
+    join.trainer_ranks = static_cast<std::uint64_t>(options_.trainer_ranks);
+    join.engine_ranks = static_cast<std::uint64_t>(options_.engine_ranks);
+    join.bucket_size = options_.bucket_size;
+    join.transport = options_.transport;
+    join.plan_digest = plan_.digest_hex();
+    join.data_address = listener_->address();
+    join.descriptor = descriptor;
+    join.pool_slots = direct_ ? 2 : static_cast<std::uint64_t>(std::max(options_.pool_slots, 0));
+    join.memory_limit = options_.memory_limit;
+    if (options_.supported_dtypes.empty()) {
+      for (int d = 0; d < kDTypeCount; ++d) join.supported_dtypes.emplace_back(dtype_name(static_cast<DType>(d)));
+    } else {
+      join.supported_dtypes = options_.supported_dtypes;
     }
-    ASSIGN_OR_RETURN(Json setup, client_->join(join, deadline));
+    join.specs = own;
+    if (on_device_) {  // for the coordinator's check of ranks sharing a GPU
+      if (auto uuid = cuda_device_uuid(device_); uuid.ok()) join.gpu = *uuid;
+    }
+    ASSIGN_OR_RETURN(Setup setup, client_->join(join, deadline));
     if (!pool && !direct_) return Internal("the coordinator accepted a receive pool that was never allocated");
-    ASSIGN_OR_RETURN(seed_, json_uint(setup, "seed"));
+    seed_ = setup.seed;
 
     // Every rank's stream, as the coordinator validated them: the peers'
     // plans replay their batch boundaries so that every rank of the engine
     // computes the same aligned batches without talking to the others.
-    if (!setup.contains("streams") || !setup["streams"].is_array() ||
-        setup["streams"].size() != static_cast<std::size_t>(options_.engine_ranks)) {
+    if (setup.streams.size() != static_cast<std::size_t>(options_.engine_ranks)) {
       return InvalidArgument("setup: 'streams' must hold one spec list per engine rank");
     }
-    std::vector<std::vector<TensorSpec>> streams;
-    for (int r = 0; r < options_.engine_ranks; ++r) {
-      ASSIGN_OR_RETURN(auto specs, specs_from_json(setup["streams"][static_cast<std::size_t>(r)],
-                                                   "setup stream of engine rank " + std::to_string(r)));
-      streams.push_back(std::move(specs));
-    }
+    const std::vector<std::vector<TensorSpec>>& streams = setup.streams;
     if (!binding_.expected_streams.empty() && streams != binding_.expected_streams) {
       return FailedPrecondition(name() + ": the engine's ranks disagree on the model: the streams the coordinator "
                                 "collected differ from this rank's sharding of --model " + options_.model);
@@ -202,10 +196,10 @@ class EngineRank::Impl {
     }
 
     // Data-plane links from the trainers that feed this rank, in trainer-index order.
-    if (!setup.contains("feeders") || !setup["feeders"].is_array() || setup["feeders"].empty()) {
+    if (setup.feeders.empty()) {
       return InvalidArgument("setup: 'feeders' must list the trainer ranks that feed this engine rank");
     }
-    for (const Json& f : setup["feeders"]) feeders_.push_back(f.get<std::uint64_t>());
+    feeders_ = setup.feeders;
     RETURN_IF_ERROR(make_receiver(std::move(pool)));
     RETURN_IF_ERROR(accept_links(deadline));
     // Every trainer has opened the target: remove its name so a crash leaves nothing behind.
@@ -214,7 +208,7 @@ class EngineRank::Impl {
       std::lock_guard<std::mutex> lock(data_mu_);
       if (receiver_) receiver_->cancel(why);
     });
-    return client_->send(Json{{"type", "linked"}});
+    return client_->send(Linked{});
   }
 
   // The receiver over the pool (staged) or the exposed weights (direct):
@@ -330,8 +324,8 @@ class EngineRank::Impl {
   // reports its weights: the last committed version, incomplete.
   // Returns false when the coordinator ended the job instead.
   StatusOr<bool> recover() {
-    ASSIGN_OR_RETURN(Json instruction, client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s)));
-    if (instruction["type"] != "relink") return false;
+    ASSIGN_OR_RETURN(bool relink, client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s)));
+    if (!relink) return false;
     Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
     std::unique_ptr<Receiver> old;
     {
@@ -343,9 +337,7 @@ class EngineRank::Impl {
     std::fprintf(stderr, "%s: recovered: weights at version %llu (%s), relinked for the next refit\n",
                  name().c_str(), static_cast<unsigned long long>(engine_->weight_version()),
                  engine_->weights_complete() ? "complete" : "incomplete: the failed refit wrote part of them");
-    RETURN_IF_ERROR(client_->send(Json{{"type", "linked"},
-                                       {"version", engine_->weight_version()},
-                                       {"weights_complete", engine_->weights_complete()}}));
+    RETURN_IF_ERROR(client_->send(Linked{engine_->weight_version(), engine_->weights_complete()}));
     return true;
   }
 
@@ -354,9 +346,9 @@ class EngineRank::Impl {
     // Direct mode has no credits: trainers announce buckets as soon as they
     // see "go", so the receiver takes this refit's frames before "ready".
     if (direct_) RETURN_IF_ERROR(receiver_->start(version, Deadline::AfterSeconds(options_.refit_timeout_s)));
-    RETURN_IF_ERROR(client_->send(Json{{"type", "ready"}, {"version", version}}));
+    RETURN_IF_ERROR(client_->send(Ready{version}));
     Deadline deadline = Deadline::AfterSeconds(options_.refit_timeout_s);
-    ASSIGN_OR_RETURN(Json go, client_->wait_for("go", deadline));
+    ASSIGN_OR_RETURN(Go go, client_->wait_for<Go>(deadline));
     (void)go;
     if (direct_) return finish_direct(version, deadline);
     RETURN_IF_ERROR(receiver_->start(version, deadline));
@@ -391,7 +383,7 @@ class EngineRank::Impl {
       applying += std::chrono::steady_clock::now() - got;
       ++aligned;
     }
-    RETURN_IF_ERROR(client_->send(Json{{"type", "sent"}, {"version", version}}));
+    RETURN_IF_ERROR(client_->send(Sent{version}));
     if (binding_.verify) RETURN_IF_ERROR(binding_.verify(version, seed_));
     ReceiverStats stats = receiver_->stats();
     return report_and_commit(version, deadline,
@@ -410,7 +402,7 @@ class EngineRank::Impl {
   Status finish_direct(std::uint64_t version, Deadline deadline) {
     RETURN_IF_ERROR(receiver_->wait_all_landed(deadline));
     const std::uint64_t buckets = plan_.buckets.size(), bytes = receiver_->stats().bytes;
-    RETURN_IF_ERROR(client_->send(Json{{"type", "sent"}, {"version", version}}));
+    RETURN_IF_ERROR(client_->send(Sent{version}));
     if (binding_.verify) RETURN_IF_ERROR(binding_.verify(version, seed_));
     return report_and_commit(version, deadline,
                              Json{{"buckets", buckets},
@@ -423,15 +415,36 @@ class EngineRank::Impl {
   Status report_and_commit(std::uint64_t version, Deadline deadline, Json stats) {
     // Where the bytes landed, for the report: "host", "cuda" (device memory
     // the transport writes itself), "host-staged" (through pinned host buffers).
-    stats["memory_path"] = !on_device_                                         ? "host"
-                           : transport_->capabilities().device_memory_staged ? "host-staged"
-                                                                             : "cuda";
-    RETURN_IF_ERROR(client_->send(
-        Json{{"type", "done"}, {"version", version}, {"verified", static_cast<bool>(binding_.verify)}, {"stats", stats}}));
-    ASSIGN_OR_RETURN(Json commit, client_->wait_for("commit", deadline));
-    (void)commit;
+    const char* memory_path = !on_device_                                         ? "host"
+                              : transport_->capabilities().device_memory_staged ? "host-staged"
+                                                                                : "cuda";
+    RETURN_IF_ERROR(client_->send(Done{version, static_cast<bool>(binding_.verify), std::move(stats), memory_path}));
+    // The coordinator decides the commit once every rank is done; until its
+    // Commit arrives nothing here (the weights' version, --save) moves.
+    ASSIGN_OR_RETURN(Commit commit, client_->wait_for<Commit>(deadline));
+    if (commit.version != version) {
+      return InvalidArgument("protocol error: the coordinator committed refit " + std::to_string(commit.version) +
+                             " during refit " + std::to_string(version));
+    }
+    debug_commit_fault(version);
     RETURN_IF_ERROR(engine_->commit(version));
-    return client_->send(Json{{"type", "committed"}, {"version", engine_->weight_version()}});
+    // From here `version` is committed for this rank whatever the
+    // coordinator hears: a lost acknowledgement is a lost coordinator, which
+    // the next wait reports.
+    Status acked = client_->send(Committed{engine_->weight_version()});
+    if (!acked.ok()) log(LogLevel::kWarning, name(), "refit " + std::to_string(version) + " committed; " + acked.message());
+    return Status::Ok();
+  }
+
+  // The commit-step fault hooks (roles.h): the line goes out before the
+  // signal, so a test waits for it instead of sleeping.
+  void debug_commit_fault(std::uint64_t version) {
+    const bool die = version == options_.debug_die_at_commit, stop = version == options_.debug_stop_at_commit;
+    if (!die && !stop) return;
+    log(LogLevel::kWarning, name(),
+        std::string(die ? "dying by SIGKILL" : "stopping by SIGSTOP") + " at the commit of refit " +
+            std::to_string(version) + (die ? " (--debug-die-at-commit)" : " (--debug-stop-at-commit)"));
+    ::raise(die ? SIGKILL : SIGSTOP);
   }
 
   EngineOptions options_;

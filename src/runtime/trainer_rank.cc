@@ -47,10 +47,9 @@ class TrainerRank::Impl : public BucketProtocol {
     }
     for (;;) {
       recovered_ = false;
-      ASSIGN_OR_RETURN(Json message, client_->wait_for("start", Deadline::Never(), "shutdown"));
-      if (message["type"] == "shutdown") return Status::Ok();
-      ASSIGN_OR_RETURN(std::uint64_t version, json_uint(message, "version"));
-      Status status = refit_or_report(version);
+      ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start(Deadline::Never()));
+      if (!start) return Status::Ok();
+      Status status = refit_or_report(start->version);
       if (!status.ok() && !recovered_) return status;
     }
   }
@@ -65,10 +64,10 @@ class TrainerRank::Impl : public BucketProtocol {
       return InvalidArgument(name() + ": refit version " + std::to_string(version) +
                              " is not above the last committed version " + std::to_string(committed_));
     }
-    RETURN_IF_ERROR(client_->send(Json{{"type", "request"}, {"version", version}}));
-    ASSIGN_OR_RETURN(Json message, client_->wait_for("start", Deadline::Never(), "shutdown"));
-    if (message["type"] == "shutdown") return Aborted(name() + ": the coordinator shut the job down");
-    ASSIGN_OR_RETURN(std::uint64_t started, json_uint(message, "version"));
+    RETURN_IF_ERROR(client_->send(Request{version}));
+    ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start(Deadline::Never()));
+    if (!start) return Aborted(name() + ": the coordinator shut the job down");
+    const std::uint64_t started = start->version;
     if (started != version) {
       return FailedPrecondition(name() + ": asked for refit " + std::to_string(version) +
                                 " but the coordinator started " + std::to_string(started) +
@@ -80,9 +79,9 @@ class TrainerRank::Impl : public BucketProtocol {
   Status finish() {
     if (!on_demand_ || finished_) return Status::Ok();
     finished_ = true;
-    RETURN_IF_ERROR(client_->send(Json{{"type", "finish"}}));
-    ASSIGN_OR_RETURN(Json message, client_->wait_for("shutdown", Deadline::AfterSeconds(options_.refit_timeout_s)));
-    (void)message;
+    RETURN_IF_ERROR(client_->send(Finish{}));
+    ASSIGN_OR_RETURN(Shutdown shutdown, client_->wait_for<Shutdown>(Deadline::AfterSeconds(options_.refit_timeout_s)));
+    (void)shutdown;
     return Status::Ok();
   }
 
@@ -108,41 +107,35 @@ class TrainerRank::Impl : public BucketProtocol {
                                 " moves host memory");
     }
 
-    Json dtypes = Json::object();
-    for (const TensorSpec& s : plan_.specs) {
-      std::string d(dtype_name(s.dtype));
-      if (!dtypes.contains(d)) dtypes[d] = s.name;
-    }
     ASSIGN_OR_RETURN(client_, ControlClient::Connect(options_.coordinator, Secret(options_.secret), deadline));
-    Json join{{"type", "join"},
-              {"role", "trainer"},
-              {"rank", options_.rank},
-              {"pid", static_cast<int>(::getpid())},
-              {"device", source_on_device_ ? "cuda" : "cpu"},
-              {"mode", options_.mode},
-              {"trainer_ranks", options_.trainer_ranks},
-              {"engine_ranks", options_.engine_ranks},
-              {"bucket_size", options_.bucket_size},
-              {"transport", options_.transport},
-              {"engine_rank", engine_rank_},
-              {"plan_digest", plan_.digest_hex()},
-              {"stream_dtypes", dtypes}};
-    // Which physical GPU this rank uses (the coordinator warns where an nccl
-    // job puts two ranks on one); a rank that cannot tell just says nothing.
+    refit::Join join;
+    join.role = Role::kTrainer;
+    join.rank = options_.rank;
+    join.pid = ::getpid();
+    join.device = source_on_device_ ? "cuda" : "cpu";
+    join.mode = options_.mode;
+    join.trainer_ranks = static_cast<std::uint64_t>(options_.trainer_ranks);
+    join.engine_ranks = static_cast<std::uint64_t>(options_.engine_ranks);
+    join.bucket_size = options_.bucket_size;
+    join.transport = options_.transport;
+    join.engine_rank = static_cast<std::uint64_t>(engine_rank_);
+    join.plan_digest = plan_.digest_hex();
+    for (const TensorSpec& s : plan_.specs) join.stream_dtypes.emplace(std::string(dtype_name(s.dtype)), s.name);
+    // Which physical GPU this rank uses (the coordinator warns where two
+    // ranks share one); a rank that cannot tell just says nothing.
     if (source_on_device_) {
-      if (auto uuid = cuda_device_uuid(source_->device()); uuid.ok()) join["gpu"] = *uuid;
+      if (auto uuid = cuda_device_uuid(source_->device()); uuid.ok()) join.gpu = *uuid;
     }
-    ASSIGN_OR_RETURN(Json setup, client_->join(join, deadline));
-    ASSIGN_OR_RETURN(seed_, json_uint(setup, "seed"));
-    ASSIGN_OR_RETURN(std::string address, json_string(setup, "engine_address"));
-    ASSIGN_OR_RETURN(std::string descriptor, json_string(setup, "descriptor"));
-    ASSIGN_OR_RETURN(std::uint64_t index, json_uint(setup, "trainer_index"));
-    ASSIGN_OR_RETURN(std::uint64_t feeders, json_uint(setup, "feeders"));
-    if (feeders == 0 || index >= feeders) return InvalidArgument("setup: trainer_index out of range");
-    trainer_index_ = index;
-    feeders_ = feeders;
-    on_demand_ = setup.value("on_demand", false);
-    target_on_device_ = setup.value("engine_device", std::string("cpu")) == "cuda";
+    ASSIGN_OR_RETURN(Setup setup, client_->join(join, deadline));
+    seed_ = setup.seed;
+    const std::string address = setup.engine_address, descriptor = setup.descriptor;
+    if (setup.feeder_count == 0 || setup.trainer_index >= setup.feeder_count) {
+      return InvalidArgument("setup: trainer_index out of range");
+    }
+    trainer_index_ = setup.trainer_index;
+    feeders_ = setup.feeder_count;
+    on_demand_ = setup.on_demand;
+    target_on_device_ = setup.engine_device == "cuda";
     if (source_on_device_ && !target_on_device_) {
       return FailedPrecondition(name() + ": its weights are in device memory but engine rank " +
                                 std::to_string(engine_rank_) + " keeps host memory (--device cpu)");
@@ -163,7 +156,7 @@ class TrainerRank::Impl : public BucketProtocol {
       std::lock_guard<std::mutex> lock(link_mu_);
       link_->shutdown();
     });
-    return client_->send(Json{{"type", "linked"}});
+    return client_->send(Linked{});
   }
 
  private:
@@ -243,8 +236,8 @@ class TrainerRank::Impl : public BucketProtocol {
     // Nothing of the failed refit may still be writing when the link is
     // replaced: wait for the device, forget the half-sent refit.
     sender_->abandon();
-    auto instruction = client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s));
-    if (!instruction.ok() || (*instruction)["type"] != "relink") return status;
+    auto relink = client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s));
+    if (!relink.ok() || !*relink) return status;
     Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
     auto fresh = connect_to_engine(deadline);
     if (!fresh.ok()) return status.WithContext("recovery failed: " + fresh.status().message());
@@ -254,7 +247,7 @@ class TrainerRank::Impl : public BucketProtocol {
     }
     Status relinked = target_->relinked();  // nccl: a new communicator at the next submit
     if (relinked.ok()) relinked = send_hello(deadline);
-    if (relinked.ok()) relinked = client_->send(Json{{"type", "linked"}, {"version", committed_}});
+    if (relinked.ok()) relinked = client_->send(Linked{committed_, std::nullopt});
     if (!relinked.ok()) return status.WithContext("recovery failed: " + relinked.message());
     std::fprintf(stderr, "%s: refit %llu failed (%s); relinked, ready for the next refit\n", name().c_str(),
                  static_cast<unsigned long long>(version), status.message().c_str());
@@ -265,8 +258,8 @@ class TrainerRank::Impl : public BucketProtocol {
   Status run_refit(std::uint64_t version) {
     RETURN_IF_ERROR(source_->prepare(version, seed_).WithContext(name() + ", preparing the weights of refit " +
                                                                   std::to_string(version)));
-    RETURN_IF_ERROR(client_->send(Json{{"type", "ready"}, {"version", version}}));
-    ASSIGN_OR_RETURN(Json go, client_->wait_for("go", Deadline::AfterSeconds(options_.refit_timeout_s)));
+    RETURN_IF_ERROR(client_->send(Ready{version}));
+    ASSIGN_OR_RETURN(Go go, client_->wait_for<Go>(Deadline::AfterSeconds(options_.refit_timeout_s)));
     (void)go;
     Deadline deadline = Deadline::AfterSeconds(options_.refit_timeout_s);
     const Clock::time_point went = Clock::now();
@@ -296,7 +289,7 @@ class TrainerRank::Impl : public BucketProtocol {
       bytes += plan_.buckets[j].bytes;
       if (Clock::now() - last_progress > std::chrono::milliseconds(50)) {
         last_progress = Clock::now();
-        RETURN_IF_ERROR(client_->send(Json{{"type", "progress"}, {"version", version}, {"bytes", bytes}}));
+        RETURN_IF_ERROR(client_->send(Progress{version, bytes}));
       }
     }
     // Every bucket announced, every copy finished: only then "sent" (and
@@ -306,8 +299,8 @@ class TrainerRank::Impl : public BucketProtocol {
     // Every copy has finished here (the flushes waited for them): the end
     // event completes at once, and is read after "sent", outside the timing.
     if (gpu_span_) RETURN_IF_ERROR(gpu_span_->second.record(stream->handle()).WithContext(name()));
-    RETURN_IF_ERROR(client_->send(Json{{"type", "progress"}, {"version", version}, {"bytes", bytes}}));
-    RETURN_IF_ERROR(client_->send(Json{{"type", "sent"}, {"version", version}}));
+    RETURN_IF_ERROR(client_->send(Progress{version, bytes}));
+    RETURN_IF_ERROR(client_->send(Sent{version}));
     Json stats{{"buckets", buckets}, {"bytes", bytes}, {"send_ms", send_ms}, {"memory_path", memory_path()}};
     if (gpu_span_) {
       // From 'go' reaching this rank's stream to the end of its last copy:
@@ -316,11 +309,16 @@ class TrainerRank::Impl : public BucketProtocol {
       ASSIGN_OR_RETURN(float gpu_ms, gpu_span_->second.elapsed_ms_since(gpu_span_->first));
       stats["gpu_span_ms"] = gpu_ms;
     }
-    RETURN_IF_ERROR(client_->send(Json{{"type", "done"}, {"version", version}, {"stats", std::move(stats)}}));
-    ASSIGN_OR_RETURN(Json commit, client_->wait_for("commit", deadline));
-    (void)commit;
+    RETURN_IF_ERROR(client_->send(Done{version, false, std::move(stats), memory_path()}));
+    // The coordinator decided refit `version` committed once every rank was
+    // done; before its Commit nothing here treats it as committed.
+    ASSIGN_OR_RETURN(Commit commit, client_->wait_for<Commit>(deadline));
+    if (commit.version != version) {
+      return InvalidArgument("protocol error: the coordinator committed refit " + std::to_string(commit.version) +
+                             " during refit " + std::to_string(version));
+    }
     committed_ = version;
-    return client_->send(Json{{"type", "committed"}, {"version", version}});
+    return client_->send(Committed{version});
   }
 
   // BucketProtocol: the credit of bucket j. One that does not come within

@@ -38,6 +38,13 @@ std::vector<std::string> transport_names() {
   return names;
 }
 
+TransportTopology transport_topology(const std::string& name) {
+  TransportTopology t;
+  if (name == "nccl") t.shared_gpu_serializes = true;
+  if (name == "ucx") t.memory_path_report_field = "ucx_memory_path";
+  return t;
+}
+
 StatusOr<std::unique_ptr<Transport>> make_transport(const std::string& name) {
   for (const Registered& t : kTransports) {
     if (name == t.name) return t.make();

@@ -185,6 +185,21 @@ class Transport {
 
 // Names of the transports built into this binary ("shm", "tcp", ...).
 std::vector<std::string> transport_names();
+
+// What the coordinator asks about a job's transport at setup, by name and
+// without creating it (creating one may open a device or a UCX context).
+// Known for every transport refit has, built into this binary or not; an
+// unknown name has none of these traits.
+struct TransportTopology {
+  // Two ranks on one GPU take turns, and each spins until its peer on
+  // another GPU runs (nccl): the coordinator warns where ranks share a GPU.
+  bool shared_gpu_serializes = false;
+  // The transport chooses per rank between writing device memory itself and
+  // staging it through pinned host buffers (ucx); the report adds up the
+  // paths the ranks took under this field name. nullptr: not reported.
+  const char* memory_path_report_field = nullptr;
+};
+TransportTopology transport_topology(const std::string& name);
 // Creates a transport by name; unknown names give kInvalidArgument listing
 // the known ones.
 StatusOr<std::unique_ptr<Transport>> make_transport(const std::string& name);

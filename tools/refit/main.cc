@@ -223,6 +223,10 @@ int main(int argc, char** argv) {
   auto* engine_cmd = app.add_subcommand("engine", "Run one engine rank (receiver + reference engine)");
   add_engine_flags(engine_cmd);
   engine_cmd->add_option("--save", engine.save_path, "After each refit, write this rank's shards to this safetensors file");
+  engine_cmd->add_option("--debug-die-at-commit", engine.debug_die_at_commit,
+                         "Debug: in refit N, die by SIGKILL on receiving the commit, before applying it");
+  engine_cmd->add_option("--debug-stop-at-commit", engine.debug_stop_at_commit,
+                         "Debug: in refit N, stop (SIGSTOP) on receiving the commit, before applying it");
   auto* save_cmd = app.add_subcommand(
       "save", "Run one engine rank and write what it holds (its shards) as safetensors after each refit");
   add_engine_flags(save_cmd);

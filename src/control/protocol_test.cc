@@ -1,7 +1,8 @@
-// Tests of control-message bounds and validation (control_message.h): what a
-// peer sends is size-bounded, parsed and checked against its type's schema
-// before anything uses it. Each test names the mutation it catches.
-#include "control/control_message.h"
+// Tests of the control protocol (protocol.h) and its frames
+// (control_message.h): what a peer sends is size-bounded, parsed, checked
+// against its type's schema and decoded into its struct before anything
+// uses it. Each test names the mutation it catches.
+#include "control/protocol.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -36,7 +37,7 @@ TEST(ControlSchema, MessagesRefitSendsAreValid) {
         R"({"type":"done","version":3,"verified":true,"stats":{"buckets":1}})",
         R"({"type":"failed","version":3,"error":{"code":"aborted","message":"x"}})",
         R"({"type":"setup","seed":1,"feeders":[0,2],"streams":[[]]})",
-        R"({"type":"setup","seed":1,"feeders":1,"engine_rank":0,"engine_address":"127.0.0.1:5","descriptor":"d"})",
+        R"({"type":"setup","seed":1,"feeder_count":1,"engine_rank":0,"engine_address":"127.0.0.1:5","descriptor":"d"})",
         R"({"type":"linked"})", R"({"type":"some_future_type","anything":[1,{"a":null}]})"}) {
     EXPECT_TRUE(Validate(text).ok()) << text << ": " << Validate(text).ToString();
   }
@@ -82,15 +83,16 @@ TEST(ControlSchema, WrongKindsAndAbsurdValuesAreRefusedNamingTheField) {
   EXPECT_HAS(Validate(R"([1,2])").message(), "must be a JSON object");
 }
 
-// Catches: json_int wrapping a number above INT64_MAX to a negative rank.
-TEST(ControlFields, IntegerAccessorsRefuseWhatDoesNotFit) {
-  Json m = Json::parse(R"({"type":"x","big":18446744073709551615,"neg":-3,"s":"1"})");
-  EXPECT_FALSE(json_int(m, "big").ok());
-  EXPECT_EQ(*json_uint(m, "big"), 18446744073709551615ull);
-  EXPECT_EQ(*json_int(m, "neg"), -3);
-  EXPECT_FALSE(json_uint(m, "neg").ok());
-  EXPECT_FALSE(json_uint(m, "s").ok());
-  EXPECT_HAS(json_bool(m, "s").status().message(), "control message 'x' field 's'");
+// Catches: a rank read as a signed integer (a number above INT64_MAX
+// wrapping to a negative rank), or a version that is not an unsigned integer.
+TEST(ControlFields, NumbersThatDoNotFitAreRefusedNamingTheField) {
+  Json join = GoodJoin();
+  join["rank"] = Json::parse("18446744073709551615");
+  EXPECT_HAS(decode_rank_message(join).status().message(), "'join' field 'rank'");
+  EXPECT_HAS(decode_rank_message(Json::parse(R"({"type":"ready","version":-3})")).status().message(),
+             "'ready' field 'version'");
+  EXPECT_HAS(decode_coordinator_message(Json::parse(R"({"type":"commit","version":"1"})")).status().message(),
+             "'commit' field 'version'");
 }
 
 // Catches: status_from_json throwing (nlohmann value() on a non-string
@@ -153,7 +155,7 @@ TEST(RecvControl, BoundsTypeAndShapeAreCheckedBeforeUse) {
     ASSERT_TRUE(p.a->send(h, {}, Deadline::After(1s)).ok());
     EXPECT_HAS(recv_control(*p.b, Deadline::After(1s)).status().message(), "expected a control frame, got frame type 2");
   }
-  for (std::string text : {std::string("[1]"), std::string("{\"type\":"), std::string("{\"type\":\"join\"}")}) {
+  for (std::string text : {std::string("[1]"), std::string("{\"type\":")}) {
     SocketPair p;
     FrameHeader h;
     h.type = FrameType::kControl;
@@ -164,12 +166,127 @@ TEST(RecvControl, BoundsTypeAndShapeAreCheckedBeforeUse) {
     EXPECT_HAS(r.status().message(), "malformed control message from peer b");
   }
   {
+    // A frame that parses but breaks its schema: the typed receive refuses it.
     SocketPair p;
-    ASSERT_TRUE(send_control(*p.a, Json{{"type", "ready"}, {"version", 2}}, Deadline::After(1s)).ok());
-    auto r = recv_control(*p.b, Deadline::After(1s));
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ((*r)["version"], 2);
+    ASSERT_TRUE(send_control(*p.a, Json{{"type", "join"}}, Deadline::After(1s)).ok());
+    auto r = recv_rank_message(*p.b, Deadline::After(1s));
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_HAS(r.status().message(), "malformed control message from peer b");
+    EXPECT_HAS(r.status().message(), "'join' has no field 'role'");
   }
+  {
+    SocketPair p;
+    ASSERT_TRUE(send_message(*p.a, RankMessage(Ready{2}), Deadline::After(1s)).ok());
+    auto r = recv_rank_message(*p.b, Deadline::After(1s));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(std::holds_alternative<Ready>(*r));
+    EXPECT_EQ(std::get<Ready>(*r).version, 2u);
+  }
+}
+
+// Every message survives encode and decode with every field it carries.
+// Catches: a field one side writes under another name than the other
+// reads (a trainer's feeder count, an engine's weights_complete), or one
+// that encode forgets.
+TEST(Protocol, EveryMessageRoundTrips) {
+  Join join;
+  join.role = Role::kEngine;
+  join.rank = 3;
+  join.pid = 77;
+  join.device = "cuda";
+  join.gpu = "GPU-1";
+  join.mode = "direct";
+  join.trainer_ranks = 4;
+  join.engine_ranks = 4;
+  join.bucket_size = 1 << 20;
+  join.transport = "tcp";
+  join.plan_digest = "abc";
+  join.data_address = "127.0.0.1:9";
+  join.descriptor = "d";
+  join.pool_slots = 3;
+  join.memory_limit = 5;
+  join.supported_dtypes = {"bf16"};
+  join.specs = {TensorSpec{"w", DType::kBFloat16, {2, 3}}};
+  auto back = decode_rank_message(encode(RankMessage(join)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  const Join& j = std::get<Join>(*back);
+  EXPECT_EQ(j.protocol, kControlProtocolVersion);
+  EXPECT_EQ(j.role, Role::kEngine);
+  EXPECT_EQ(j.rank, 3);
+  EXPECT_EQ(j.pid, 77);
+  EXPECT_EQ(j.gpu, "GPU-1");
+  EXPECT_EQ(j.mode, "direct");
+  EXPECT_EQ(j.bucket_size, 1u << 20);
+  EXPECT_EQ(j.pool_slots, 3u);
+  EXPECT_EQ(j.memory_limit, 5u);
+  EXPECT_EQ(j.supported_dtypes, join.supported_dtypes);
+  EXPECT_EQ(j.specs, join.specs);
+
+  refit::Setup setup;
+  setup.seed = 9;
+  setup.engine_rank = 1;
+  setup.engine_address = "h:1";
+  setup.descriptor = "x";
+  setup.engine_device = "cuda";
+  setup.trainer_index = 2;
+  setup.feeder_count = 3;
+  setup.on_demand = true;
+  auto s = decode_coordinator_message(encode(CoordinatorMessage(setup)));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const refit::Setup& t = std::get<refit::Setup>(*s);
+  EXPECT_EQ(t.seed, 9u);
+  EXPECT_EQ(t.engine_address, "h:1");
+  EXPECT_EQ(t.engine_device, "cuda");
+  EXPECT_EQ(t.trainer_index, 2u);
+  EXPECT_EQ(t.feeder_count, 3u);
+  EXPECT_TRUE(t.on_demand);
+
+  auto linked = decode_rank_message(encode(RankMessage(Linked{4, true})));
+  ASSERT_TRUE(linked.ok());
+  EXPECT_EQ(std::get<Linked>(*linked).version, 4u);
+  EXPECT_EQ(std::get<Linked>(*linked).weights_complete, true);
+  auto done = decode_rank_message(encode(RankMessage(Done{5, true, Json{{"bytes", 1}}, "host-staged"})));
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(std::get<Done>(*done).verified);
+  EXPECT_EQ(std::get<Done>(*done).memory_path, "host-staged");
+  auto shutdown = decode_coordinator_message(encode(CoordinatorMessage(Shutdown{Aborted("lost x"), 7})));
+  ASSERT_TRUE(shutdown.ok());
+  EXPECT_EQ(std::get<Shutdown>(*shutdown).committed_version, 7u);
+  EXPECT_EQ(std::get<Shutdown>(*shutdown).error->message(), "lost x");
+  auto abort = decode_coordinator_message(encode(CoordinatorMessage(Abort{6, DeadlineExceeded("late")})));
+  ASSERT_TRUE(abort.ok());
+  EXPECT_EQ(std::get<Abort>(*abort).error.code(), StatusCode::kDeadlineExceeded);
+  for (const RankMessage& m : {RankMessage(Ready{1}), RankMessage(Progress{1, 2}), RankMessage(Sent{1}),
+                               RankMessage(Committed{1}), RankMessage(Failed{1, Internal("x")}),
+                               RankMessage(Request{1}), RankMessage(Finish{})}) {
+    auto d = decode_rank_message(encode(m));
+    ASSERT_TRUE(d.ok()) << message_name(m);
+    EXPECT_EQ(d->index(), m.index()) << message_name(m);
+  }
+  for (const CoordinatorMessage& m : {CoordinatorMessage(Start{1}), CoordinatorMessage(Go{1}),
+                                      CoordinatorMessage(Commit{1}), CoordinatorMessage(Relink{1}),
+                                      CoordinatorMessage(Refusal{Internal("no")})}) {
+    auto d = decode_coordinator_message(encode(m));
+    ASSERT_TRUE(d.ok()) << message_name(m);
+    EXPECT_EQ(d->index(), m.index()) << message_name(m);
+  }
+  for (const AuthMessage& m : {AuthMessage(AuthChallenge{1, "none", ""}), AuthMessage(AuthResponse{"none", "", ""}),
+                               AuthMessage(AuthOk{"ab"}), AuthMessage(Refusal{Internal("no")})}) {
+    auto d = decode_auth_message(encode(m));
+    ASSERT_TRUE(d.ok()) << message_name(m);
+    EXPECT_EQ(d->index(), m.index()) << message_name(m);
+  }
+}
+
+// Catches: a decoder that accepts a message meant for the other direction
+// (a rank taking a join for a coordinator's message) or an unknown type.
+TEST(Protocol, UnknownAndMisdirectedTypesAreRefusedNamingThem) {
+  auto unknown = decode_rank_message(Json::parse(R"({"type":"some_future_type"})"));
+  EXPECT_HAS(unknown.status().message(), "unexpected control message 'some_future_type'");
+  auto misdirected = decode_coordinator_message(encode(RankMessage(Ready{1})));
+  EXPECT_HAS(misdirected.status().message(), "unexpected control message 'ready'");
+  auto role = decode_rank_message(Json::parse(R"({"type":"join","role":"spy","rank":0})"));
+  EXPECT_HAS(role.status().message(), "unknown role 'spy'");
 }
 
 }  // namespace

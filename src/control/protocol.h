@@ -1,0 +1,220 @@
+// The control protocol: every message between the coordinator and the ranks
+// (the authentication handshake's included), as one struct each.
+//
+// On the wire a message is one JSON object in a kControl frame
+// (control_message.h): {"type": "<name>", <fields>}. This module is the only
+// place that knows the names and fields: encode() writes a struct, the
+// decode_* functions read one back after checking every field's kind and
+// bounds. A decode error is kInvalidArgument naming the message type and the
+// bad field ("'join' field 'rank': expected an integer in 0..1048576, got
+// -1"). Unknown fields are ignored; an unknown type is refused.
+//
+// The protocol (one refit job, docs/DESIGN.md "Control plane"):
+//
+//   rank                          coordinator
+//   auth_response          <->    auth_challenge, auth_ok | error   (auth.h)
+//   join{protocol, ...}     ->                                      refused: error
+//                          <-     setup
+//   linked                  ->
+//   [request | finish]      ->                                      on demand (trainers)
+//                          <-     start(v)
+//   ready(v)                ->
+//                          <-     go(v)
+//   progress(v), sent(v)    ->
+//   done(v)                 ->    every rank done: commit decision, v committed
+//                          <-     commit(v)
+//   committed(v)            ->
+//   failed(v)               ->    a refit that fails before the decision:
+//                          <-     abort(v), relink(v); then linked again
+//                          <-     shutdown (the job's end; with an error
+//                                 when it ended with one after a commit)
+//
+// Thread safety: pure functions on values.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "control/control_message.h"
+#include "refit/status.h"
+#include "refit/tensor.h"
+
+namespace refit {
+
+// The version of this protocol. A rank sends it in its join; the coordinator
+// refuses a rank of another version, naming both. Bump it whenever a message
+// or a field changes meaning.
+inline constexpr std::uint64_t kControlProtocolVersion = 2;
+
+enum class Role { kTrainer, kEngine };
+const char* role_name(Role role);  // "trainer", "engine"
+
+// ---- authentication (auth.h) -------------------------------------------------
+
+struct AuthChallenge {
+  std::uint64_t protocol = 0;  // the authentication protocol (auth.cc)
+  std::string auth;            // "hmac-sha256" or "none"
+  std::string nonce;           // hex; empty with "none"
+};
+struct AuthResponse {
+  std::string auth;
+  std::string nonce, mac;  // hex; empty with "none"
+};
+struct AuthOk {
+  std::string mac;  // hex; empty when neither side has a secret
+};
+// A refusal, in either direction, at any point before setup.
+struct Refusal {
+  Status error;
+};
+
+// ---- rank -> coordinator -------------------------------------------------------
+
+// The first message after authentication: who the rank is and the settings
+// the coordinator checks across ranks. Fields after `transport` belong to
+// one role (the other leaves them at their defaults).
+struct Join {
+  std::uint64_t protocol = kControlProtocolVersion;
+  Role role = Role::kTrainer;
+  int rank = 0;
+  std::int64_t pid = 0;
+  std::string device = "cpu";  // "cpu" or "cuda"
+  std::string gpu;             // the GPU's UUID, "" when unknown or none
+  std::string mode;            // "staged" or "direct"
+  std::uint64_t trainer_ranks = 0, engine_ranks = 0;
+  std::uint64_t bucket_size = 0;
+  std::string transport;
+  std::string plan_digest;
+  // Trainer: the engine rank it feeds, and one tensor per dtype it sends.
+  std::uint64_t engine_rank = 0;
+  std::map<std::string, std::string> stream_dtypes;  // dtype name -> an example tensor
+  // Engine: where trainers connect, its target's descriptor, its pool and
+  // what it accepts.
+  std::string data_address, descriptor;
+  std::uint64_t pool_slots = 0, memory_limit = 0;
+  std::vector<std::string> supported_dtypes;
+  std::vector<TensorSpec> specs;
+};
+// Setup done (every data link up), or after a relink the rank's state.
+struct Linked {
+  std::optional<std::uint64_t> version;  // after a relink: the rank's committed version
+  std::optional<bool> weights_complete;  // engine, after a relink
+};
+struct Ready {
+  std::uint64_t version = 0;
+};
+struct Progress {
+  std::uint64_t version = 0, bytes = 0;
+};
+struct Sent {
+  std::uint64_t version = 0;
+};
+// The rank's share of refit `version` is complete: an engine applied (and,
+// when `verified`, compared) every byte. `stats` goes into the report as is.
+struct Done {
+  std::uint64_t version = 0;
+  bool verified = false;
+  Json stats = Json::object();
+  std::string memory_path;  // stats' "memory_path" ("" when absent)
+};
+struct Committed {
+  std::uint64_t version = 0;
+};
+struct Failed {
+  std::uint64_t version = 0;
+  Status error;
+};
+struct Request {  // on demand: run refit `version` next
+  std::uint64_t version = 0;
+};
+struct Finish {};  // on demand: this trainer rank asks for no more refits
+
+using RankMessage = std::variant<Join, Linked, Ready, Progress, Sent, Done, Committed, Failed, Request, Finish>;
+
+// ---- coordinator -> rank -------------------------------------------------------
+
+struct Setup {
+  std::uint64_t seed = 0;
+  // Engine: the trainer ranks that feed it (trainer-index order) and every
+  // engine rank's stream as the coordinator validated them.
+  std::vector<std::uint64_t> feeders;
+  std::vector<std::vector<TensorSpec>> streams;
+  // Trainer: the engine rank it feeds and how to reach it, its index among
+  // that engine rank's feeders and their count.
+  std::uint64_t engine_rank = 0;
+  std::string engine_address, descriptor, engine_device = "cpu";
+  std::uint64_t trainer_index = 0, feeder_count = 0;
+  bool on_demand = false;
+};
+struct Start {
+  std::uint64_t version = 0;
+};
+struct Go {
+  std::uint64_t version = 0;
+};
+struct Commit {
+  std::uint64_t version = 0;
+};
+// Refit `version` failed before its commit decision; nothing of it counts.
+struct Abort {
+  std::uint64_t version = 0;
+  Status error;
+};
+// After an abort: reconnect the data links and say linked again.
+struct Relink {
+  std::uint64_t version = 0;
+};
+// The job is over. `error`: it ended with an error after refit
+// `committed_version` was committed (a rank lost or stalled since); the
+// ranks keep that version and exit with the error.
+struct Shutdown {
+  std::optional<Status> error;
+  std::uint64_t committed_version = 0;
+};
+
+using CoordinatorMessage = std::variant<Setup, Start, Go, Commit, Abort, Relink, Shutdown, Refusal>;
+using AuthMessage = std::variant<AuthChallenge, AuthResponse, AuthOk, Refusal>;
+
+// ---- encode / decode -----------------------------------------------------------
+
+Json encode(const RankMessage& message);
+Json encode(const CoordinatorMessage& message);
+Json encode(const AuthMessage& message);
+
+StatusOr<RankMessage> decode_rank_message(const Json& message);
+StatusOr<CoordinatorMessage> decode_coordinator_message(const Json& message);
+StatusOr<AuthMessage> decode_auth_message(const Json& message);
+
+// The wire name of a message ("join", "commit", ...).
+std::string message_name(const RankMessage& message);
+std::string message_name(const CoordinatorMessage& message);
+std::string message_name(const AuthMessage& message);
+
+// Checks `message` against the schema of its type: an object with a string
+// "type" (at most 64 bytes); each known field, when present, has the right
+// JSON kind and is within its bounds; required fields are present. Unknown
+// types and fields pass (decode_* refuses an unknown type).
+Status validate_control_message(const Json& message);
+
+// Status <-> JSON {"code": "...", "message": "..."}; status_from_json never
+// throws: a malformed status becomes kInternal saying so.
+Json status_to_json(const Status& status);
+Status status_from_json(const Json& json);
+
+// ---- on a Link -----------------------------------------------------------------
+
+// Sends one message as a control frame.
+Status send_message(Link& link, const RankMessage& message, Deadline deadline);
+Status send_message(Link& link, const CoordinatorMessage& message, Deadline deadline);
+Status send_message(Link& link, const AuthMessage& message, Deadline deadline);
+// Receives and decodes one message (recv_control's bounds); errors name the
+// peer.
+StatusOr<RankMessage> recv_rank_message(Link& link, Deadline deadline);
+StatusOr<CoordinatorMessage> recv_coordinator_message(Link& link, Deadline deadline);
+StatusOr<AuthMessage> recv_auth_message(Link& link, Deadline deadline, std::uint64_t max_bytes);
+
+}  // namespace refit

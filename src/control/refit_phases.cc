@@ -1,0 +1,398 @@
+// The coordinator's phase machine (refit_phases.h). One transition function,
+// on(); advance() below it moves through the phases whose condition holds.
+#include "control/refit_phases.h"
+
+#include <algorithm>
+
+namespace refit {
+
+RefitPhases::RefitPhases(const PhaseOptions& options)
+    : options_(options), members_(static_cast<std::size_t>(options.trainer_ranks + options.engine_ranks)) {}
+
+std::vector<PhaseAction> RefitPhases::start(PhaseTime now) {
+  enter(Phase::kSetup, Step::kLinked);
+  deadline_ = now + std::chrono::duration_cast<PhaseClock::duration>(
+                        std::chrono::duration<double>(options_.setup_timeout_s));
+  return {};
+}
+
+// ---- the transition function -----------------------------------------------------
+
+std::vector<PhaseAction> RefitPhases::on(const PhaseEvent& event, PhaseTime now) {
+  out_.clear();
+  if (phase_ == Phase::kEnded) return {};
+  if (const auto* received = std::get_if<Received>(&event)) on_message(received->member, received->message, now);
+  if (const auto* lost = std::get_if<Lost>(&event)) on_lost(lost->member, lost->why);
+  if (phase_ != Phase::kEnded && now >= wake_at()) on_deadline(now);
+  advance(now);
+  return std::move(out_);
+}
+
+// Moves on while the current phase's condition holds: every rank reached
+// the awaited step (or, on demand, every trainer rank asked).
+void RefitPhases::advance(PhaseTime now) {
+  for (;;) {
+    const Phase before = phase_;
+    switch (phase_) {
+      case Phase::kSetup:
+        if (all_reached(Step::kLinked)) next_refit(now);
+        break;
+      case Phase::kIdle:
+        decide_idle(now);
+        break;
+      case Phase::kPrepare:
+        if (all_reached(Step::kReady)) {
+          go_time_ = last_sent_ = now;
+          out_.push_back(SendAll{Go{version_}});
+          enter(Phase::kTransfer, Step::kSent);
+        }
+        break;
+      case Phase::kTransfer:
+        if (all_reached(Step::kSent)) {
+          out_.push_back(ShowProgress{version_, 0, /*final=*/true});
+          enter(Phase::kVerify, Step::kDone);
+        }
+        break;
+      case Phase::kVerify:
+        if (all_reached(Step::kDone)) decide_commit(now);
+        break;
+      case Phase::kCommit:
+        if (all_reached(Step::kCommitted)) next_refit(now);
+        break;
+      case Phase::kRecovery:
+        if (all_reached(Step::kLinked)) {
+          RecordRecovery recovered{version_, {}};
+          for (int e = 0; e < options_.engine_ranks; ++e) {
+            recovered.engines.push_back(members_[static_cast<std::size_t>(options_.trainer_ranks + e)].linked.value());
+          }
+          out_.push_back(std::move(recovered));
+          next_refit(now);
+        }
+        break;
+      case Phase::kBlame:
+      case Phase::kEnded:
+        break;
+    }
+    if (phase_ == before) return;
+  }
+}
+
+// ---- events ----------------------------------------------------------------------
+
+void RefitPhases::on_message(int member, const RankMessage& message, PhaseTime now) {
+  Member& m = members_[static_cast<std::size_t>(member)];
+  if (const auto* progress = std::get_if<Progress>(&message)) {
+    if (phase_ != Phase::kTransfer) return;
+    m.progress = progress->bytes;
+    std::uint64_t bytes = 0;
+    for (const Member& x : members_) bytes += x.progress;
+    out_.push_back(ShowProgress{version_, bytes, false});
+  } else if (const auto* failed = std::get_if<Failed>(&message)) {
+    on_failed(member, *failed, now);
+  } else if (std::holds_alternative<Request>(message) || std::holds_alternative<Finish>(message)) {
+    on_ask(member, message, now);
+  } else if (std::holds_alternative<Linked>(message)) {
+    on_report(member, Step::kLinked, message, now);
+  } else if (std::holds_alternative<Ready>(message)) {
+    on_report(member, Step::kReady, message, now);
+  } else if (std::holds_alternative<Sent>(message)) {
+    on_report(member, Step::kSent, message, now);
+  } else if (std::holds_alternative<Done>(message)) {
+    on_report(member, Step::kDone, message, now);
+  } else if (std::holds_alternative<Committed>(message)) {
+    on_report(member, Step::kCommitted, message, now);
+  } else {
+    fail(InvalidArgument("protocol error: " + member_name(member) + " sent '" + message_name(message) + "' during " +
+                         phase_name() + " (expected '" + awaited_name() + "')"),
+         now);
+  }
+}
+
+namespace {
+
+std::uint64_t version_of(const RankMessage& message) {
+  if (const auto* m = std::get_if<Ready>(&message)) return m->version;
+  if (const auto* m = std::get_if<Sent>(&message)) return m->version;
+  if (const auto* m = std::get_if<Done>(&message)) return m->version;
+  if (const auto* m = std::get_if<Committed>(&message)) return m->version;
+  return 0;
+}
+
+}  // namespace
+
+// A rank reports that it reached `step`. Ranks move through the steps in
+// order; one may run ahead of the phase (a trainer's done while engines
+// still send), but none may skip a step, repeat one or report what the
+// coordinator has not yet asked for.
+void RefitPhases::on_report(int member, Step step, const RankMessage& message, PhaseTime now) {
+  Member& m = members_[static_cast<std::size_t>(member)];
+  // Recovery drops what the aborted refit still had in flight; a cause is
+  // sought only in lost connections.
+  if (phase_ == Phase::kBlame || (phase_ == Phase::kRecovery && step != Step::kLinked)) return;
+  const bool linking = phase_ == Phase::kSetup || phase_ == Phase::kRecovery;
+  const Step furthest = linking                      ? Step::kLinked
+                        : phase_ == Phase::kPrepare  ? Step::kReady
+                        : phase_ == Phase::kCommit   ? Step::kCommitted
+                        : phase_ == Phase::kIdle     ? Step::kNone
+                                                     : Step::kDone;
+  const std::string what = "'" + message_name(message) + "'";
+  if (m.step == step) {
+    return fail(InvalidArgument("protocol error: " + member_name(member) + " sent " + what + " twice during " +
+                                phase_name()),
+                now);
+  }
+  // Linked follows a (re)start of the links, ready a start: both from kNone.
+  const Step before = step == Step::kLinked || step == Step::kReady ? Step::kNone
+                                                                    : static_cast<Step>(static_cast<int>(step) - 1);
+  const bool in_order = m.step == before;
+  if (!in_order || step > furthest || (step == Step::kLinked) != linking) {
+    return fail(InvalidArgument("protocol error: " + member_name(member) + " sent " + what + " during " +
+                                phase_name() + " (expected '" + awaited_name() + "')"),
+                now);
+  }
+  if (step == Step::kCommitted && version_of(message) != version_) {
+    return fail(Internal(member_name(member) + " committed version " + std::to_string(version_of(message)) +
+                         ", expected " + std::to_string(version_)),
+                now);
+  }
+  if (step != Step::kLinked && version_of(message) != version_) {
+    return fail(InvalidArgument("protocol error: " + member_name(member) + " sent " + what + " of refit " +
+                                std::to_string(version_of(message)) + " during " + phase_name()),
+                now);
+  }
+  m.step = step;
+  if (step == Step::kSent) last_sent_ = std::max(last_sent_, now);
+  if (const auto* done = std::get_if<Done>(&message)) m.done = *done;
+  if (const auto* linked = std::get_if<Linked>(&message)) m.linked = *linked;
+}
+
+// A rank's own failure. It usually comes from a peer that died: the machine
+// first looks for a lost connection to blame (kBlame) for a short grace.
+void RefitPhases::on_failed(int member, const Failed& failed, PhaseTime now) {
+  members_[static_cast<std::size_t>(member)].reported_failure = true;
+  if (phase_ == Phase::kBlame || phase_ == Phase::kRecovery) return;
+  blamed_ = Status(failed.error.code(),
+                   member_name(member) + " failed during " + phase_name() + ": " + failed.error.message());
+  blamed_phase_ = phase_;
+  blame_until_ = now + options_.blame_grace;
+  phase_ = Phase::kBlame;
+}
+
+void RefitPhases::on_lost(int member, const std::string& why) {
+  const std::string who = member_name(member);
+  if (phase_ == Phase::kBlame) {
+    // A rank that reported its own failure and then exited is not the cause.
+    Member& m = members_[static_cast<std::size_t>(member)];
+    if (m.reported_failure) {
+      m.gone = why;
+      return;
+    }
+    phase_ = blamed_phase_;
+    return end(Aborted("lost " + who + " during " + phase_name() + " (" + blamed_.message() + ")"));
+  }
+  if (phase_ == Phase::kRecovery) {
+    return end(Status(recovering_.code(), recovering_.message() + "; recovery failed: lost " + who + " during " +
+                                              phase_name() + ": " + why));
+  }
+  if (phase_ == Phase::kCommit) {
+    return end(Aborted("lost " + who + " after refit " + std::to_string(version_) +
+                       " was committed (waiting for 'committed'): " + why));
+  }
+  end(Aborted("lost " + who + " during " + phase_name() + ": " + why));
+}
+
+void RefitPhases::on_ask(int member, const RankMessage& ask, PhaseTime now) {
+  Member& m = members_[static_cast<std::size_t>(member)];
+  if (options_.refits != 0 || !is_trainer(member) || m.ask) {
+    return fail(InvalidArgument("protocol error: " + member_name(member) + " sent '" + message_name(ask) + "' during " +
+                                phase_name() + (m.ask ? " (it already asked)" : " (expected '" + awaited_name() + "')")),
+                now);
+  }
+  if (phase_ != Phase::kBlame) m.ask = ask;  // what a failing refit had in flight is dropped
+}
+
+void RefitPhases::on_deadline(PhaseTime now) {
+  if (phase_ == Phase::kBlame) {
+    // No lost connection explains the failure: it stands.
+    phase_ = blamed_phase_;
+    return fail(blamed_, now);
+  }
+  const std::string late = phase_name() + " timed out waiting for '" + awaited_name() + "' from " + waiting_for();
+  if (phase_ == Phase::kRecovery) {
+    return end(Status(recovering_.code(), recovering_.message() + "; recovery failed: " + late));
+  }
+  if (phase_ == Phase::kCommit) {
+    return end(DeadlineExceeded("refit " + std::to_string(version_) + " was committed, but " + late));
+  }
+  fail(DeadlineExceeded(late), now);
+}
+
+// ---- decisions -------------------------------------------------------------------
+
+// On demand: once every trainer rank asked, start the refit they agree on,
+// or end the job when every one finished.
+void RefitPhases::decide_idle(PhaseTime now) {
+  int finished = 0, asked = 0;
+  std::optional<std::uint64_t> version;
+  for (int t = 0; t < options_.trainer_ranks; ++t) {
+    const std::optional<RankMessage>& ask = members_[static_cast<std::size_t>(t)].ask;
+    if (!ask) continue;
+    ++asked;
+    const auto* request = std::get_if<Request>(&*ask);
+    if (request == nullptr) {
+      ++finished;
+      continue;
+    }
+    if (request->version <= decided_) {
+      return end(InvalidArgument(member_name(t) + " asked for refit " + std::to_string(request->version) +
+                                 ", not above the last committed version " + std::to_string(decided_)));
+    }
+    if (version && *version != request->version) {
+      return end(InvalidArgument("the trainer ranks ask for different versions: " + std::to_string(*version) +
+                                 " and " + std::to_string(request->version) + " (" + member_name(t) + ")"));
+    }
+    version = request->version;
+  }
+  if (asked < options_.trainer_ranks) return;
+  if (finished == options_.trainer_ranks) return end(Status::Ok());
+  if (finished > 0) {
+    return end(InvalidArgument(std::to_string(finished) + " trainer ranks finished while the others asked for refit " +
+                               std::to_string(*version)));
+  }
+  begin_refit(*version, now);
+}
+
+// Every rank is done: the one commit decision. From here `version_` is
+// committed for the job, whatever happens while the acks come in.
+void RefitPhases::decide_commit(PhaseTime) {
+  RecordCommit commit;
+  commit.version = version_;
+  commit.seconds = std::chrono::duration<double>(last_sent_ - go_time_).count();
+  for (int i = 0; i < static_cast<int>(members_.size()); ++i) {
+    const Done& done = members_[static_cast<std::size_t>(i)].done.value();
+    if (!is_trainer(i)) commit.verified = commit.verified && done.verified;
+    (is_trainer(i) ? commit.trainers : commit.engines).push_back(done);
+  }
+  decided_ = version_;
+  in_flight_ = false;
+  out_.push_back(std::move(commit));
+  out_.push_back(SendAll{Commit{version_}});
+  enter(Phase::kCommit, Step::kCommitted);
+}
+
+void RefitPhases::begin_refit(std::uint64_t version, PhaseTime now) {
+  version_ = version;
+  in_flight_ = true;
+  for (Member& m : members_) m = Member{};
+  deadline_ = now + std::chrono::duration_cast<PhaseClock::duration>(
+                        std::chrono::duration<double>(options_.refit_timeout_s));
+  out_.push_back(SendAll{Start{version}});
+  enter(Phase::kPrepare, Step::kReady);
+}
+
+void RefitPhases::next_refit(PhaseTime now) {
+  in_flight_ = false;
+  deadline_ = PhaseTime::max();
+  if (options_.refits == 0) {
+    // Asks kept through the refit (a trainer asks as soon as it committed).
+    for (Member& m : members_) m.step = Step::kNone;
+    return enter(Phase::kIdle, Step::kNone);
+  }
+  if (version_ >= static_cast<std::uint64_t>(options_.refits)) return end(Status::Ok());
+  begin_refit(version_ + 1, now);
+}
+
+// A failure of refit version_ before its commit decision: abort it on every
+// rank and relink them, so that the job goes on. In setup, or once nothing
+// is in flight, it ends the job.
+void RefitPhases::fail(const Status& failure, PhaseTime now) {
+  if (phase_ == Phase::kSetup || !in_flight_) return end(failure);
+  for (int i = 0; i < static_cast<int>(members_.size()); ++i) {
+    if (const auto& gone = members_[static_cast<std::size_t>(i)].gone) {
+      return end(Status(failure.code(), failure.message() + "; recovery failed: lost " + member_name(i) +
+                                            " during refit " + std::to_string(version_) + " (recovery): " + *gone));
+    }
+  }
+  out_.push_back(RecordFailure{version_, failure});
+  out_.push_back(SendAll{Abort{version_, failure}});
+  out_.push_back(SendAll{Relink{version_}});
+  for (Member& m : members_) m = Member{};  // a request sent before the abort is dropped with it
+  recovering_ = failure;
+  deadline_ = now + std::chrono::duration_cast<PhaseClock::duration>(
+                        std::chrono::duration<double>(options_.setup_timeout_s));
+  enter(Phase::kRecovery, Step::kLinked);
+}
+
+// The job's end. An error while a refit (or setup) is undecided aborts it;
+// otherwise the ranks keep the last committed version and hear the error
+// with the shutdown.
+void RefitPhases::end(const Status& status) {
+  if (status.ok()) {
+    out_.push_back(SendAll{Shutdown{std::nullopt, decided_}});
+  } else if (in_flight_) {
+    out_.push_back(SendAll{Abort{version_, status}});
+  } else {
+    out_.push_back(SendAll{Shutdown{status, decided_}});
+  }
+  out_.push_back(EndJob{status});
+  phase_ = Phase::kEnded;
+  deadline_ = PhaseTime::max();
+}
+
+// ---- helpers ---------------------------------------------------------------------
+
+void RefitPhases::enter(Phase phase, Step awaited) {
+  phase_ = phase;
+  awaited_ = awaited;
+}
+
+bool RefitPhases::all_reached(Step step) const {
+  return std::all_of(members_.begin(), members_.end(), [&](const Member& m) { return m.step >= step; });
+}
+
+PhaseTime RefitPhases::wake_at() const { return phase_ == Phase::kBlame ? blame_until_ : deadline_; }
+
+std::string RefitPhases::member_name(int member) const {
+  return is_trainer(member) ? "trainer rank " + std::to_string(member)
+                            : "engine rank " + std::to_string(member - options_.trainer_ranks);
+}
+
+std::string RefitPhases::waiting_for() const {
+  std::string names;
+  for (int i = 0; i < static_cast<int>(members_.size()); ++i) {
+    if (members_[static_cast<std::size_t>(i)].step >= awaited_) continue;
+    names += (names.empty() ? "" : ", ") + member_name(i);
+  }
+  return names;
+}
+
+std::string RefitPhases::phase_name() const {
+  const Phase phase = phase_ == Phase::kBlame ? blamed_phase_ : phase_;
+  const char* step = "";
+  switch (phase) {
+    case Phase::kSetup: return "setup";
+    case Phase::kIdle: step = "request"; break;
+    case Phase::kPrepare: step = "prepare"; break;
+    case Phase::kTransfer: step = "transfer"; break;
+    case Phase::kVerify: step = "verify"; break;
+    case Phase::kCommit: step = "commit"; break;
+    case Phase::kRecovery: step = "recovery"; break;
+    case Phase::kBlame:
+    case Phase::kEnded: step = "ended"; break;
+  }
+  return "refit " + std::to_string(version_) + " (" + step + ")";
+}
+
+std::string RefitPhases::awaited_name() const {
+  switch (awaited_) {
+    case Step::kNone: return "request";
+    case Step::kLinked: return "linked";
+    case Step::kReady: return "ready";
+    case Step::kSent: return "sent";
+    case Step::kDone: return "done";
+    case Step::kCommitted: return "committed";
+  }
+  return "?";
+}
+
+}  // namespace refit

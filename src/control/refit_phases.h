@@ -1,0 +1,177 @@
+// RefitPhases: the coordinator's protocol as a pure state machine.
+//
+// It consumes events (a decoded message from rank X, X's connection lost,
+// time passed) and returns actions (messages for every rank, a refit
+// recorded as committed, a failure the job recovers from, the job's end).
+// It owns no socket and reads no clock: every event comes with `now`, and
+// wake_at() says when the machine wants a Tick. The I/O shell
+// (coordinator.cc) accepts the ranks, feeds the machine and carries out what
+// it returns; tests drive it with fake ranks (refit_phases_test.cc).
+//
+// The phases, per refit v (docs/DESIGN.md "Coordinator"):
+//
+//   setup --linked x all--> [idle: every trainer sends request(v) or finish]
+//   start(v) -> prepare --ready x all--> go(v) -> transfer --sent x all-->
+//   verify --done x all--> COMMIT DECISION: v committed, recorded now;
+//   commit(v) -> commit --committed x all--> next refit (or shutdown)
+//
+// Before the decision, a failure (a rank's failed, a missed deadline) aborts
+// v on every rank and relinks them (recovery), so the job goes on; a lost
+// rank ends the job with abort(v). After the decision v stays committed:
+// a rank lost, failed or stalled while the acks come in ends the job with a
+// shutdown that carries the error and v, never an abort of v.
+//
+// Members are numbered 0..T-1 (trainer ranks) then T..T+E-1 (engine ranks).
+//
+// Thread safety: none; one thread drives it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "control/protocol.h"
+#include "refit/status.h"
+
+namespace refit {
+
+struct PhaseOptions {
+  int trainer_ranks = 1;
+  int engine_ranks = 1;
+  int refits = 1;  // 0: on demand (trainers send request/finish)
+  double setup_timeout_s = 60;
+  double refit_timeout_s = 300;
+  // A rank's "failed" often comes from a peer that died: the machine waits
+  // this long for a lost connection to blame before the failure stands.
+  std::chrono::milliseconds blame_grace{500};
+};
+
+using PhaseClock = std::chrono::steady_clock;
+using PhaseTime = PhaseClock::time_point;
+
+// ---- events
+
+struct Received {
+  int member = 0;
+  RankMessage message;
+};
+struct Lost {
+  int member = 0;
+  std::string why;
+};
+struct Tick {};
+using PhaseEvent = std::variant<Received, Lost, Tick>;
+
+// ---- actions
+
+// Send to every rank (best effort once the job ended).
+struct SendAll {
+  CoordinatorMessage message;
+};
+// The commit decision: refit `version` is committed from now on.
+struct RecordCommit {
+  std::uint64_t version = 0;
+  double seconds = 0;  // from go to the last rank's sent
+  bool verified = true;
+  std::vector<Done> engines, trainers;  // by rank
+};
+// A refit that failed before its decision and was aborted; recovery follows.
+struct RecordFailure {
+  std::uint64_t version = 0;
+  Status error;
+};
+// Every rank relinked after a failure; the engines' state after it.
+struct RecordRecovery {
+  std::uint64_t version = 0;
+  std::vector<Linked> engines;  // by rank
+};
+// A rank's progress during transfer: the bytes every rank sent so far.
+struct ShowProgress {
+  std::uint64_t version = 0;
+  std::uint64_t bytes = 0;
+  bool final = false;
+};
+struct Note {
+  std::string line;
+};
+// The job ended (OK, or the error); the machine takes no more events.
+struct EndJob {
+  Status status;
+};
+using PhaseAction = std::variant<SendAll, RecordCommit, RecordFailure, RecordRecovery, ShowProgress, Note, EndJob>;
+
+class RefitPhases {
+ public:
+  enum class Phase { kSetup, kIdle, kPrepare, kTransfer, kVerify, kCommit, kBlame, kRecovery, kEnded };
+
+  explicit RefitPhases(const PhaseOptions& options);
+
+  // Begins setup (the shell sent every rank its Setup): waits for linked.
+  std::vector<PhaseAction> start(PhaseTime now);
+  // The machine's one transition function.
+  std::vector<PhaseAction> on(const PhaseEvent& event, PhaseTime now);
+
+  // When the machine wants a Tick (PhaseTime::max(): never).
+  PhaseTime wake_at() const;
+  Phase phase() const { return phase_; }
+  std::uint64_t committed_version() const { return decided_; }
+  std::string member_name(int member) const;
+
+ private:
+  // How far one rank got in the current step sequence.
+  enum class Step { kNone, kLinked, kReady, kSent, kDone, kCommitted };
+  struct Member {
+    Step step = Step::kNone;
+    bool reported_failure = false;  // sent "failed" in the current refit
+    std::optional<RankMessage> ask;  // on demand: its request or finish
+    std::optional<Done> done;
+    std::optional<Linked> linked;
+    std::uint64_t progress = 0;
+    // Its connection closed while that did not end the job (it had
+    // reported its failure): it cannot relink.
+    std::optional<std::string> gone;
+  };
+
+  void on_message(int member, const RankMessage& message, PhaseTime now);
+  void on_report(int member, Step step, const RankMessage& message, PhaseTime now);
+  void on_failed(int member, const Failed& failed, PhaseTime now);
+  void on_lost(int member, const std::string& why);
+  void on_deadline(PhaseTime now);
+  void on_ask(int member, const RankMessage& ask, PhaseTime now);
+  void advance(PhaseTime now);
+  void decide_idle(PhaseTime now);
+  void decide_commit(PhaseTime now);
+  void begin_refit(std::uint64_t version, PhaseTime now);
+  void next_refit(PhaseTime now);
+  void fail(const Status& failure, PhaseTime now);
+  void end(const Status& status);
+  void enter(Phase phase, Step awaited);
+  bool all_reached(Step step) const;
+  std::string waiting_for() const;
+  std::string phase_name() const;
+  std::string awaited_name() const;
+  bool is_trainer(int member) const { return member < options_.trainer_ranks; }
+
+  PhaseOptions options_;
+  std::vector<Member> members_;
+  Phase phase_ = Phase::kSetup;
+  Step awaited_ = Step::kLinked;
+  std::uint64_t version_ = 0;   // the refit in flight (or last run)
+  std::uint64_t decided_ = 0;   // the last version decided committed
+  bool in_flight_ = true;       // setup or refit version_ undecided: a failure aborts it
+  PhaseTime deadline_ = PhaseTime::max();
+  PhaseTime go_time_{}, last_sent_{};
+  // kBlame: the failure that stands unless a lost rank explains it, and the
+  // phase it happened in.
+  Status blamed_;
+  Phase blamed_phase_ = Phase::kSetup;
+  PhaseTime blame_until_{};
+  // kRecovery: the failure being recovered from.
+  Status recovering_;
+  std::vector<PhaseAction> out_;
+};
+
+}  // namespace refit

@@ -1,0 +1,193 @@
+#include "control/topology.h"
+
+#include "control/gpu_sharing.h"
+#include "control/spec_json.h"
+#include "aligner/aligner.h"
+#include "refit/plan.h"
+#include "transport/transport.h"
+
+namespace refit {
+namespace {
+
+std::string names(const std::vector<std::string>& list) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < list.size(); ++i) out += (i ? "," : "") + ("\"" + list[i] + "\"");
+  return out + "]";
+}
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+// Settings every rank must agree on: the first difference from engine rank 0,
+// naming the setting, both ranks and both values.
+Status check_agreement(const std::vector<Join>& trainers, const std::vector<Join>& engines) {
+  const Join& first = engines[0];
+  const std::string first_name = rank_name(Role::kEngine, 0);
+  for (const auto* group : {&trainers, &engines}) {
+    for (const Join& j : *group) {
+      const std::string name = rank_name(j.role, j.rank);
+      auto differs = [&](const char* field, const std::string& a, const std::string& b) {
+        return FailedPrecondition(std::string(field) + " differs: " + first_name + " has " + a + ", " + name +
+                                  " has " + b);
+      };
+      if (j.bucket_size == 0) return FailedPrecondition(name + " joined without 'bucket_size'");
+      if (j.transport.empty()) return FailedPrecondition(name + " joined without 'transport'");
+      if (j.mode.empty()) return FailedPrecondition(name + " joined without 'mode'");
+      if (j.bucket_size != first.bucket_size) {
+        return differs("bucket_size", format_bytes(first.bucket_size) + " (" + std::to_string(first.bucket_size) + ")",
+                       format_bytes(j.bucket_size) + " (" + std::to_string(j.bucket_size) + ")");
+      }
+      if (j.transport != first.transport) return differs("transport", quoted(first.transport), quoted(j.transport));
+      if (j.mode != first.mode) return differs("mode", quoted(first.mode), quoted(j.mode));
+      if (j.trainer_ranks != first.trainer_ranks) {
+        return differs("trainer_ranks", std::to_string(first.trainer_ranks), std::to_string(j.trainer_ranks));
+      }
+      if (j.engine_ranks != first.engine_ranks) {
+        return differs("engine_ranks", std::to_string(first.engine_ranks), std::to_string(j.engine_ranks));
+      }
+    }
+  }
+  if (first.trainer_ranks != trainers.size() || first.engine_ranks != engines.size()) {
+    return FailedPrecondition("the ranks were started for " + std::to_string(first.trainer_ranks) + " trainer and " +
+                              std::to_string(first.engine_ranks) + " engine ranks, the coordinator for " +
+                              std::to_string(trainers.size()) + " and " + std::to_string(engines.size()));
+  }
+  return Status::Ok();
+}
+
+// Engine-local resources, and each trainer against the engine rank it feeds.
+Status check_pairs(const std::vector<Join>& trainers, const std::vector<Join>& engines) {
+  for (const Join& e : engines) {
+    const std::string name = rank_name(Role::kEngine, e.rank);
+    const std::uint64_t pool = e.pool_slots * e.bucket_size;
+    if (e.pool_slots < 2) {
+      return FailedPrecondition("pool_slots of " + name + " is " + std::to_string(e.pool_slots) +
+                                ": the rotating receive pool needs at least 2 slots");
+    }
+    if (e.memory_limit != 0 && pool > e.memory_limit) {
+      return FailedPrecondition("the receive pool of " + name + " (" + std::to_string(e.pool_slots) + " x " +
+                                format_bytes(e.bucket_size) + " = " + format_bytes(pool) +
+                                ") does not fit its memory limit " + format_bytes(e.memory_limit) + " (--memory-limit)");
+    }
+  }
+  for (const Join& t : trainers) {
+    const Join& e = engines[static_cast<std::size_t>(t.rank) % engines.size()];
+    const std::string tn = rank_name(Role::kTrainer, t.rank), en = rank_name(Role::kEngine, e.rank);
+    if (t.plan_digest != e.plan_digest) {
+      auto shown = [](const std::string& d) { return d.empty() ? std::string("?") : d; };
+      return FailedPrecondition("plan digest mismatch: " + tn + " computed " + shown(t.plan_digest) + " for " + en +
+                                "'s stream, " + en + " computed " + shown(e.plan_digest) + " (same bucket_size " +
+                                std::to_string(e.bucket_size) + "; the two sides disagree on the tensor specs)");
+    }
+    for (const auto& [dtype, example] : t.stream_dtypes) {
+      bool ok = false;
+      for (const std::string& s : e.supported_dtypes) ok = ok || s == dtype;
+      if (!ok) {
+        return FailedPrecondition("unsupported dtype: " + tn + " sends " + dtype + " (tensor '" + example + "') but " +
+                                  en + " supports only " + names(e.supported_dtypes));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+bool boundaries_differ(const std::vector<Plan>& plans) {
+  auto boundaries = [](const Plan& p) {
+    std::vector<std::size_t> ends;
+    std::size_t n = 0;
+    for (const Bucket& b : p.buckets) {
+      n += b.completes.size();
+      if (!b.completes.empty()) ends.push_back(n);
+    }
+    return ends;
+  };
+  for (const Plan& p : plans) {
+    if (boundaries(p) != boundaries(plans[0])) return true;
+  }
+  return false;
+}
+
+// Alignment across the engine's ranks (rule 4), decided here at setup.
+Status check_alignment(const std::vector<Join>& engines, Topology* topology) {
+  std::vector<Plan> plans;
+  for (const Join& e : engines) {
+    const std::string name = rank_name(Role::kEngine, e.rank);
+    RETURN_IF_ERROR(check_plan_bounds(e.specs, e.bucket_size, name));
+    auto plan = make_plan(e.specs, e.bucket_size);
+    if (!plan.ok()) return plan.status().WithContext(name);
+    if (plan->digest_hex() != e.plan_digest) {
+      return FailedPrecondition("plan digest mismatch: " + name + " sent " +
+                                (e.plan_digest.empty() ? std::string("?") : e.plan_digest) + " but its specs give " +
+                                plan->digest_hex());
+    }
+    plans.push_back(std::move(*plan));
+  }
+  std::vector<const Plan*> plan_ptrs;
+  for (const Plan& p : plans) plan_ptrs.push_back(&p);
+  auto schedule = aligned_schedule(plan_ptrs);
+  if (!schedule.ok()) return schedule.status().WithContext("engine streams cannot be aligned");
+  topology->aligned_batches = schedule->size();
+  topology->divergent_boundaries = boundaries_differ(plans);
+  for (const Plan& p : plans) topology->bytes_per_refit += p.total_bytes;
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string rank_name(Role role, int rank) { return std::string(role_name(role)) + " rank " + std::to_string(rank); }
+
+Status check_join(const Join& join, int trainer_ranks, int engine_ranks) {
+  if (join.protocol != kControlProtocolVersion) {
+    return FailedPrecondition(rank_name(join.role, join.rank) + " speaks control protocol version " +
+                              std::to_string(join.protocol) + ", this coordinator version " +
+                              std::to_string(kControlProtocolVersion) + " (run the same refit build everywhere)");
+  }
+  const int count = join.role == Role::kTrainer ? trainer_ranks : engine_ranks;
+  const std::string role = role_name(join.role);
+  if (join.rank < 0 || join.rank >= count) {
+    return FailedPrecondition(role + " rank " + std::to_string(join.rank) + " is out of range: the coordinator expects " +
+                              std::to_string(count) + " " + role + " ranks (0.." + std::to_string(count - 1) + ")");
+  }
+  return Status::Ok();
+}
+
+StatusOr<Topology> plan_topology(const std::vector<Join>& trainers, const std::vector<Join>& engines,
+                                 std::uint64_t seed, bool on_demand) {
+  RETURN_IF_ERROR(check_agreement(trainers, engines));
+  RETURN_IF_ERROR(check_pairs(trainers, engines));
+  Topology topology;
+  RETURN_IF_ERROR(check_alignment(engines, &topology));
+  if (transport_topology(engines[0].transport).shared_gpu_serializes) {
+    std::vector<RankGpu> placed;
+    for (const auto* group : {&trainers, &engines}) {
+      for (const Join& j : *group) placed.push_back({rank_name(j.role, j.rank), j.gpu});
+    }
+    topology.warnings = shared_gpu_warnings(placed);
+  }
+  const std::size_t engine_count = engines.size();
+  std::vector<std::vector<TensorSpec>> streams;
+  for (const Join& e : engines) streams.push_back(e.specs);
+  for (std::size_t e = 0; e < engine_count; ++e) {
+    Setup setup;
+    setup.seed = seed;
+    for (std::size_t t = e; t < trainers.size(); t += engine_count) setup.feeders.push_back(t);
+    setup.streams = streams;
+    topology.engine_setups.push_back(std::move(setup));
+  }
+  for (const Join& t : trainers) {
+    const std::size_t e = static_cast<std::size_t>(t.rank) % engine_count;
+    const Join& engine = engines[e];
+    Setup setup;
+    setup.seed = seed;
+    setup.engine_rank = e;
+    setup.engine_address = engine.data_address;
+    setup.descriptor = engine.descriptor;
+    setup.engine_device = engine.device;
+    setup.trainer_index = static_cast<std::uint64_t>(t.rank) / engine_count;
+    setup.feeder_count = (trainers.size() - e + engine_count - 1) / engine_count;
+    setup.on_demand = on_demand;
+    topology.trainer_setups.push_back(std::move(setup));
+  }
+  return topology;
+}
+
+}  // namespace refit
