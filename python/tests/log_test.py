@@ -49,9 +49,9 @@ class LoggingRoute(unittest.TestCase):
         self.assertTrue(self.capture.arrived.wait(TIMEOUT_S), "no record reached logging")
         return self.capture.records[0]
 
-    # Mutation caught: an import that installs no handler (messages stay on stderr).
+    # Mutation caught: a record without refit's level or source.
     def test_a_message_reaches_logging_with_its_level_and_source(self):
-        refit._log("warning", "refit test", "a pool fell back to host memory")
+        refit._refit._log("warning", "refit test", "a pool fell back to host memory")
         record = self._first_record()
         self.assertEqual(record.levelno, logging.WARNING)
         self.assertEqual(record.getMessage(), "refit test: a pool fell back to host memory")
@@ -60,7 +60,7 @@ class LoggingRoute(unittest.TestCase):
     # Mutation caught: a sink that calls Python without taking the GIL (crashes
     # or corrupts the interpreter when refit logs from its own threads).
     def test_a_message_from_a_thread_without_the_gil_arrives(self):
-        refit._log("error", "engine rank 3", "lost trainer rank 1", from_thread=True)
+        refit._refit._log("error", "engine rank 3", "lost trainer rank 1", from_thread=True)
         record = self._first_record()
         self.assertEqual(record.levelno, logging.ERROR)
         self.assertEqual(record.getMessage(), "engine rank 3: lost trainer rank 1")
@@ -75,7 +75,7 @@ class LoggingRoute(unittest.TestCase):
             done.set()
 
         refit.set_log_handler(handler)
-        refit._log("info", "refit coordinator", "setup complete")
+        refit._refit._log("info", "refit coordinator", "setup complete")
         self.assertTrue(done.wait(TIMEOUT_S))
         self.assertEqual(got, [("info", "refit coordinator", "setup complete")])
         self.assertEqual(self.capture.records, [])
@@ -86,14 +86,16 @@ class LoggingRoute(unittest.TestCase):
 
 
 class Shutdown(unittest.TestCase):
-    # Mutation caught: no atexit hook (_stop_logging): the delivery thread is
-    # still inside Python while the interpreter finalizes, which crashes or
-    # hangs at exit. The child logs from its own thread just before exiting.
+    # Mutations caught (both tried): no atexit hook (_stop_logging): the
+    # messages still queued at exit are lost, or the delivery thread is inside
+    # Python while the interpreter finalizes; an import that installs no
+    # handler (the messages stay on stderr). The child process only imports
+    # refit and logs from a thread of its own just before exiting.
     def test_the_interpreter_exits_cleanly_with_messages_in_flight(self):
         code = ("import logging, sys, refit\n"
                 "logging.basicConfig(stream=sys.stdout, level=logging.INFO, format='%(message)s')\n"
                 "for i in range(200):\n"
-                "    refit._log('info', 'refit test', 'message %d' % i, from_thread=True)\n")
+                "    refit._refit._log('info', 'refit test', 'message %d' % i, from_thread=True)\n")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                                timeout=60)
