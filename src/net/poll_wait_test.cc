@@ -83,12 +83,17 @@ TEST(PollWait, SignalsFromAnotherThreadDoNotEndTheWait) {
   Pipe wake;
   pollfd fd{wake.read_end(), POLLIN, 0};
   StatusOr<int> ready = Internal("not run");
-  std::thread waiter([&] { ready = poll_wait({&fd, 1}, Deadline::After(10s), "the wake pipe"); });
+  std::atomic<bool> returned{false};
+  std::thread waiter([&] {
+    ready = poll_wait({&fd, 1}, Deadline::After(10s), "the wake pipe");
+    returned = true;
+  });
   // Each signal is handled on the waiter before the next is sent; the
-  // waiter does nothing but wait, so the later ones interrupt its poll.
-  for (int sent = 1; sent <= 20; ++sent) {
+  // waiter does nothing but wait, so the later ones interrupt its poll. A
+  // wait that ended early (the bug) stops the signals.
+  for (int sent = 1; sent <= 20 && !returned.load(); ++sent) {
     ::pthread_kill(waiter.native_handle(), SIGUSR1);
-    while (g_signals.load() < sent) std::this_thread::yield();
+    while (g_signals.load() < sent && !returned.load()) std::this_thread::yield();
   }
   wake.write_byte();
   waiter.join();
