@@ -58,6 +58,7 @@ PYBIND11_MODULE(_refit, m) {
   bind_trainer(m);
   bind_engine(m);
   bind_coordinator(m);
+  bind_log(m);
 
   m.def("cuda_built", &cuda_built, "True when refit was compiled with CUDA.");
   m.def(

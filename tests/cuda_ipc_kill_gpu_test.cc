@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda/gpu_test_util.h"
+#include "job.h"
 #include "kill_mid_job.h"
 #include "process_harness.h"
 #include "cuda/device.h"
@@ -41,25 +42,22 @@ struct Job {
   std::vector<std::string> trainer_extra;  // appended to the trainer's
 };
 
-// Starts `job`; false when the coordinator did not listen.
+// Starts `job` (tests/job.h); false when the coordinator did not listen.
 bool Start(ProcessGroup& group, const Job& job) {
-  const std::vector<std::string> common = {"--trainer-ranks",  "1",  "--engine-ranks", "1",
-                                           "--setup-timeout", "60", "--timeout",      std::to_string(job.refit_timeout_s)};
-  std::vector<std::string> coordinator = {"--refits", std::to_string(job.refits)};
-  coordinator.insert(coordinator.end(), common.begin(), common.end());
-  const std::string address = group.spawn_coordinator(coordinator);
-  if (address.empty()) return false;
-  for (const std::string role : {"engine", "trainer"}) {
-    std::vector<std::string> args = {role,       "--coordinator", address,   "--rank",   "0",
-                                     "--model",  job.model,       "--device", "cuda",    "--transport",
-                                     "cuda_ipc", "--mode",        job.mode,  "--bucket-size", job.bucket};
-    if (role == "engine" && job.mode == "staged") args.push_back("--poison-recycled");
-    if (role == "trainer") args.insert(args.end(), job.trainer_extra.begin(), job.trainer_extra.end());
-    args.insert(args.end(), job.rank_extra.begin(), job.rank_extra.end());
-    args.insert(args.end(), common.begin(), common.end());
-    group.spawn(role + " rank 0", args);
-  }
-  return true;
+  testing::JobSpec spec;
+  spec.engine_ranks = 1;
+  spec.trainer_ranks = 1;
+  spec.refits = job.refits;
+  spec.transport = "cuda_ipc";
+  spec.model = job.model;
+  spec.bucket_size = job.bucket;
+  spec.setup_timeout_s = 60;
+  spec.refit_timeout_s = job.refit_timeout_s;
+  spec.rank_args = {"--device", "cuda", "--mode", job.mode};
+  spec.rank_args.insert(spec.rank_args.end(), job.rank_extra.begin(), job.rank_extra.end());
+  if (job.mode == "staged") spec.extra["engine rank 0"] = {"--poison-recycled"};
+  spec.extra["trainer rank 0"] = job.trainer_extra;
+  return testing::start_job(group, spec);
 }
 
 struct KillCase {

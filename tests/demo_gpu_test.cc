@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda/gpu_test_util.h"
+#include "job.h"
 #include "process_harness.h"
 #include "cuda/device.h"
 
@@ -95,24 +96,20 @@ TEST_P(CudaIpcAcrossGpusTest, TrainerOnGpu0RefitsAnEngineOnGpu1) {
   REFIT_SKIP_WITHOUT_CUDA_DEVICE();
   if (*cuda_device_count() < 2) GTEST_SKIP() << "needs two visible GPUs, " << *cuda_device_count() << " visible";
   const std::string mode = GetParam();
-  const std::vector<std::string> common = {"--trainer-ranks", "1",         "--engine-ranks", "1",
-                                           "--setup-timeout",  "60",        "--timeout",      "60"};
-  std::vector<std::string> coordinator = {"--refits", "3"};
-  coordinator.insert(coordinator.end(), common.begin(), common.end());
+  testing::JobSpec spec;
+  spec.engine_ranks = 1;
+  spec.trainer_ranks = 1;
+  spec.refits = 3;
+  spec.transport = "cuda_ipc";
+  spec.model = "tiny-moe";
+  spec.setup_timeout_s = 60;
+  spec.refit_timeout_s = 60;
+  spec.rank_args = {"--device", "cuda", "--mode", mode};
+  spec.extra["engine rank 0"] = {"--base-gpu-id", "1"};
+  if (mode == "staged") spec.extra["engine rank 0"].push_back("--poison-recycled");
+  spec.extra["trainer rank 0"] = {"--gpu", "0"};
   ProcessGroup group;
-  const std::string address = group.spawn_coordinator(coordinator);
-  ASSERT_FALSE(address.empty()) << group.all_stderr();
-  std::vector<std::string> engine = {"engine", "--coordinator", address, "--rank", "0", "--model", "tiny-moe",
-                                     "--device", "cuda", "--transport", "cuda_ipc", "--mode", mode,
-                                     "--bucket-size", "1MiB", "--base-gpu-id", "1"};
-  std::vector<std::string> trainer = {"trainer", "--coordinator", address, "--rank", "0", "--model", "tiny-moe",
-                                      "--device", "cuda", "--transport", "cuda_ipc", "--mode", mode,
-                                      "--bucket-size", "1MiB", "--gpu", "0"};
-  if (mode == "staged") engine.push_back("--poison-recycled");
-  engine.insert(engine.end(), common.begin(), common.end());
-  trainer.insert(trainer.end(), common.begin(), common.end());
-  group.spawn("engine rank 0", engine);
-  group.spawn("trainer rank 0", trainer);
+  ASSERT_TRUE(testing::start_job(group, spec)) << group.all_stderr();
   ASSERT_TRUE(group.wait_all(240)) << "hung:\n" << group.all_stderr();
   for (const auto& name : group.names()) EXPECT_EQ(group.exit_code(name), 0) << name << "\n" << group.all_stderr();
   const json report = json::parse(group.report());

@@ -26,6 +26,8 @@
 #include "control/protocol.h"
 #include "job.h"
 #include "net/link.h"
+#include "testing/status_matchers.h"
+#include "net/link.h"
 
 namespace refit {
 namespace {
@@ -96,7 +98,7 @@ void ExpectJobVerified(const ProcessGroup& group, int refits) {
 // A connection to the coordinator made by the test itself.
 std::unique_ptr<Link> Dial(const std::string& address) {
   auto link = Link::Connect(address, "the coordinator", Deadline::After(5s));
-  EXPECT_TRUE(link.ok()) << link.status().ToString();
+  EXPECT_OK(link);
   return link.ok() ? std::move(*link) : nullptr;
 }
 
@@ -139,7 +141,7 @@ struct Stray {
 
 void Authenticate(Link& link) {
   Status s = authenticate_as_client(link, Secret(), kControlAuthContext, Deadline::After(5s));
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_OK(s);
 }
 
 std::vector<Stray> Strays() {
@@ -412,7 +414,7 @@ int DataPort(const ProcessGroup& group, const std::string& name) {
 // A connection to a data port made by the test itself.
 std::unique_ptr<Link> DialData(int port) {
   auto link = Link::Connect("127.0.0.1:" + std::to_string(port), "the data port", Deadline::After(5s));
-  EXPECT_TRUE(link.ok()) << link.status().ToString();
+  EXPECT_OK(link);
   return link.ok() ? std::move(*link) : nullptr;
 }
 
@@ -628,7 +630,7 @@ TEST_P(DataPlaneFault, IsRefusedAndLoggedAndTheJobVerifies) {
   if (fault.authenticate) {
     handshake = std::thread([&] {
       Status s = authenticate_as_client(*stranger, Secret(), data_auth_context(0), Deadline::After(60s));
-      EXPECT_TRUE(s.ok()) << s.ToString();
+      EXPECT_OK(s);
       SendRaw(*stranger, fault.bytes);
       ::shutdown(stranger->fd(), SHUT_WR);
     });
@@ -711,36 +713,23 @@ TEST(ShmFault, FullDevShmFailsSetupNamingThePoolAndDevShm) {
   spec.setup_timeout_s = 10;
   spec.skip = {"engine rank 0"};
   ASSERT_TRUE(start_job(group, spec));
-  const char* binary = std::getenv("REFIT_BINARY");
-  const std::string refit = binary != nullptr && *binary ? binary : REFIT_BINARY;
-  const std::string command = "mount -t tmpfs -o size=1M tmpfs /dev/shm && exec " + refit +
-                              " engine --coordinator " + CoordinatorAddress(group) +
+  const std::string command = "mount -t tmpfs -o size=1M tmpfs /dev/shm && exec " +
+                              testing::ProcessGroup::refit_binary() + " engine --coordinator " +
+                              CoordinatorAddress(group) +
                               " --rank 0 --trainer-ranks 2 --engine-ranks 2 --model tiny --bucket-size 1MiB"
                               " --setup-timeout 10 --timeout 20";
-  const std::string err_path = group.dir() + "/engine0-ns.err";
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(err, 2);
-    ::dup2(err, 1);
-    ::execl("/usr/bin/unshare", "unshare", "-m", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ASSERT_GT(pid, 0);
-  int st = 0;
-  auto until = std::chrono::steady_clock::now() + 60s;
-  while (::waitpid(pid, &st, WNOHANG) == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+  const std::string engine = "engine rank 0 in a mount namespace";
+  group.spawn_command(engine, {"/usr/bin/unshare", "-m", "sh", "-c", command});
+  ASSERT_TRUE(group.wait_one(engine, 60)) << group.all_stderr();
   std::vector<pid_t> pids = Pids(group);
   ASSERT_TRUE(group.wait_all(60)) << group.all_stderr();
-  const std::string err = testing::read_file(err_path);
-  std::remove(err_path.c_str());
-  ASSERT_TRUE(WIFEXITED(st)) << err;
-  EXPECT_NE(WEXITSTATUS(st), 0) << err;
+  const std::string err = group.err(engine) + group.out(engine);
+  EXPECT_NE(group.exit_code(engine), 0) << err;
+  EXPECT_LT(group.exit_code(engine), 128) << "ended by a signal (a SIGBUS?):\n" << err;
   EXPECT_HAS(err, "resource_exhausted");
   EXPECT_HAS(err, "no space in /dev/shm");
   EXPECT_HAS(err, "2097152 bytes");
   for (const auto& name : group.names()) EXPECT_NE(group.exit_code(name), 0) << name;
-  pids.push_back(pid);
   ExpectNoLeftovers(group, pids);
 }
 

@@ -20,6 +20,7 @@ struct JobSpec {
   std::string bucket_size = "1MiB";
   double setup_timeout_s = 20;
   double refit_timeout_s = 20;
+  std::vector<std::string> rank_args;         // appended to every rank's flags ("--device", "cuda")
   std::vector<std::string> coordinator_args;
   std::map<std::string, std::vector<std::string>> extra;  // by process name: "engine rank 1"
   std::vector<std::string> skip;                          // process names not to start
@@ -41,6 +42,7 @@ inline bool start_job(ProcessGroup& group, const JobSpec& spec) {
     std::vector<std::string> a = {role, "--coordinator", address, "--rank", std::to_string(rank), "--model",
                                   spec.model, "--transport", spec.transport, "--bucket-size", spec.bucket_size};
     a.insert(a.end(), counts.begin(), counts.end());
+    a.insert(a.end(), spec.rank_args.begin(), spec.rank_args.end());
     std::string name = role + " rank " + std::to_string(rank);
     if (auto it = spec.extra.find(name); it != spec.extra.end()) {
       // An extra "--flag value" replaces the flag's base value; other flags are appended.

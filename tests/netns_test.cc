@@ -46,29 +46,8 @@ struct CommandResult {
 
 // Runs argv[0] (found on PATH) to completion; exit code 127: not found.
 CommandResult RunCommand(const std::vector<std::string>& argv) {
-  int out[2];
-  if (::pipe(out) != 0) return {};
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out[1], 1);
-    ::dup2(out[1], 2);
-    ::close(out[0]);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  CommandResult r;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(out[0], buf, sizeof buf)) > 0) r.output.append(buf, static_cast<std::size_t>(n));
-  ::close(out[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  testing::RunResult r = testing::run_command(argv, 60);
+  return {r.exit_code, r.out + r.err};
 }
 
 // Removes the namespaces of test processes that no longer run ("rft<pid>x"
@@ -170,42 +149,13 @@ class NetnsTopology {
 class NetnsJob {
  public:
   explicit NetnsJob(const NetnsTopology& net) : net_(net) {
-    char dir[] = "/tmp/refit-netns-XXXXXX";
-    dir_ = ::mkdtemp(dir);
     secret_ = "netns-test-" + net.prefix() + "-" + std::to_string(Clock::now().time_since_epoch().count());
-  }
-  ~NetnsJob() {
-    for (auto& [name, p] : procs_) {
-      if (p.exit_code < 0) {
-        ::kill(p.pid, SIGKILL);
-        ::waitpid(p.pid, nullptr, 0);
-      }
-      std::remove(Path(name, "err").c_str());
-    }
-    std::remove((dir_ + "/port").c_str());
-    std::remove((dir_ + "/report.json").c_str());
-    ::rmdir(dir_.c_str());
   }
 
   void Spawn(const std::string& name, int host, std::vector<std::string> args) {
-    const char* binary = std::getenv("REFIT_BINARY");
-    args.insert(args.begin(), {"ip", "netns", "exec", net_.host(host), binary && *binary ? binary : REFIT_BINARY});
-    const std::string err = Path(name, "err");
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 2);
-      ::dup2(fd, 1);
-      ::setenv("UCX_TLS", "tcp", 1);
-      // The coordinator listens on a non-loopback address: ranks authenticate.
-      ::setenv("REFIT_SECRET", secret_.c_str(), 1);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execvp(argv[0], argv.data());
-      ::_exit(127);
-    }
-    procs_[name] = {pid, -1};
+    args.insert(args.begin(), {"ip", "netns", "exec", net_.host(host), testing::ProcessGroup::refit_binary()});
+    // The coordinator listens on a non-loopback address: ranks authenticate.
+    group_.spawn_command(name, args, {{"UCX_TLS", "tcp"}, {"REFIT_SECRET", secret_}});
   }
 
   // Starts the coordinator on host 0, engine ranks on hosts 1..E and trainer
@@ -215,13 +165,13 @@ class NetnsJob {
                                              std::to_string(engines), "--setup-timeout", "30", "--timeout",
                                              std::to_string(refit_timeout_s)};
     std::vector<std::string> coord = {"coordinator", "--listen", NetnsTopology::address(0) + ":0", "--port-file",
-                                      dir_ + "/port", "--report", dir_ + "/report.json", "--refits",
+                                      group_.dir() + "/port", "--report", group_.dir() + "/report.json", "--refits",
                                       std::to_string(refits), "--seed", "7"};
     coord.insert(coord.end(), counts.begin(), counts.end());
     Spawn("coordinator", 0, coord);
     std::string port;
     for (int i = 0; i < 1000 && port.empty(); ++i) {
-      std::ifstream(dir_ + "/port") >> port;
+      std::ifstream(group_.dir() + "/port") >> port;
       if (port.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     if (port.empty()) return false;
@@ -241,22 +191,7 @@ class NetnsJob {
     return true;
   }
 
-  bool WaitAll(double seconds) {
-    const auto until = Clock::now() + std::chrono::duration<double>(seconds);
-    for (;;) {
-      bool all = true;
-      for (auto& [name, p] : procs_) {
-        int status = 0;
-        if (p.exit_code < 0 && ::waitpid(p.pid, &status, WNOHANG) == p.pid) {
-          p.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        }
-        all = all && p.exit_code >= 0;
-      }
-      if (all) return true;
-      if (Clock::now() > until) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  }
+  bool WaitAll(double seconds) { return group_.wait_all(seconds); }
   bool WaitForSetup() {
     for (int i = 0; i < 12000; ++i) {
       if (Err("coordinator").find("setup complete") != std::string::npos) return true;
@@ -264,36 +199,18 @@ class NetnsJob {
     }
     return false;
   }
-  void Kill(const std::string& name) { ::kill(procs_.at(name).pid, SIGKILL); }
-  int ExitCode(const std::string& name) const { return procs_.at(name).exit_code; }
-  std::string Err(const std::string& name) const { return testing::read_file(Path(name, "err")); }
-  std::string Report() const { return testing::read_file(dir_ + "/report.json"); }
-  std::vector<std::string> Names() const {
-    std::vector<std::string> n;
-    for (const auto& [k, v] : procs_) n.push_back(k);
-    return n;
-  }
-  std::string AllStderr() const {
-    std::string s;
-    for (const auto& [k, v] : procs_) s += "--- " + k + " (exit " + std::to_string(v.exit_code) + ")\n" + Err(k);
-    return s;
-  }
+  void Kill(const std::string& name) { group_.kill(name, SIGKILL); }
+  int ExitCode(const std::string& name) const { return group_.exit_code(name); }
+  // What the process wrote, stderr then stdout.
+  std::string Err(const std::string& name) const { return group_.err(name) + group_.out(name); }
+  std::string Report() const { return group_.report(); }
+  std::vector<std::string> Names() const { return group_.names(); }
+  std::string AllStderr() const { return group_.all_stderr(); }
 
  private:
-  struct Proc {
-    pid_t pid;
-    int exit_code;
-  };
-  std::string Path(const std::string& name, const std::string& what) const {
-    std::string file = name;
-    for (char& c : file) {
-      if (c == ' ') c = '_';
-    }
-    return dir_ + "/" + file + "." + what;
-  }
   const NetnsTopology& net_;
-  std::string dir_, secret_;
-  std::map<std::string, Proc> procs_;
+  std::string secret_;
+  testing::ProcessGroup group_;
 };
 
 #define SKIP_UNLESS_NETNS(net)                                                                          \

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace refit::testing {
@@ -84,17 +85,31 @@ class ProcessGroup {
     return out;
   }
 
+  // The `refit` binary: REFIT_BINARY from the environment (the GPU machine
+  // runs a copy of the build from another folder), else the build's path.
+  static std::string refit_binary() {
+    const char* binary = std::getenv("REFIT_BINARY");
+    return binary != nullptr && *binary ? binary : REFIT_BINARY;
+  }
+
   // Starts `refit <args...>` as process `name`.
   pid_t spawn(const std::string& name, const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {refit_binary()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return spawn_command(name, argv);
+  }
+
+  // Starts any command as process `name`: argv[0] is looked up on PATH
+  // unless it holds a '/'; `env` is added to the inherited environment.
+  // stdout and stderr go to files (out(name), err(name)); stdin is
+  // /dev/null. Exit code 127: the command could not be run.
+  pid_t spawn_command(const std::string& name, const std::vector<std::string>& argv_s,
+                      const std::vector<std::pair<std::string, std::string>>& env = {}) {
     Proc p;
     p.name = name;
     p.out_path = dir_ + "/" + sanitize(name) + ".out";
     p.err_path = dir_ + "/" + sanitize(name) + ".err";
-    // REFIT_BINARY (environment) overrides the build's path: the GPU machine
-    // runs a copy of the build from another folder.
-    const char* binary = std::getenv("REFIT_BINARY");
-    std::vector<std::string> argv_s = {binary != nullptr && *binary ? binary : REFIT_BINARY};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<std::string> args = argv_s;  // the child's copy: exec needs char*
     p.pid = ::fork();
     if (p.pid == 0) {
       int out = ::open(p.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -103,10 +118,11 @@ class ProcessGroup {
       ::dup2(err, 2);
       int devnull = ::open("/dev/null", O_RDONLY);
       ::dup2(devnull, 0);
+      for (const auto& [key, value] : env) ::setenv(key.c_str(), value.c_str(), 1);
       std::vector<char*> argv;
-      for (auto& a : argv_s) argv.push_back(a.data());
+      for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
+      ::execvp(argv[0], argv.data());
       ::_exit(127);
     }
     procs_[name] = p;
@@ -194,23 +210,30 @@ class ProcessGroup {
   std::map<std::string, Proc> procs_;
 };
 
-// Runs `refit <args>` to completion (at most `seconds`).
+// Runs a command (spawn_command's rules) to completion, at most `seconds`.
 struct RunResult {
   int exit_code = -1;
   std::string out, err;
 };
-inline RunResult run_refit(const std::vector<std::string>& args, double seconds = 300) {
+inline RunResult run_command(const std::vector<std::string>& argv, double seconds = 300) {
   ProcessGroup g;
-  g.spawn("refit", args);
+  g.spawn_command("command", argv);
   RunResult r;
   if (!g.wait_all(seconds)) {
     r.err = "timed out";
     return r;
   }
-  r.exit_code = g.exit_code("refit");
-  r.out = g.out("refit");
-  r.err = g.err("refit");
+  r.exit_code = g.exit_code("command");
+  r.out = g.out("command");
+  r.err = g.err("command");
   return r;
+}
+
+// Runs `refit <args>` to completion (at most `seconds`).
+inline RunResult run_refit(const std::vector<std::string>& args, double seconds = 300) {
+  std::vector<std::string> argv = {ProcessGroup::refit_binary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv, seconds);
 }
 
 }  // namespace refit::testing

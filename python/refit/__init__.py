@@ -17,7 +17,14 @@ through Python objects, and the GIL is released while bytes move.
 
 Errors are refit.Error subclasses (InvalidArgumentError, FailedPreconditionError,
 AbortedError, DeadlineExceededError, ...), each with the C++ message.
+
+refit's own messages (warnings, notices, progress) go to Python's logging, to
+the logger "refit", from the moment the package is imported; see
+set_log_handler to send them elsewhere.
 """
+
+import atexit
+import logging
 
 from . import _refit
 from ._refit import (
@@ -45,8 +52,37 @@ __all__ = [
     "AbortedError", "Coordinator", "DataLossError", "DeadlineExceededError", "Engine", "Error",
     "FailedPreconditionError", "InternalError", "InvalidArgumentError", "NotFoundError",
     "ResourceExhaustedError", "TensorView", "Trainer", "UnavailableError", "cuda_built", "dtypes",
-    "parse_bytes", "shard_rule", "tensor_spec", "transports",
+    "parse_bytes", "set_log_handler", "shard_rule", "tensor_spec", "transports",
 ]
+
+# ---------------------------------------------------------------- log messages
+
+_logger = logging.getLogger("refit")
+_LOG_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR, "progress": logging.DEBUG}
+
+
+def _to_logging(level, source, message):
+    """refit's default handler: one record on the "refit" logger, "<source>: <message>"."""
+    _logger.log(_LOG_LEVELS.get(level, logging.INFO), "%s: %s", source, message.strip("\r\n"),
+                extra={"refit_source": source, "refit_level": level})
+
+
+def set_log_handler(handler):
+    """Sends refit's messages to handler(level, source, message).
+
+    level is "info", "warning", "error" or "progress"; source names who speaks
+    ("refit coordinator", "engine rank 0", "refit ucx", ...). The handler runs on
+    a thread of refit's own, one message at a time, in order; an exception it
+    raises is reported through sys.unraisablehook. None: refit writes its
+    messages to stderr itself. At import refit routes them into logging (the
+    logger "refit", levels INFO, WARNING, ERROR, and DEBUG for progress lines).
+    """
+    _refit._set_log_handler(handler)
+
+
+set_log_handler(_to_logging)
+# Before the interpreter finalizes: no refit thread may call into Python after.
+atexit.register(_refit._stop_logging)
 
 RULES = ("replicated", "column", "row", "vocab")
 

@@ -1,5 +1,6 @@
 #include "control/join_gate.h"
 
+#include "net/poll_wait.h"
 #include "control/protocol.h"
 
 #include <poll.h>
@@ -86,14 +87,14 @@ void JoinGate::accept_loop() {
   for (;;) {
     pollfd fds[2] = {{listener_->fd(), POLLIN, 0}, {stop_fd_, POLLIN, 0}};
     // Wake now and then to join finished handshake threads.
-    int rc = ::poll(fds, 2, 200);
+    StatusOr<int> ready = poll_wait(fds, Deadline::After(std::chrono::milliseconds(200)), "the listening socket");
     reap(/*all=*/false);
-    if (rc < 0 && errno != EINTR) {
-      log("coordinator: poll on the listening socket failed: " + std::string(std::strerror(errno)));
+    if (!ready.ok() && ready.status().code() != StatusCode::kDeadlineExceeded) {
+      log("coordinator: " + ready.status().message());
       return;
     }
-    if (rc > 0 && (fds[1].revents & POLLIN)) return;
-    if (rc <= 0 || !(fds[0].revents & POLLIN)) continue;
+    if (ready.ok() && (fds[1].revents & POLLIN)) return;
+    if (!ready.ok() || !(fds[0].revents & POLLIN)) continue;
     auto link = listener_->accept(Deadline::After(std::chrono::milliseconds(0)));
     if (!link.ok()) continue;  // the peer left before accept, or EAGAIN
     std::lock_guard<std::mutex> lock(mu_);

@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.h"
+#include "refit/log.h"
 
 namespace refit {
 namespace {
@@ -402,7 +403,7 @@ StatusOr<BatchedCopier> BatchedCopier::Create(int device) {
 BatchedCopier::~BatchedCopier() {
   // The kernel or the upload may still read a slot's scratch: wait before freeing.
   const Status s = synchronize();
-  if (!s.ok()) std::fprintf(stderr, "refit: ~BatchedCopier: %s\n", s.ToString().c_str());
+  if (!s.ok()) log(LogLevel::kError, "refit cuda", "~BatchedCopier: " + s.ToString());
 }
 
 BatchedCopier::BatchedCopier(BatchedCopier&& o) noexcept

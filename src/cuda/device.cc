@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.h"
+#include "refit/log.h"
 #endif
 
 namespace refit {
@@ -80,8 +81,9 @@ std::string bytes_text(std::uint64_t bytes) {
 // Destructors cannot return a Status: report and carry on.
 void report_teardown_error(cudaError_t err, const char* what, int device) {
   if (err == cudaSuccess || err == cudaErrorCudartUnloading) return;
-  std::fprintf(stderr, "refit: %s on device %d failed: %s (%s)\n", what, device, cudaGetErrorString(err),
-               cudaGetErrorName(err));
+  log(LogLevel::kError, "refit cuda",
+      std::string(what) + " on device " + std::to_string(device) + " failed: " + cudaGetErrorString(err) + " (" +
+          cudaGetErrorName(err) + ")");
 }
 
 // The device that owns `p`, or -1 for host memory.

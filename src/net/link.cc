@@ -6,6 +6,8 @@
 // and never raises SIGPIPE (MSG_NOSIGNAL).
 #include "net/link.h"
 
+#include "net/poll_wait.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -34,31 +36,13 @@ long long elapsed_ms(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
 }
 
-// Timeout for poll(2): -1 for Never, else the remaining time rounded up so
-// that poll never returns before the deadline (no busy loop).
-int poll_timeout_ms(Deadline d) {
-  if (d.is_never()) return -1;
-  auto left = d.at() - Clock::now();
-  if (left <= Clock::duration::zero()) return 0;
-  auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
-  return ms > INT_MAX ? INT_MAX : static_cast<int>(ms);
-}
-
 // Waits until `fd` is ready for `events`. Returns 1 when ready (or in an
 // error/hangup state the next syscall will report), 0 when the deadline
 // passed, -errno on a poll failure.
 int wait_fd(int fd, short events, Deadline d) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    int rc = ::poll(&p, 1, poll_timeout_ms(d));
-    if (rc > 0) return 1;
-    if (rc == 0) {
-      if (d.expired()) return 0;
-      continue;
-    }
-    if (errno == EINTR) continue;
-    return -errno;
-  }
+  pollfd p{fd, events, 0};
+  int rc = poll_until({&p, 1}, d);
+  return rc > 0 ? 1 : rc;
 }
 
 struct Io {

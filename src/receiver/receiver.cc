@@ -10,9 +10,11 @@
 // the consumer when a bucket lands, an error arrives or cancel() is called.
 #include "receiver/receiver.h"
 
+#include "cuda/device.h"
+#include "net/poll_wait.h"
+#include "refit/log.h"
 #include "net/frames.h"
 #include "receiver/landing_ledger.h"
-#include "cuda/device.h"
 #include "cuda/device.h"
 
 #include <poll.h>
@@ -170,8 +172,7 @@ struct Receiver::Impl {
     if (on_device()) {
       // Poisoning is a debug aid: a failure to poison must not pass silently.
       Status st = device_memset(p, kPoisonByte, n);
-      if (!st.ok()) std::fprintf(stderr, "%s: poisoning a recycled device buffer failed: %s\n", options.name.c_str(),
-                                 st.ToString().c_str());
+      if (!st.ok()) log(LogLevel::kError, options.name, "poisoning a recycled device buffer failed: " + st.ToString());
       return;
     }
     std::memset(p, kPoisonByte, n);
@@ -247,11 +248,10 @@ void Receiver::Impl::io_loop() {
         which.push_back(i);
       }
     }
-    int rc = ::poll(fds.data(), fds.size(), -1);
-    if (rc < 0) {
-      if (errno == EINTR) continue;
+    StatusOr<int> ready = poll_wait(fds, Deadline::Never(), "the trainer links");
+    if (!ready.ok()) {
       std::lock_guard<std::mutex> lock(mu);
-      if (fatal.ok()) fatal = ErrnoStatus(options.name + ": poll on the trainer links", errno);
+      if (fatal.ok()) fatal = ready.status().WithContext(options.name);
       cv.notify_all();
       return;
     }

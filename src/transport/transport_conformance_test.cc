@@ -29,6 +29,10 @@
 
 #include "net/link.h"
 #include "transport/transport.h"
+#include "testing/forked_child.h"
+#include "testing/status_matchers.h"
+#include "net/link.h"
+#include "transport/transport.h"
 
 namespace refit {
 namespace {
@@ -149,23 +153,6 @@ int ChildMain(const std::string& transport_name, const std::string& address, con
 }
 
 // Kills (by pid) and reaps the child if the test leaves early.
-struct Child {
-  pid_t pid = -1;
-  ~Child() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
-  // Returns the exit code, or -signal.
-  int Wait() {
-    int status = 0;
-    if (::waitpid(pid, &status, 0) != pid) return -1000;
-    pid = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  }
-};
-
 // /dev/shm entries of this process.
 std::vector<std::string> ShmEntriesOfThisProcess() {
   std::vector<std::string> out;
@@ -189,20 +176,16 @@ void RunCrossProcess(const std::string& transport_name, TargetMemory& target,
   std::vector<std::vector<std::byte>> model(kSlots, std::vector<std::byte>(kSlotBytes, kFill));
 
   auto listener = Listener::Listen("127.0.0.1", 0);
-  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  ASSERT_OK(listener);
   const std::string address = (*listener)->address();
   const std::string descriptor = target.descriptor();
-  std::fflush(nullptr);
-  Child child;
-  child.pid = ::fork();
-  ASSERT_GE(child.pid, 0);
-  if (child.pid == 0) ::_exit(ChildMain(transport_name, address, descriptor));
+  testing::ForkedChild child([&](int, int) { return ChildMain(transport_name, address, descriptor); });
 
   const Deadline deadline = Deadline::After(10s);
   auto link = (*listener)->accept(deadline);
-  ASSERT_TRUE(link.ok()) << link.status().ToString();
+  ASSERT_OK(link);
   auto hello = (*link)->recv_header(deadline, 0);
-  ASSERT_TRUE(hello.ok()) << hello.status().ToString();
+  ASSERT_OK(hello);
   ASSERT_EQ(hello->type, FrameType::kHello);
   ASSERT_TRUE(target.seal().ok());
   if (after_seal) after_seal();
@@ -219,7 +202,7 @@ void RunCrossProcess(const std::string& transport_name, TargetMemory& target,
       ASSERT_TRUE(h.ok()) << "round " << round << ": " << h.status().ToString();
       if (h->type == FrameType::kData) {
         Status s = target.receive_data(**link, *h, deadline);
-        ASSERT_TRUE(s.ok()) << s.ToString();
+        ASSERT_OK(s);
         continue;
       }
       ASSERT_EQ(h->type, FrameType::kLanded);
@@ -246,7 +229,7 @@ void RunCrossProcess(const std::string& transport_name, TargetMemory& target,
     }
   }
   auto bye = (*link)->recv_header(deadline, 0);
-  ASSERT_TRUE(bye.ok()) << bye.status().ToString();
+  ASSERT_OK(bye);
   EXPECT_EQ(bye->type, FrameType::kBye);
   EXPECT_EQ(child.Wait(), 0) << "the initiator process failed (see its stderr above)";
 }
@@ -303,7 +286,7 @@ class TransportConformance : public ::testing::TestWithParam<std::string> {
       restore_ucx_tls_ = true;
     }
     auto t = make_transport(name_);
-    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_OK(t);
     transport_ = std::move(*t);
     // This suite writes and reads slots with host memcpy.
     if (!transport_->capabilities().host_memory) {
@@ -335,14 +318,14 @@ class TransportConformance : public ::testing::TestWithParam<std::string> {
 // ignoring slot/offset, and a seal() that cuts off already-open initiators.
 TEST_P(TransportConformance, WritesFromAnotherProcessLandBitExact) {
   auto target = transport_->create_target(Options());
-  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  ASSERT_OK(target);
   RunCrossProcess(name_, **target, nullptr);
 }
 
 TEST_P(TransportConformance, NameShapeAndDescriptor) {
   EXPECT_EQ(transport_->name(), name_);
   auto target = transport_->create_target(Options());
-  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  ASSERT_OK(target);
   EXPECT_EQ((*target)->descriptor().rfind(name_ + ":", 0), 0u) << (*target)->descriptor();
   EXPECT_EQ((*target)->slots(), kSlots);
   EXPECT_EQ((*target)->slot_bytes(), kSlotBytes);
@@ -391,7 +374,7 @@ TEST_P(TransportConformance, CreateTargetRejectsBadOptions) {
 // wrong transport's descriptor accepted), or an error without the descriptor.
 TEST_P(TransportConformance, BadDescriptorIsRejected) {
   auto target = transport_->create_target(Options());
-  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  ASSERT_OK(target);
   const std::string good = (*target)->descriptor();
   std::vector<std::string> bad = {"", "garbage", name_ + ":", good + "x", good + ":", " " + good, good + " "};
   auto replace = [&](const std::string& from, const std::string& to) {
@@ -427,7 +410,7 @@ TEST_P(TransportConformance, BadDescriptorIsRejected) {
     EXPECT_HAS(r.status().message(), "\"" + d + "\"");
   }
   auto ok = transport_->open_target(good, links.a.get());
-  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_OK(ok);
 }
 
 // Catches: an off-by-one or overflowing bounds check in submit (a write past
@@ -435,10 +418,10 @@ TEST_P(TransportConformance, BadDescriptorIsRejected) {
 // the link. Also checks a write that ends exactly at the slot end lands.
 TEST_P(TransportConformance, SubmitOutOfRangeIsRejected) {
   auto target = transport_->create_target(Options());
-  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  ASSERT_OK(target);
   LinkPair links;
   auto remote = transport_->open_target((*target)->descriptor(), links.a.get());
-  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+  ASSERT_OK(remote);
   std::vector<std::byte> eleven(11, std::byte{0x33});
   struct Case {
     int slot;
@@ -472,7 +455,7 @@ TEST_P(TransportConformance, SubmitOutOfRangeIsRejected) {
   std::vector<std::byte> ten(10);
   for (int i = 0; i < 10; ++i) ten[i] = static_cast<std::byte>(0xC0 + i);
   auto t = (*remote)->submit(1, kSlotBytes - 10, ten, 1, Deadline::After(1s));
-  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_OK(t);
   // Poll until done (a remote write completes asynchronously), as the
   // runtime does; the completion contract makes the bytes visible then.
   const Deadline poll_deadline = Deadline::After(10s);
@@ -483,7 +466,7 @@ TEST_P(TransportConformance, SubmitOutOfRangeIsRejected) {
   ASSERT_TRUE(done.ok() && *done) << (done.ok() ? "never completed" : done.status().ToString());
   if (DataOnLink(transport_->capabilities())) {
     auto h = links.b->recv_header(Deadline::After(1s));
-    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_OK(h);
     ASSERT_EQ(h->type, FrameType::kData);
     EXPECT_EQ(h->a, 1u);
     ASSERT_TRUE((*target)->receive_data(*links.b, *h, Deadline::After(1s)).ok());
@@ -495,7 +478,7 @@ TEST_P(TransportConformance, SubmitOutOfRangeIsRejected) {
 // and a two-sided target that writes a kData frame outside its pool.
 TEST_P(TransportConformance, ReceiveDataRejectsWhatItMustNotTake) {
   auto target = transport_->create_target(Options());
-  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  ASSERT_OK(target);
   for (int s = 0; s < kSlots; ++s) std::memset((*target)->slot(s), static_cast<int>(kFill), kSlotBytes);
   LinkPair links;
   auto frame = [&](std::uint64_t slot, std::uint64_t offset, std::uint64_t bytes) {
@@ -566,7 +549,7 @@ TEST(ShmTransport, NameStartsWithCreatorPid) {
   auto t = make_transport("shm");
   ASSERT_TRUE(t.ok());
   auto target = (*t)->create_target(Options());
-  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  ASSERT_OK(target);
   EXPECT_EQ((*target)->descriptor().rfind("shm:/refit-" + std::to_string(::getpid()) + "-", 0), 0u)
       << (*target)->descriptor();
   EXPECT_TRUE(Exists(ShmPath((*target)->descriptor())));
@@ -578,7 +561,7 @@ TEST(ShmTransport, SealRemovesTheNameAndOpenPeersKeepWriting) {
   auto t = make_transport("shm");
   ASSERT_TRUE(t.ok());
   auto target = (*t)->create_target(Options());
-  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  ASSERT_OK(target);
   const std::string path = ShmPath((*target)->descriptor());
   ASSERT_TRUE(Exists(path));
   RunCrossProcess("shm", **target, [&] { EXPECT_FALSE(Exists(path)) << path << " survived seal()"; });
@@ -596,7 +579,7 @@ TEST(ShmTransport, DestroyingAnUnsealedTargetRemovesIt) {
   auto t = make_transport("shm");
   ASSERT_TRUE(t.ok());
   auto target = (*t)->create_target(Options());
-  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  ASSERT_OK(target);
   const std::string path = ShmPath((*target)->descriptor());
   ASSERT_TRUE(Exists(path));
   target->reset();
@@ -609,7 +592,7 @@ TEST(ShmTransport, SizeMismatchIsRejected) {
   auto t = make_transport("shm");
   ASSERT_TRUE(t.ok());
   auto target = (*t)->create_target(Options());
-  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  ASSERT_OK(target);
   std::string d = (*target)->descriptor();
   d = d.substr(0, d.find(":slot_bytes=")) + ":slot_bytes=" + std::to_string(kSlotBytes * 2);
   auto r = (*t)->open_target(d, nullptr);

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -19,6 +18,10 @@
 #include <vector>
 
 #include "cuda/cuda_check.h"
+#include "cuda/event_pool.h"
+#include "cuda/ticket_queue.h"
+#include "cuda/device.h"
+#include "refit/log.h"
 #include "cuda/device.h"
 #include "transport/cuda_ipc/cuda_ipc_descriptor.h"
 #include "transport/pool_layout.h"
@@ -31,8 +34,8 @@ static_assert(sizeof(cudaIpcMemHandle_t) == kCudaIpcHandleBytes, "cudaIpcMemHand
 // Destructors cannot return a Status: report and carry on.
 void report_teardown_error(cudaError_t err, std::string_view what) {
   if (err == cudaSuccess || err == cudaErrorCudartUnloading) return;
-  std::fprintf(stderr, "refit: cuda_ipc: %.*s failed: %s (%s)\n", static_cast<int>(what.size()), what.data(),
-               cudaGetErrorString(err), cudaGetErrorName(err));
+  log(LogLevel::kError, "refit cuda_ipc",
+      std::string(what) + " failed: " + cudaGetErrorString(err) + " (" + cudaGetErrorName(err) + ")");
 }
 
 std::string pointer_text(const void* p) {
@@ -268,15 +271,16 @@ class CudaIpcRemote final : public RemoteTarget {
         slots_(slots),
         slot_bytes_(slot_bytes),
         stream_(std::move(stream)),
-        landed_(std::move(landed)) {}
+        landed_(std::move(landed)),
+        events_(device) {}
 
   ~CudaIpcRemote() override {
     // Copies still queued write into the mapping: let them finish first.
     if (Status s = stream_.synchronize(); !s.ok()) {
-      std::fprintf(stderr, "refit: cuda_ipc: closing %s: %s\n", what_.c_str(), s.ToString().c_str());
+      log(LogLevel::kError, "refit cuda_ipc", "closing " + what_ + ": " + s.ToString());
     }
-    pending_.clear();
-    free_events_.clear();
+    pending_.retire_all([](CudaEvent&&) {});
+    events_.clear();
     ScopedDevice scope(device_);
     report_teardown_error(cudaIpcCloseMemHandle(mapped_), "cudaIpcCloseMemHandle of " + what_ + on_device(device_));
   }
@@ -305,35 +309,23 @@ class CudaIpcRemote final : public RemoteTarget {
                                  "cudaMemcpyAsync of " + std::to_string(bytes.size()) + " bytes from " +
                                      pointer_text(bytes.data()) + " into " + where));
     }
-    CudaEvent event;
-    if (!free_events_.empty()) {
-      event = std::move(free_events_.back());
-      free_events_.pop_back();
-    } else {
-      ASSIGN_OR_RETURN(event, CudaEvent::Create(device_));
-    }
+    ASSIGN_OR_RETURN(CudaEvent event, events_.take());
     RETURN_IF_ERROR(event.record(stream_.handle()).WithContext("completion event of a write into " + where));
-    pending_.push_back(Pending{next_ticket_, std::move(event)});
-    return next_ticket_++;
+    return pending_.push(std::move(event));
   }
 
   StatusOr<bool> poll(Ticket ticket) override {
-    if (ticket >= next_ticket_) {
-      return InvalidArgument("poll of unknown ticket " + std::to_string(ticket) + " on " + what_);
-    }
-    // One in-order stream: tickets before the oldest pending one are done.
-    if (pending_.empty() || ticket < pending_.front().ticket) return true;
-    const std::size_t index = static_cast<std::size_t>(ticket - pending_.front().ticket);
-    auto done = pending_[index].event.query();
-    if (!done.ok()) {
-      return done.status().WithContext("write " + std::to_string(ticket) + " into " + what_ + on_device(device_));
-    }
-    if (!*done) return false;
-    for (std::size_t i = 0; i <= index; ++i) {
-      free_events_.push_back(std::move(pending_.front().event));
-      pending_.pop_front();
-    }
-    return true;
+    return pending_.poll(
+        ticket, what_,
+        [&](CudaEvent& event) -> StatusOr<bool> {
+          auto done = event.query();
+          if (!done.ok()) {
+            return done.status().WithContext("write " + std::to_string(ticket) + " into " + what_ +
+                                             on_device(device_));
+          }
+          return *done;
+        },
+        [&](CudaEvent&& event) { events_.give_back(std::move(event)); });
   }
 
   // A queued copy cannot be withdrawn; it completes (poll sees it) or the
@@ -352,11 +344,6 @@ class CudaIpcRemote final : public RemoteTarget {
   }
 
  private:
-  struct Pending {
-    Ticket ticket;
-    CudaEvent event;
-  };
-
   std::string what_;
   int device_;
   void* mapped_;
@@ -365,9 +352,8 @@ class CudaIpcRemote final : public RemoteTarget {
   std::uint64_t slot_bytes_;
   CudaStream stream_;
   std::vector<CudaEvent> landed_;        // the target's, by slot; may be empty
-  std::deque<Pending> pending_;          // contiguous tickets, oldest first
-  std::vector<CudaEvent> free_events_;   // recorded and completed: reusable
-  Ticket next_ticket_ = 0;
+  TicketQueue<CudaEvent> pending_;       // one completion event per write, in stream order
+  EventPool events_;                     // recorded and completed: reusable
 };
 
 // ------------------------------------------------------------ the transport
@@ -434,11 +420,10 @@ class CudaIpcTransport final : public Transport {
     constexpr std::uint64_t kLargePage = 2ull << 20;
     if (alloc.size >= kLargePage && alloc.size % kLargePage != 0) {
       // Not an error: the bytes land right, only slower (DeviceBuffer::Allocate rounds up for this reason).
-      std::fprintf(stderr,
-                   "refit: cuda_ipc: the allocation holding the %s is %llu bytes, not a multiple of 2 MiB: "
-                   "another process's writes into such a mapping measured ~27%% slower on an H200; allocate it "
-                   "rounded up to 2 MiB\n",
-                   what.c_str(), static_cast<unsigned long long>(alloc.size));
+      log(LogLevel::kWarning, "refit cuda_ipc",
+          "the allocation holding the " + what + " is " + std::to_string(alloc.size) +
+              " bytes, not a multiple of 2 MiB: another process's writes into such a mapping measured ~27% slower "
+              "on an H200; allocate it rounded up to 2 MiB");
     }
     return export_target("cuda_ipc " + what, device, DeviceBuffer(), alloc.base, offset, 1, bytes,
                          /*landing_events=*/false);

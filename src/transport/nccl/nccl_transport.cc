@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <limits>
 #include <mutex>
 #include <string_view>
@@ -19,6 +18,11 @@
 #include <vector>
 
 #include "cuda/cuda_check.h"
+#include "cuda/event_pool.h"
+#include "cuda/ticket_queue.h"
+#include "net/poll_wait.h"
+#include "refit/log.h"
+#include "cuda/device.h"
 #include "cuda/device.h"
 #include "transport/nccl/nccl_descriptor.h"
 #include "transport/pool_layout.h"
@@ -72,7 +76,7 @@ StatusCode nccl_code(ncclResult_t r) {
 // or that the link was shut down locally (an abort). Never blocks.
 bool link_lost(const Link& link) {
   pollfd p{link.fd(), POLLRDHUP, 0};
-  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+  return poll_until({&p, 1}, Deadline::After(std::chrono::milliseconds(0))) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
 // ------------------------------------------------------------ one communicator
@@ -178,7 +182,7 @@ class Communicator {
     ScopedDevice scope(device_);
     const ncclResult_t r = ncclCommAbort(comm_);
     if (r != ncclSuccess && r != ncclInProgress) {
-      std::fprintf(stderr, "refit: nccl: %s: ncclCommAbort failed: %s\n", who_.c_str(), ncclGetErrorString(r));
+      log(LogLevel::kError, "refit nccl", who_ + ": ncclCommAbort failed: " + ncclGetErrorString(r));
     }
     comm_ = nullptr;
   }
@@ -233,7 +237,7 @@ class NcclTarget final : public TargetMemory {
     std::lock_guard<std::mutex> lock(mu_);
     comm_.abort();  // before the stream, the event and the pool go
     if (Status s = stream_.synchronize(); !s.ok()) {
-      std::fprintf(stderr, "refit: nccl: closing %s: %s\n", whose_.c_str(), s.ToString().c_str());
+      log(LogLevel::kError, "refit nccl", "closing " + whose_ + ": " + s.ToString());
     }
   }
 
@@ -336,8 +340,9 @@ class NcclTarget final : public TargetMemory {
       return comm_.fail(s, "draining the aborted communicator's stream", link.peer());
     }
     ++generation_;
-    std::fprintf(stderr, "refit: nccl: %s: new communicator %d with %s (after a relink, refit %llu)\n",
-                 whose_.c_str(), generation_, link.peer().c_str(), static_cast<unsigned long long>(header.a));
+    log(LogLevel::kInfo, "refit nccl",
+        whose_ + ": new communicator " + std::to_string(generation_) + " with " + link.peer() +
+            " (after a relink, refit " + std::to_string(header.a) + ")");
     return comm_.start(id, kEngineRank, link.peer());
   }
 
@@ -374,13 +379,14 @@ class NcclRemote final : public RemoteTarget {
         slots_(slots),
         slot_bytes_(slot_bytes),
         stream_(std::move(stream)),
-        comm_(what_, device) {}
+        comm_(what_, device),
+        events_(device) {}
 
   ~NcclRemote() override {
     // Sends still queued read the caller's buffers: stop them, then wait.
     comm_.abort();
     if (Status s = stream_.synchronize(); !s.ok()) {
-      std::fprintf(stderr, "refit: nccl: closing %s: %s\n", what_.c_str(), s.ToString().c_str());
+      log(LogLevel::kError, "refit nccl", "closing " + what_ + ": " + s.ToString());
     }
   }
 
@@ -397,8 +403,7 @@ class NcclRemote final : public RemoteTarget {
     if (Status s = stream_.synchronize(); !s.ok()) {
       return s.WithContext(what_ + ": draining the aborted communicator's stream after the relink");
     }
-    for (Pending& p : pending_) free_events_.push_back(std::move(p.event));
-    pending_.clear();
+    pending_.retire_all([&](Pending&& p) { events_.give_back(std::move(p.event)); });
     need_new_communicator_ = true;
     return Status::Ok();
   }
@@ -428,13 +433,7 @@ class NcclRemote final : public RemoteTarget {
                                                             " on device " + std::to_string(attr.device)));
       }
     }
-    CudaEvent event;
-    if (!free_events_.empty()) {
-      event = std::move(free_events_.back());
-      free_events_.pop_back();
-    } else {
-      ASSIGN_OR_RETURN(event, CudaEvent::Create(device_));
-    }
+    ASSIGN_OR_RETURN(CudaEvent event, events_.take());
     // The announcement goes first: the engine posts the matching ncclRecv
     // when it reads it, and NCCL connects the pair lazily at the first
     // send/recv, so the send cannot finish enqueuing (nor complete) before
@@ -460,35 +459,24 @@ class NcclRemote final : public RemoteTarget {
       Status recorded = event.record(stream_.handle());
       if (!recorded.ok()) return comm_.fail(recorded, phase, link_->peer());
     }
-    pending_.push_back(Pending{next_ticket_, std::move(event), deadline, phase, bytes.empty()});
-    return next_ticket_++;
+    return pending_.push(Pending{std::move(event), deadline, phase, bytes.empty()});
   }
 
   StatusOr<bool> poll(Ticket ticket) override {
-    if (ticket >= next_ticket_) {
-      return InvalidArgument("poll of unknown ticket " + std::to_string(ticket) + " on " + what_);
-    }
-    // One in-order stream: tickets before the oldest pending one are done.
-    if (pending_.empty() || ticket < pending_.front().ticket) return true;
-    const std::size_t index = static_cast<std::size_t>(ticket - pending_.front().ticket);
-    const Pending& p = pending_[index];
-    bool done = p.empty;
-    if (!done) {
-      ASSIGN_OR_RETURN(done, comm_.look(p.phase, link_, p.deadline, &p.event));
-    }
-    if (!done) return false;
-    for (std::size_t i = 0; i <= index; ++i) {
-      free_events_.push_back(std::move(pending_.front().event));
-      pending_.pop_front();
-    }
-    return true;
+    return pending_.poll(
+        ticket, what_,
+        [&](const Pending& p) -> StatusOr<bool> {
+          if (p.empty) return true;
+          return comm_.look(p.phase, link_, p.deadline, &p.event);
+        },
+        [&](Pending&& p) { events_.give_back(std::move(p.event)); });
   }
 
   // A send cannot be withdrawn from NCCL: a ticket still pending aborts the
   // communicator (its kernels stop; every later submit fails).
   void cancel(Ticket ticket) override {
-    if (pending_.empty() || ticket < pending_.front().ticket || ticket >= next_ticket_) return;
-    (void)comm_.fail(Aborted("cancelled by the caller"), pending_.front().phase, link_->peer());
+    if (!pending_.pending(ticket)) return;
+    (void)comm_.fail(Aborted("cancelled by the caller"), pending_.front()->phase, link_->peer());
   }
 
  private:
@@ -522,7 +510,6 @@ class NcclRemote final : public RemoteTarget {
   }
 
   struct Pending {
-    Ticket ticket;
     CudaEvent event;
     Deadline deadline;
     std::string phase;
@@ -536,9 +523,8 @@ class NcclRemote final : public RemoteTarget {
   std::uint64_t slot_bytes_;
   CudaStream stream_;
   Communicator comm_;
-  std::deque<Pending> pending_;         // contiguous tickets, oldest first
-  std::vector<CudaEvent> free_events_;  // recorded and completed: reusable
-  Ticket next_ticket_ = 0;
+  TicketQueue<Pending> pending_;        // one entry per send, in stream order
+  EventPool events_;                    // recorded and completed: reusable
   bool need_new_communicator_ = false;  // relinked() ran; no submit since
 };
 

@@ -1,5 +1,6 @@
 #include "transport/shm/shm_transport.h"
 
+#include "transport/host_pool.h"
 #include "transport/pool_layout.h"
 
 #include <fcntl.h>
@@ -62,43 +63,23 @@ Status parse_descriptor(const std::string& text, ShmDescriptor* out) {
   return Status::Ok();
 }
 
-std::string range_error(const std::string& what, int slot, std::uint64_t offset, std::uint64_t bytes,
-                        int slots, std::uint64_t slot_bytes) {
-  return "write of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
-         " into slot " + std::to_string(slot) + " of " + what + " is out of range (slots=" +
-         std::to_string(slots) + ", slot_bytes=" + std::to_string(slot_bytes) + ")";
-}
-
-bool in_range(int slot, std::uint64_t offset, std::uint64_t bytes, int slots, std::uint64_t slot_bytes) {
-  return slot >= 0 && slot < slots && offset <= slot_bytes && bytes <= slot_bytes - offset;
-}
-
 // ------------------------------------------------------------ target side
 
-class ShmTarget final : public TargetMemory {
+class ShmTarget final : public HostPoolTarget {
  public:
-  ShmTarget(std::string name, std::string owner, int slots, std::uint64_t slot_bytes, std::byte* base)
-      : name_(std::move(name)), owner_(std::move(owner)), slots_(slots), slot_bytes_(slot_bytes), base_(base) {}
+  ShmTarget(std::string name, std::string owner, std::byte* base, SlotShape shape)
+      : HostPoolTarget(std::move(owner), base, shape), name_(std::move(name)) {}
   ~ShmTarget() override {
-    ::munmap(base_, static_cast<std::size_t>(slots_) * slot_bytes_);
     if (!sealed_.load()) ::shm_unlink(name_.c_str());
   }
 
   std::string descriptor() const override {
-    return "shm:" + name_ + ":slots=" + std::to_string(slots_) + ":slot_bytes=" + std::to_string(slot_bytes_);
-  }
-  int slots() const override { return slots_; }
-  std::uint64_t slot_bytes() const override { return slot_bytes_; }
-  MemoryKind memory() const override { return MemoryKind::kHost; }
-  int device() const override { return -1; }
-  std::byte* slot(int i) override {
-    if (i < 0 || i >= slots_) return nullptr;
-    return base_ + static_cast<std::uint64_t>(i) * slot_bytes_;
+    return "shm:" + name_ + ":slots=" + std::to_string(slots()) + ":slot_bytes=" + std::to_string(slot_bytes());
   }
   Status receive_data(Link& link, const FrameHeader& header, Deadline) override {
     return FailedPrecondition("protocol error: kData frame (slot " + std::to_string(header.b) + ", " +
                               std::to_string(header.payload_bytes) + " bytes) from " + link.peer() +
-                              " for " + owner_ + "'s shm pool " + name_ +
+                              " for " + owner() + "'s shm pool " + name_ +
                               ": shm is one-sided and never receives data frames");
   }
   Status seal() override {
@@ -106,17 +87,13 @@ class ShmTarget final : public TargetMemory {
     if (::shm_unlink(name_.c_str()) != 0 && errno != ENOENT) {
       int err = errno;
       sealed_ = false;
-      return ErrnoStatus("sealing " + owner_ + "'s shm pool: shm_unlink(" + name_ + ")", err);
+      return ErrnoStatus("sealing " + owner() + "'s shm pool: shm_unlink(" + name_ + ")", err);
     }
     return Status::Ok();
   }
 
  private:
   std::string name_;
-  std::string owner_;
-  int slots_;
-  std::uint64_t slot_bytes_;
-  std::byte* base_;
   std::atomic<bool> sealed_{false};
 };
 
@@ -124,39 +101,27 @@ class ShmTarget final : public TargetMemory {
 
 class ShmRemote final : public RemoteTarget {
  public:
-  ShmRemote(std::string descriptor, int slots, std::uint64_t slot_bytes, std::byte* base)
-      : descriptor_(std::move(descriptor)), slots_(slots), slot_bytes_(slot_bytes), base_(base) {}
-  ~ShmRemote() override { ::munmap(base_, static_cast<std::size_t>(slots_) * slot_bytes_); }
+  ShmRemote(std::string descriptor, std::byte* base, SlotShape shape)
+      : descriptor_(std::move(descriptor)), pool_(base, shape) {}
 
-  std::byte* mapped_slot(int slot) override {
-    if (slot < 0 || slot >= slots_) return nullptr;
-    return base_ + static_cast<std::uint64_t>(slot) * slot_bytes_;
-  }
+  std::byte* mapped_slot(int slot) override { return pool_.slot(slot); }
   StatusOr<Ticket> submit(int slot, std::uint64_t offset, std::span<const std::byte> bytes, std::uint64_t,
                           Deadline) override {
-    if (!in_range(slot, offset, bytes.size(), slots_, slot_bytes_)) {
-      return InvalidArgument(range_error("shm target " + descriptor_, slot, offset, bytes.size(), slots_,
-                                         slot_bytes_));
+    if (!pool_.shape().contains(slot, offset, bytes.size())) {
+      return pool_.shape().range_error("shm target " + descriptor_, slot, offset, bytes.size());
     }
     std::byte* dst = mapped_slot(slot) + offset;
     // Packing in place (bytes already at dst) needs no copy.
     if (!bytes.empty() && bytes.data() != dst) std::memmove(dst, bytes.data(), bytes.size());
-    return next_ticket_++;
+    return tickets_.next();
   }
-  StatusOr<bool> poll(Ticket ticket) override {
-    if (ticket >= next_ticket_) {
-      return InvalidArgument("poll of unknown ticket " + std::to_string(ticket) + " on shm target " + descriptor_);
-    }
-    return true;
-  }
+  StatusOr<bool> poll(Ticket ticket) override { return tickets_.poll(ticket, "shm target " + descriptor_); }
   void cancel(Ticket) override {}
 
  private:
   std::string descriptor_;
-  int slots_;
-  std::uint64_t slot_bytes_;
-  std::byte* base_;
-  Ticket next_ticket_ = 0;
+  HostPool pool_;
+  ImmediateTickets tickets_;
 };
 
 class ShmTransport final : public Transport {
@@ -173,11 +138,7 @@ class ShmTransport final : public Transport {
 
   StatusOr<std::unique_ptr<TargetMemory>> create_target(const PoolOptions& options) override {
     const std::string owner = pool_owner(options);
-    if (options.memory != MemoryKind::kHost) {
-      return FailedPrecondition("shm transport cannot hold " + owner +
-                                "'s receive pool in CUDA memory (memory=cuda); use host memory or a "
-                                "transport with device_memory");
-    }
+    RETURN_IF_ERROR(require_host_memory("shm", options));
     ASSIGN_OR_RETURN(const std::uint64_t size, validated_pool_bytes(options, kMaxPoolBytes));
     // Find an unused name; an existing one belongs to someone else.
     std::string name;
@@ -225,11 +186,11 @@ class ShmTransport final : public Transport {
     }
     ::close(fd);
     return std::unique_ptr<TargetMemory>(
-        new ShmTarget(name, owner, options.slots, options.slot_bytes, static_cast<std::byte*>(base)));
+        new ShmTarget(name, owner, static_cast<std::byte*>(base), SlotShape{options.slots, options.slot_bytes}));
   }
 
   StatusOr<std::unique_ptr<TargetMemory>> expose_memory(std::byte*, std::uint64_t, MemoryKind, int) override {
-    return FailedPrecondition("transport shm cannot expose existing memory (direct mode needs cuda_ipc)");
+    return cannot_expose_memory("shm");
   }
 
   StatusOr<std::unique_ptr<RemoteTarget>> open_target(const std::string& descriptor, Link* link) override {
@@ -262,7 +223,7 @@ class ShmTransport final : public Transport {
     ::close(fd);
     if (base == MAP_FAILED) return ErrnoStatus("mapping shm segment " + d.name + whose, err);
     return std::unique_ptr<RemoteTarget>(
-        new ShmRemote(descriptor, d.slots, d.slot_bytes, static_cast<std::byte*>(base)));
+        new ShmRemote(descriptor, static_cast<std::byte*>(base), SlotShape{d.slots, d.slot_bytes}));
   }
 };
 

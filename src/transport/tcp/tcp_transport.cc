@@ -1,5 +1,6 @@
 #include "transport/tcp/tcp_transport.h"
 
+#include "transport/host_pool.h"
 #include "transport/pool_layout.h"
 
 #include <sys/mman.h>
@@ -16,78 +17,52 @@ constexpr std::string_view kUsage = "expected tcp:slots=<S>:slot_bytes=<B>";
 // A pool the address space can hold (mmap of size_t bytes, with room to spare).
 constexpr std::uint64_t kMaxPoolBytes = std::numeric_limits<std::size_t>::max() / 2;
 
-bool in_range(std::uint64_t slot, std::uint64_t offset, std::uint64_t bytes, int slots, std::uint64_t slot_bytes) {
-  return slot < static_cast<std::uint64_t>(slots) && offset <= slot_bytes && bytes <= slot_bytes - offset;
-}
-
-std::string pool_shape(int slots, std::uint64_t slot_bytes) {
-  return "(slots=" + std::to_string(slots) + ", slot_bytes=" + std::to_string(slot_bytes) + ")";
-}
-
 // ------------------------------------------------------------ target side
 
-class TcpTarget final : public TargetMemory {
+class TcpTarget final : public HostPoolTarget {
  public:
-  TcpTarget(std::string owner, int slots, std::uint64_t slot_bytes, std::byte* base)
-      : owner_(std::move(owner)), slots_(slots), slot_bytes_(slot_bytes), base_(base) {}
-  ~TcpTarget() override { ::munmap(base_, static_cast<std::size_t>(slots_) * slot_bytes_); }
+  using HostPoolTarget::HostPoolTarget;
 
   std::string descriptor() const override {
-    return "tcp:slots=" + std::to_string(slots_) + ":slot_bytes=" + std::to_string(slot_bytes_);
-  }
-  int slots() const override { return slots_; }
-  std::uint64_t slot_bytes() const override { return slot_bytes_; }
-  MemoryKind memory() const override { return MemoryKind::kHost; }
-  int device() const override { return -1; }
-  std::byte* slot(int i) override {
-    if (i < 0 || i >= slots_) return nullptr;
-    return base_ + static_cast<std::uint64_t>(i) * slot_bytes_;
+    return "tcp:slots=" + std::to_string(slots()) + ":slot_bytes=" + std::to_string(slot_bytes());
   }
 
   Status receive_data(Link& link, const FrameHeader& header, Deadline deadline) override {
     if (header.type != FrameType::kData) {
-      return Internal("receive_data for " + owner_ + " called with a frame of type " +
+      return Internal("receive_data for " + owner() + " called with a frame of type " +
                       std::to_string(static_cast<int>(header.type)) + " from " + link.peer() + " (expected kData)");
     }
     const std::uint64_t slot = header.b, offset = header.c, bytes = header.payload_bytes;
-    if (!in_range(slot, offset, bytes, slots_, slot_bytes_)) {
+    if (!pool().shape().contains(static_cast<std::int64_t>(slot), offset, bytes)) {
       return InvalidArgument("bad kData frame from " + link.peer() + " (version " + std::to_string(header.a) +
                              "): " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
-                             " into slot " + std::to_string(slot) + " are outside " + owner_ +
-                             "'s receive pool " + pool_shape(slots_, slot_bytes_));
+                             " into slot " + std::to_string(slot) + " are outside " + owner() +
+                             "'s receive pool " + pool().shape().text());
     }
-    std::byte* dst = base_ + slot * slot_bytes_ + offset;
+    std::byte* dst = pool().slot(static_cast<std::int64_t>(slot)) + offset;
     Status s = link.recv_payload(std::span<std::byte>(dst, static_cast<std::size_t>(bytes)), deadline);
     if (!s.ok()) {
       return s.WithContext("receiving " + std::to_string(bytes) + " bytes for slot " + std::to_string(slot) +
-                           " of " + owner_);
+                           " of " + owner());
     }
     return Status::Ok();
   }
 
   Status seal() override { return Status::Ok(); }  // nothing has a name
-
- private:
-  std::string owner_;
-  int slots_;
-  std::uint64_t slot_bytes_;
-  std::byte* base_;
 };
 
 // ------------------------------------------------------------ initiator side
 
 class TcpRemote final : public RemoteTarget {
  public:
-  TcpRemote(Link* link, int slots, std::uint64_t slot_bytes) : link_(link), slots_(slots), slot_bytes_(slot_bytes) {}
+  TcpRemote(Link* link, SlotShape shape) : link_(link), shape_(shape) {}
 
   std::byte* mapped_slot(int) override { return nullptr; }
 
   StatusOr<Ticket> submit(int slot, std::uint64_t offset, std::span<const std::byte> bytes, std::uint64_t version,
                           Deadline deadline) override {
-    if (slot < 0 || !in_range(static_cast<std::uint64_t>(slot), offset, bytes.size(), slots_, slot_bytes_)) {
-      return InvalidArgument("write of " + std::to_string(bytes.size()) + " bytes at offset " +
-                             std::to_string(offset) + " into slot " + std::to_string(slot) + " of tcp target " +
-                             link_->peer() + " is out of range " + pool_shape(slots_, slot_bytes_));
+    if (!shape_.contains(slot, offset, bytes.size())) {
+      return shape_.range_error("tcp target " + link_->peer(), slot, offset, bytes.size());
     }
     FrameHeader h;
     h.type = FrameType::kData;
@@ -99,21 +74,15 @@ class TcpRemote final : public RemoteTarget {
     if (!s.ok()) {
       return s.WithContext("writing " + std::to_string(bytes.size()) + " bytes into slot " + std::to_string(slot));
     }
-    return next_ticket_++;
+    return tickets_.next();
   }
-  StatusOr<bool> poll(Ticket ticket) override {
-    if (ticket >= next_ticket_) {
-      return InvalidArgument("poll of unknown ticket " + std::to_string(ticket) + " on tcp target " + link_->peer());
-    }
-    return true;
-  }
+  StatusOr<bool> poll(Ticket ticket) override { return tickets_.poll(ticket, "tcp target " + link_->peer()); }
   void cancel(Ticket) override {}
 
  private:
   Link* link_;
-  int slots_;
-  std::uint64_t slot_bytes_;
-  Ticket next_ticket_ = 0;
+  SlotShape shape_;
+  ImmediateTickets tickets_;
 };
 
 class TcpTransport final : public Transport {
@@ -130,11 +99,7 @@ class TcpTransport final : public Transport {
 
   StatusOr<std::unique_ptr<TargetMemory>> create_target(const PoolOptions& options) override {
     const std::string owner = pool_owner(options);
-    if (options.memory != MemoryKind::kHost) {
-      return FailedPrecondition("tcp transport cannot hold " + owner +
-                                "'s receive pool in CUDA memory (memory=cuda); use host memory or a "
-                                "transport with device_memory");
-    }
+    RETURN_IF_ERROR(require_host_memory("tcp", options));
     ASSIGN_OR_RETURN(const std::uint64_t size, validated_pool_bytes(options, kMaxPoolBytes));
     // Page-aligned; MAP_POPULATE touches every page now (setup), not mid-refit.
     void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
@@ -146,11 +111,11 @@ class TcpTransport final : public Transport {
       return ErrnoStatus("allocating " + owner + "'s receive pool (" + std::to_string(size) + " bytes)", err);
     }
     return std::unique_ptr<TargetMemory>(
-        new TcpTarget(owner, options.slots, options.slot_bytes, static_cast<std::byte*>(base)));
+        new TcpTarget(owner, static_cast<std::byte*>(base), SlotShape{options.slots, options.slot_bytes}));
   }
 
   StatusOr<std::unique_ptr<TargetMemory>> expose_memory(std::byte*, std::uint64_t, MemoryKind, int) override {
-    return FailedPrecondition("transport tcp cannot expose existing memory (direct mode needs cuda_ipc)");
+    return cannot_expose_memory("tcp");
   }
 
   StatusOr<std::unique_ptr<RemoteTarget>> open_target(const std::string& descriptor, Link* link) override {
@@ -171,7 +136,7 @@ class TcpTransport final : public Transport {
     if (link == nullptr) {
       return InvalidArgument("tcp target \"" + descriptor + "\" needs the data-plane link (got none)");
     }
-    return std::unique_ptr<RemoteTarget>(new TcpRemote(link, static_cast<int>(slots), slot_bytes));
+    return std::unique_ptr<RemoteTarget>(new TcpRemote(link, SlotShape{static_cast<int>(slots), slot_bytes}));
   }
 };
 

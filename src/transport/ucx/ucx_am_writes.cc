@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "refit/log.h"
 #include "transport/ucx/ucx_device_stager.h"
 
 namespace refit {
@@ -46,7 +47,7 @@ ucs_status_t on_write(void* arg, const void* header, size_t header_length, void*
     Status st = length > 0 ? range->stager->write(dst, data, length) : Status::Ok();
     if (st.ok() && h.last != 0) st = range->stager->finish();
     if (!st.ok()) {
-      std::fprintf(stderr, "refit ucx: a write into device memory failed: %s\n", st.ToString().c_str());
+      log(LogLevel::kError, "refit ucx", "a write into device memory failed: " + st.ToString());
       status = UCS_ERR_IO_ERROR;
     }
   } else if (length > 0) {

@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "cuda/device.h"
+#include "refit/log.h"
+#include "cuda/device.h"
 #include "transport/pool_layout.h"
 #include "transport/ucx/ucx_descriptor.h"
 #include "transport/ucx/ucx_device_stager.h"
@@ -96,10 +98,9 @@ bool native_cuda(const UcxWorker& w) { return supports(w.memory_types(), UCS_MEM
 void note_host_staging(const std::string& settings) {
   static std::once_flag once;
   std::call_once(once, [&] {
-    std::fprintf(stderr,
-                 "refit ucx: this UCX build cannot register CUDA memory (%s): device memory is staged through "
-                 "pinned host buffers (ucx_memory_path host-staged)\n",
-                 settings.c_str());
+    log(LogLevel::kInfo, "refit ucx",
+        "this UCX build cannot register CUDA memory (" + settings +
+            "): device memory is staged through pinned host buffers (ucx_memory_path host-staged)");
   });
 }
 
@@ -234,10 +235,9 @@ void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
 void note_no_peer_error_handling(const std::string& settings, const std::string& peer) {
   static std::once_flag once;
   std::call_once(once, [&] {
-    std::fprintf(stderr,
-                 "refit ucx: the UCX transports reaching %s (%s) cannot detect peer failure (shared memory); "
-                 "a dead peer is detected through the data link only\n",
-                 peer.c_str(), settings.c_str());
+    log(LogLevel::kWarning, "refit ucx",
+        "the UCX transports reaching " + peer + " (" + settings +
+            ") cannot detect peer failure (shared memory); a dead peer is detected through the data link only");
   });
 }
 

@@ -27,8 +27,8 @@
 // unpacks the rkey once, and waits (at most UcxOptions::connect_timeout) until the
 // endpoint is wired up, so an unreachable engine is a setup error. Where the
 // selected UCX transports cannot detect peer failure (shared memory: UCX_TLS=sm
-// or posix), the endpoint falls back to no error handling, once, with a line
-// on stderr; peer failure is then seen on the data-plane Link only.
+// or posix), the endpoint falls back to no error handling, once, with a warning
+// through refit::log; peer failure is then seen on the data-plane Link only.
 // mapped_slot is nullptr (two-sided for the packing code: the trainer packs
 // into its own buffer and submits). The remote holds a progress lease: the
 // worker's progress thread moves its writes while the caller does something
@@ -67,7 +67,7 @@
 // at all (mem=staged, no rkey): only active-message writes reach it, and the
 // engine's progress thread copies each chunk through pinned buffers into the
 // device (ucx_device_stager.h), acknowledging a write once its copies
-// finished. Said once per process on stderr. Active-message writes into
+// finished. Said once per process through refit::log. Active-message writes into
 // device memory always go through the stager. capabilities(): device_memory
 // when UCX supports CUDA or refit was built with CUDA; device_memory_staged
 // when only the latter (the runtime then stages the trainer's device weights

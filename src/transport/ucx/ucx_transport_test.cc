@@ -26,8 +26,10 @@
 #include "net/link.h"
 #include "transport/transport.h"
 #include "transport/ucx/ucx_transport.h"  // declarations only: defined where REFIT_HAVE_UCX
+#include "testing/forked_child.h"
 #include "testing/scoped_env.h"
 #include "testing/ucx_test_util.h"
+#include "testing/status_matchers.h"
 
 namespace refit {
 namespace {
@@ -39,50 +41,7 @@ using Clock = std::chrono::steady_clock;
   EXPECT_NE(std::string(haystack).find(needle), std::string::npos) \
       << "expected \"" << (needle) << "\" in: " << (haystack)
 
-// A forked child running `body` (its return value is the exit code);
-// killed and reaped if the test leaves early. `to_parent` / `from_parent`
-// are pipe ends for short messages.
-class ChildProcess {
- public:
-  explicit ChildProcess(const std::function<int(int to_parent, int from_parent)>& body) {
-    int up[2], down[2];
-    if (::pipe(up) != 0 || ::pipe(down) != 0) std::abort();
-    std::fflush(nullptr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::close(up[0]);
-      ::close(down[1]);
-      ::_exit(body(up[1], down[0]));
-    }
-    ::close(up[1]);
-    ::close(down[0]);
-    from_child_ = up[0];
-    to_child_ = down[1];
-  }
-  ~ChildProcess() {
-    if (pid_ > 0) Kill();
-    ::close(from_child_);
-    ::close(to_child_);
-  }
-  void Kill() {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  int Wait() {
-    int status = 0;
-    if (::waitpid(pid_, &status, 0) != pid_) return -1000;
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  }
-  pid_t pid() const { return pid_; }
-  int from_child() const { return from_child_; }
-  int to_child() const { return to_child_; }
-
- private:
-  pid_t pid_ = -1;
-  int from_child_ = -1, to_child_ = -1;
-};
+using testing::ForkedChild;
 
 bool WriteAll(int fd, const void* data, std::size_t n) {
   const char* p = static_cast<const char*>(data);
@@ -221,16 +180,16 @@ TEST(UcxTransport, WritesMoveWhileTheInitiatorDoesNotPoll) {
   REFIT_SKIP_WITHOUT_UCX();
   testing::ScopedEnv tls("UCX_TLS", "tcp");
   constexpr std::uint64_t kBytes = 48 << 20;  // far more than the socket buffers hold
-  ChildProcess engine([&](int up, int down) { return HostPoolAnsweringLanded(up, down, kBytes, std::byte{0x5a}); });
+  ForkedChild engine([&](int up, int down) { return HostPoolAnsweringLanded(up, down, kBytes, std::byte{0x5a}); });
   const std::string descriptor = ReceiveString(engine.from_child());
   ASSERT_EQ(descriptor.rfind("ucx:", 0), 0u);
   auto t = make_transport("ucx");
   ASSERT_TRUE(t.ok());
   auto remote = (*t)->open_target(descriptor, nullptr);
-  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+  ASSERT_OK(remote);
   std::vector<std::byte> bytes(kBytes, std::byte{0x5a});
   auto ticket = (*remote)->submit(0, 0, bytes, 1, Deadline::After(30s));
-  ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
+  ASSERT_OK(ticket);
   // No poll: ask the engine until every byte is there (or 20 s passed).
   bool landed = false;
   for (auto until = Clock::now() + 20s; !landed && Clock::now() < until;) {
@@ -255,7 +214,7 @@ TEST(UcxTransport, KilledPeerFailsTheNextWriteWithUnavailableNamingThePeer) {
   REFIT_SKIP_WITHOUT_UCX();
   testing::ScopedEnv tls("UCX_TLS", "tcp");
   constexpr std::uint64_t kSlotBytes = 1 << 20;
-  ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
+  ForkedChild engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
   const std::string descriptor = ReceiveString(engine.from_child());
   ASSERT_EQ(descriptor.rfind("ucx:", 0), 0u) << "the engine process sent no descriptor";
 
@@ -263,10 +222,10 @@ TEST(UcxTransport, KilledPeerFailsTheNextWriteWithUnavailableNamingThePeer) {
   ASSERT_TRUE(t.ok());
   NamingLink link("engine rank 3 at 10.1.2.3:4567");
   auto remote = (*t)->open_target(descriptor, link.link.get());
-  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+  ASSERT_OK(remote);
   std::vector<std::byte> bytes(kSlotBytes, std::byte{0x42});
   Status first = WriteAndWait(**remote, 0, 0, bytes, Deadline::After(20s));
-  ASSERT_TRUE(first.ok()) << first.ToString();
+  ASSERT_OK(first);
 
   engine.Kill();
   const auto killed = Clock::now();
@@ -295,10 +254,10 @@ TEST(UcxTransport, TrainerKilledMidWriteLeavesTheEngineRunning) {
   REFIT_SKIP_WITHOUT_UCX();
   testing::ScopedEnv tls("UCX_TLS", "tcp");
   constexpr std::uint64_t kSlotBytes = 8 << 20;
-  ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
+  ForkedChild engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
   const std::string descriptor = ReceiveString(engine.from_child());
   ASSERT_EQ(descriptor.rfind("ucx:", 0), 0u);
-  ChildProcess trainer([&](int up, int) {
+  ForkedChild trainer([&](int up, int) {
     auto ct = make_transport("ucx");
     if (!ct.ok()) return 2;
     auto remote = (*ct)->open_target(descriptor, nullptr);
@@ -328,7 +287,7 @@ TEST(UcxTransport, TrainerKilledMidWriteLeavesTheEngineRunning) {
 TEST(UcxTransport, UnreachableEngineFailsAtOpenNamingIt) {
   REFIT_SKIP_WITHOUT_UCX();
   testing::ScopedEnv tls("UCX_TLS", "tcp");
-  ChildProcess engine([&](int up, int down) {
+  ForkedChild engine([&](int up, int down) {
     ::close(down);  // exit at once after sending the descriptor
     return HostPool(up, -1, 2, 4096);
   });
@@ -353,7 +312,7 @@ TEST(UcxTransport, UnreachableEngineFailsAtOpenNamingIt) {
 // Catches: an open_target that returns before the endpoint is wired up.
 TEST(UcxTransport, SilentEngineFailsAtOpenAfterTheConnectTimeout) {
   testing::ScopedEnv tls("UCX_TLS", "tcp");
-  ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, 4096); });
+  ForkedChild engine([&](int up, int down) { return HostPool(up, down, 2, 4096); });
   const std::string descriptor = ReceiveString(engine.from_child());
   ASSERT_EQ(descriptor.rfind("ucx:", 0), 0u);
   ASSERT_TRUE(StopAndWait(engine.pid())) << "the engine process did not stop";
@@ -394,7 +353,7 @@ TEST_P(UcxExpose, WritesFromAnotherProcessLandInTheExposedRange) {
   // forked after it inherits UCX's global state without its threads, and
   // under ASan its writes over tcp then never completed); it gets the
   // descriptor through the pipe.
-  ChildProcess trainer([&](int up, int down) {
+  ForkedChild trainer([&](int up, int down) {
     const std::string descriptor = ReceiveString(down);
     if (descriptor.empty()) return 8;
     auto ct = make_transport("ucx");
@@ -426,7 +385,7 @@ TEST_P(UcxExpose, WritesFromAnotherProcessLandInTheExposedRange) {
   auto t = make_transport("ucx");
   ASSERT_TRUE(t.ok());
   auto exposed = (*t)->expose_memory(base, kBytes, MemoryKind::kHost, -1);
-  ASSERT_TRUE(exposed.ok()) << exposed.status().ToString();
+  ASSERT_OK(exposed);
   EXPECT_EQ((*exposed)->slots(), 1);
   EXPECT_EQ((*exposed)->slot_bytes(), kBytes);
   EXPECT_EQ((*exposed)->slot(0), base);
@@ -476,10 +435,10 @@ TEST_P(UcxCompletion, LargeWriteIsInTheTargetsMemoryWhenPollReturnsTrue) {
   o.slots = 1;
   o.slot_bytes = kSlotBytes;
   auto target = (*t)->create_target(o);
-  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  ASSERT_OK(target);
   std::memset((*target)->slot(0), 0, kSlotBytes);
   const std::string descriptor = (*target)->descriptor();
-  ChildProcess trainer([&](int up, int down) {
+  ForkedChild trainer([&](int up, int down) {
     UcxOptions options;
     if (force_put) options.writes = UcxOptions::Writes::kPut;
     auto remote = make_ucx_transport_with(options)->open_target(descriptor, nullptr);
@@ -521,21 +480,21 @@ TEST(UcxTransport, SubmitWaitsForACancelledWrite) {
   REFIT_SKIP_WITHOUT_UCX();
   testing::ScopedEnv tls("UCX_TLS", "tcp");
   constexpr std::uint64_t kSlotBytes = 8 << 20;
-  ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
+  ForkedChild engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
   const std::string descriptor = ReceiveString(engine.from_child());
   ASSERT_EQ(descriptor.rfind("ucx:", 0), 0u);
   auto t = make_transport("ucx");
   ASSERT_TRUE(t.ok());
   NamingLink link("engine rank 3 at 10.1.2.3:4567");
   auto remote = (*t)->open_target(descriptor, link.link.get());
-  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+  ASSERT_OK(remote);
   std::vector<std::byte> bytes(kSlotBytes, std::byte{9});
   ASSERT_TRUE(WriteAndWait(**remote, 0, 0, bytes, Deadline::After(20s)).ok());
   // Stopped for sure before the write starts (under ASan on a loaded machine
   // the engine once took the whole 8 MiB before SIGSTOP took effect).
   ASSERT_TRUE(StopAndWait(engine.pid())) << "the engine process did not stop";
   auto stuck = (*remote)->submit(0, 0, bytes, 2, Deadline::After(1s));
-  ASSERT_TRUE(stuck.ok()) << stuck.status().ToString();
+  ASSERT_OK(stuck);
   auto done = (*remote)->poll(*stuck);
   ASSERT_TRUE(done.ok());
   ASSERT_FALSE(*done) << "8 MiB into a stopped engine cannot be complete";
@@ -548,7 +507,7 @@ TEST(UcxTransport, SubmitWaitsForACancelledWrite) {
   EXPECT_HAS(next.status().message(), "engine rank 3 at 10.1.2.3:4567");
   // Once the engine runs again, the cancelled write finishes and writes go on.
   Status later = WriteAndWait(**remote, 1, 0, std::span<const std::byte>(bytes.data(), 16), Deadline::After(20s));
-  EXPECT_TRUE(later.ok()) << later.ToString();
+  EXPECT_OK(later);
 }
 
 // The engine writes only into memory it registered, whatever a trainer
@@ -561,7 +520,7 @@ TEST(UcxTransport, WriteOutsideTheRegisteredMemoryIsRefusedByTheEngine) {
   REFIT_SKIP_WITHOUT_UCX();
   testing::ScopedEnv tls("UCX_TLS", "tcp");
   constexpr std::uint64_t kSlotBytes = 1 << 20;
-  ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
+  ForkedChild engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
   std::string descriptor = ReceiveString(engine.from_child());
   ASSERT_EQ(descriptor.rfind("ucx:", 0), 0u);
   // addr=A -> addr=A + 2 slots: the whole pool shifted past its end.
@@ -572,7 +531,7 @@ TEST(UcxTransport, WriteOutsideTheRegisteredMemoryIsRefusedByTheEngine) {
   ASSERT_TRUE(t.ok());
   NamingLink link("engine rank 3 at 10.1.2.3:4567");
   auto remote = (*t)->open_target(descriptor, link.link.get());
-  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+  ASSERT_OK(remote);
   std::vector<std::byte> bytes(4096, std::byte{0x77});
   Status s = WriteAndWait(**remote, 1, 0, bytes, Deadline::After(20s));
   ASSERT_FALSE(s.ok()) << "the engine took a write outside its pool";
@@ -618,7 +577,7 @@ TEST(UcxTransport, CapabilitiesMatchWhatItDoes) {
     ASSERT_FALSE(cuda.ok());
     EXPECT_HAS(cuda.status().message(), "engine rank 5");
   } else {
-    ASSERT_TRUE(cuda.ok()) << cuda.status().ToString();
+    ASSERT_OK(cuda);
     const std::string d = (*cuda)->descriptor();
     EXPECT_HAS(d, c.device_memory_staged ? ":mem=staged:" : ":mem=cuda:");
     EXPECT_EQ((*cuda)->memory(), MemoryKind::kCuda);
@@ -640,7 +599,7 @@ TEST(UcxTransport, OptionsOverrideTheEnvironmentWhichIsOtherwiseRespected) {
     ASSERT_FALSE(target.ok()) << "UCX_TLS=no_such_transport from the options was not applied";
     EXPECT_HAS(target.status().message(), "UCX_TLS=no_such_transport");
     auto from_env = make_ucx_transport()->create_target(o);
-    EXPECT_TRUE(from_env.ok()) << from_env.status().ToString();
+    EXPECT_OK(from_env);
   }
   {
     testing::ScopedEnv tls("UCX_TLS", "no_such_transport");
@@ -657,13 +616,13 @@ TEST(UcxTransport, DestroyingARemoteWithWritesInFlightIsClean) {
   REFIT_SKIP_WITHOUT_UCX();
   testing::ScopedEnv tls("UCX_TLS", "tcp");
   constexpr std::uint64_t kSlotBytes = 8 << 20;
-  ChildProcess engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
+  ForkedChild engine([&](int up, int down) { return HostPool(up, down, 2, kSlotBytes); });
   const std::string descriptor = ReceiveString(engine.from_child());
   ASSERT_EQ(descriptor.rfind("ucx:", 0), 0u);
   auto t = make_transport("ucx");
   ASSERT_TRUE(t.ok());
   auto remote = (*t)->open_target(descriptor, nullptr);
-  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+  ASSERT_OK(remote);
   std::vector<std::byte> bytes(kSlotBytes, std::byte{1});
   for (int i = 0; i < 4; ++i) ASSERT_TRUE((*remote)->submit(i % 2, 0, bytes, 1, Deadline::After(1s)).ok());
   const auto start = Clock::now();

@@ -1,5 +1,8 @@
 #include "transport/ucx/ucx_worker.h"
 
+#include "net/poll_wait.h"
+#include "refit/log.h"
+
 #if REFIT_HAVE_UCX
 
 #include <poll.h>
@@ -26,22 +29,23 @@ constexpr std::uint64_t kUcxTcpSegmentBytes = kAmChunkBytes + 4096;
 
 thread_local int t_quiet_logs = 0;
 
-ucs_log_func_rc_t log_to_stderr(const char* file, unsigned line, const char*, ucs_log_level_t level,
+ucs_log_func_rc_t route_ucx_log(const char* file, unsigned line, const char*, ucs_log_level_t level,
                                 const ucs_log_component_config_t*, const char* format, va_list ap) {
   if (level == UCS_LOG_LEVEL_FATAL) return UCS_LOG_FUNC_RC_CONTINUE;  // UCX's own handling
   if (t_quiet_logs > 0) return UCS_LOG_FUNC_RC_STOP;
   char message[1024];
   std::vsnprintf(message, sizeof message, format, ap);
   const char* base = std::strrchr(file, '/');
-  std::fprintf(stderr, "refit ucx: UCX %s %s:%u: %s\n", ucs_log_level_names[level], base ? base + 1 : file, line,
-               message);
+  log(level <= UCS_LOG_LEVEL_ERROR ? LogLevel::kError : LogLevel::kWarning, "refit ucx",
+      std::string("UCX ") + ucs_log_level_names[level] + " " + (base ? base + 1 : file) + ":" + std::to_string(line) +
+          ": " + message);
   return UCS_LOG_FUNC_RC_STOP;
 }
 
 void route_logs_once() {
   static std::once_flag once;
   std::call_once(once, [] {
-    if (std::getenv("UCX_LOG_FILE") == nullptr) ucs_log_push_handler(&log_to_stderr);
+    if (std::getenv("UCX_LOG_FILE") == nullptr) ucs_log_push_handler(&route_ucx_log);
   });
 }
 
@@ -148,7 +152,7 @@ bool UcxWorker::wait_for_event(std::chrono::milliseconds wait) {
   if (armed == UCS_ERR_BUSY) return true;  // events are waiting: look again at once
   if (armed != UCS_OK) return false;
   pollfd fd{event_fd_, POLLIN, 0};
-  return ::poll(&fd, 1, static_cast<int>(wait.count())) > 0;
+  return poll_until({&fd, 1}, Deadline::After(wait)) > 0;
 }
 
 UcxWorker::ProgressLease::ProgressLease(std::shared_ptr<UcxWorker> worker) : worker_(std::move(worker)) {
@@ -195,11 +199,11 @@ void UcxWorker::progress_loop() {
     if (armed == UCS_ERR_BUSY) continue;
     if (armed != UCS_OK && !reported) {
       reported = true;  // keep progressing by polling every kSleepMs
-      std::fprintf(stderr, "refit ucx: ucp_worker_arm failed (%s); the progress thread polls instead\n",
-                   ucx_status_text(armed).c_str());
+      log(LogLevel::kWarning, "refit ucx",
+          "ucp_worker_arm failed (" + ucx_status_text(armed) + "); the progress thread polls instead");
     }
     pollfd fd{event_fd_, POLLIN, 0};
-    ::poll(&fd, 1, kSleepMs);
+    (void)poll_until({&fd, 1}, Deadline::After(std::chrono::milliseconds(kSleepMs)));
   }
 }
 

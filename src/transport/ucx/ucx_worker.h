@@ -35,7 +35,7 @@ namespace refit {
 std::string ucx_status_text(ucs_status_t status);
 
 // UCX logs to stdout, where refit prints reports (demo --json): the first
-// worker of a process routes UCX's log lines to stderr, prefixed "refit ucx:",
+// worker of a process routes UCX's log lines to refit::log (source "refit ucx"),
 // unless UCX_LOG_FILE says where they go. While a UcxQuietLogs lives, this
 // thread's UCX log lines below fatal are dropped: for calls whose failure
 // refit handles and reports itself (an endpoint tried with peer error
