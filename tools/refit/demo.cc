@@ -1,4 +1,4 @@
-#include "refit/demo.h"
+#include "demo.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -18,13 +18,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "command.h"
+#include "control/coordinator.h"
+#include "flags.h"
 #include "refit/model.h"
 #include "refit/plan.h"
-#include "refit/report_table.h"
-#include "control/coordinator.h"
+#include "report_table.h"
 #include "runtime/roles.h"
 
-namespace refit {
+namespace refit::cli {
 namespace {
 
 using Json = nlohmann::json;
@@ -380,17 +382,61 @@ Json run_demo_report(const DemoOptions& o) {
   return report;
 }
 
-int run_demo(const DemoOptions& o) {
+void add_demo_flags(CLI::App& cmd, DemoOptions& o) {
+  cmd.add_option("--model", o.model, "Model preset: " + join_names(model_presets()))
+      ->check(CLI::IsMember(model_presets()))
+      ->capture_default_str();
+  cmd.add_option("--layers", o.layers, "Keep the first N decoder layers (-1: all)")->capture_default_str();
+  cmd.add_option("--engine-ranks", o.engine_ranks, "Engine ranks (TP size)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd.add_option("--trainer-ranks", o.trainer_ranks, "Trainer ranks (default: as many as engine ranks)")
+      ->check(CLI::Range(1, 256));
+  add_transport_flag(cmd, o.transport);
+  add_bucket_size_flag(cmd, o.bucket_size);
+  cmd.add_option("--seed", o.seed, "Seed of the synthetic weights")->capture_default_str();
+  cmd.add_flag("--json", o.json, "Print a JSON report on stdout instead of the table");
+  add_device_flag(cmd, o.device);
+  add_mode_flag(cmd, o.mode);
+  cmd.add_option("--pool-slots", o.pool_slots, "Receive pool slots per engine rank")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  add_byte_size_option(cmd, "--memory-limit", o.memory_limit, "Receive pool memory limit per engine rank (0: none)");
+  cmd.add_flag("--poison-recycled", o.poison_recycled, "Debug: poison every recycled staging buffer");
+  add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
+  add_secret_file_flag(cmd, o.secret_file);
+}
+
+namespace {
+
+// Prints the table (or the JSON with options.json); OK only when verified.
+Status run_demo(const DemoOptions& o) {
+  // Fail before starting any process; the children read the same file or
+  // inherit REFIT_SECRET.
+  RETURN_IF_ERROR(resolve_secret(o.secret_file).status());
   Json report = run_demo_report(o);
-  if (report.contains("error")) {
-    std::fprintf(stderr, "refit demo: error: %s\n", report["error"].get<std::string>().c_str());
-  }
   if (o.json) {
     std::printf("%s\n", report.dump(2).c_str());
   } else {
     print_report_table(report, stdout);
   }
-  return report.value("verified", false) ? 0 : 1;
+  RETURN_IF_ERROR(report_status(report));
+  if (!report.value("verified", false)) return DataLoss("not every refit verified");
+  return Status::Ok();
 }
 
-}  // namespace refit
+}  // namespace
+
+void add_demo_command(CLI::App& app, CommandTable& table) {
+  auto o = std::make_shared<DemoOptions>();
+  CLI::App* cmd =
+      app.add_subcommand("demo", "Run a coordinator, trainer and engine ranks as processes and refit N times");
+  add_demo_flags(*cmd, *o);
+  cmd->add_option("--refits", o->refits, "Number of refits")->check(CLI::Range(1, 1000000))->capture_default_str();
+  cmd->add_option("--soak-report", o->soak_report,
+                  "Soak: sample every process's memory, descriptors and shared memory into this JSON file")
+      ->group("");  // hidden: bench/soak.sh
+  table.push_back({cmd, [o] { return run_demo(*o); }});
+}
+
+}  // namespace refit::cli
