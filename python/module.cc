@@ -13,6 +13,9 @@
 #include "refit/checkpoint.h"
 #include "cuda/device.h"
 #include "refit/dtype.h"
+#include "control/coordinator.h"
+#include "transport/transport.h"
+#include "refit/roles.h"
 #include "transport/transport.h"
 #include "refit/roles.h"
 
@@ -20,6 +23,8 @@ namespace py = pybind11;
 
 namespace refit::python {
 
+// The options structs, whose initial values are the defaults of the Python
+// package (None in its signatures keeps them), as of the `refit` command.
 void bind_options(py::module_& m) {
   py::class_<RankOptions>(m, "RankOptions", "Settings of one trainer or engine rank (src/runtime/roles.h).")
       .def(py::init<>())
@@ -35,7 +40,9 @@ void bind_options(py::module_& m) {
       .def_readwrite("setup_timeout_s", &RankOptions::setup_timeout_s)
       .def_readwrite("refit_timeout_s", &RankOptions::refit_timeout_s)
       .def_readwrite("bucket_timeout_s", &RankOptions::bucket_timeout_s)
-      .def_readwrite("gpu", &RankOptions::gpu);
+      .def_readwrite("gpu", &RankOptions::gpu)
+      .def_readwrite("layers", &RankOptions::layers)
+      .def_readwrite("model", &RankOptions::model);
   py::class_<EngineOptions, RankOptions>(m, "EngineOptions", "Settings of one engine rank (src/runtime/roles.h).")
       .def(py::init<>())
       .def_readwrite("pool_slots", &EngineOptions::pool_slots)
@@ -44,6 +51,18 @@ void bind_options(py::module_& m) {
       .def_readwrite("poison_recycled", &EngineOptions::poison_recycled)
       .def_readwrite("supported_dtypes", &EngineOptions::supported_dtypes)
       .def_readwrite("base_gpu_id", &EngineOptions::base_gpu_id);
+  // The secret is not bound: Coordinator(secret=...) passes it on.
+  py::class_<CoordinatorOptions>(m, "CoordinatorOptions", "Settings of a coordinator (src/control/coordinator.h).")
+      .def(py::init<>())
+      .def_readwrite("listen", &CoordinatorOptions::listen)
+      .def_readwrite("trainer_ranks", &CoordinatorOptions::trainer_ranks)
+      .def_readwrite("engine_ranks", &CoordinatorOptions::engine_ranks)
+      .def_readwrite("refits", &CoordinatorOptions::refits)
+      .def_readwrite("seed", &CoordinatorOptions::seed)
+      .def_readwrite("setup_timeout_s", &CoordinatorOptions::setup_timeout_s)
+      .def_readwrite("refit_timeout_s", &CoordinatorOptions::refit_timeout_s)
+      .def_readwrite("progress", &CoordinatorOptions::progress)
+      .def_readwrite("log_joins", &CoordinatorOptions::log_joins);
 }
 
 }  // namespace refit::python

@@ -18,50 +18,71 @@
 namespace refit {
 
 struct RankOptions {
-  std::string coordinator;        // host:port of the coordinator
+  // host:port of the coordinator. Default: "" (required).
+  std::string coordinator;
   // The job's secret (CLI: --secret-file, REFIT_SECRET); "": none. It
   // authenticates the control plane (rank <-> coordinator) and the data
   // plane (trainer rank -> engine rank), each with its own context (auth.h).
+  // Default: "" (no authentication; loopback only).
   std::string secret;
+  // This process's rank within its role. Default: 0.
   int rank = 0;
+  // Trainer ranks of the job. Default: 1.
   int trainer_ranks = 1;
+  // Engine ranks of the job (the engine's TP size). Default: 1.
   int engine_ranks = 1;
-  std::string model = "tiny";     // a preset of model.h, or a safetensors checkpoint path (checkpoint.h)
-  std::vector<std::string> shard_rules;  // checkpoints: "GLOB=RULE" rows ahead of default_shard_rules()
-  int layers = -1;                // keep the first N layers; -1: all
-  std::uint64_t bucket_size = 64ull << 20;
+  // A preset of model.h, or a safetensors checkpoint path (checkpoint.h).
+  // Default: "tiny".
+  std::string model = "tiny";
+  // Checkpoints: "GLOB=RULE" rows ahead of default_shard_rules().
+  // Default: none.
+  std::vector<std::string> shard_rules;
+  // Keep the first N decoder layers; -1: all. Default: -1.
+  int layers = -1;
+  // Bytes per transport bucket; every rank of a job must agree (checked at
+  // setup). Larger buckets amortise per-bucket costs on GPUs (docs/PERF.md),
+  // smaller ones keep staging memory small. Default: 4 MiB (the CLI, the
+  // Python package and the library all take this one value).
+  std::uint64_t bucket_size = 4ull << 20;
+  // One of transport_names(). Default: "shm".
   std::string transport = "shm";
-  std::string device = "cpu";     // where weights and staging live: "cpu" or "cuda"
-  std::string mode = "staged";    // "staged" (receive pool) or "direct" (into the engine's weights)
-  double setup_timeout_s = 60;   // joining, validation and linking
-  double refit_timeout_s = 300;  // one whole refit, suits multi-GB refits
+  // Where weights and staging live: "cpu" or "cuda". Default: "cpu".
+  std::string device = "cpu";
+  // "staged" (receive pool) or "direct" (into the engine's weights).
+  // Default: "staged".
+  std::string mode = "staged";
+  // Seconds for joining, validation and linking. Default: 60.
+  double setup_timeout_s = 60;
+  // Seconds for one whole refit; suits multi-GB refits. Default: 300.
+  double refit_timeout_s = 300;
   // The longest wait for the next bucket's credit (trainer) or the next
   // aligned batch (engine): a stalled or dead peer fails the refit after this
   // long, naming the peer and the bucket, however long the refit may take.
+  // Default: 60 seconds.
   double bucket_timeout_s = 60;
   // Fault injection for tests (trainer only): pack the shards of this engine
   // rank instead of the fed rank's, as a transposed payload list would.
-  // -1: off.
+  // Default: -1 (off).
   int debug_pack_rank = -1;
   // Fault injection for tests (trainer only): fail refit N after its first
-  // bucket, as a crashing step would, without exiting. 0: off.
+  // bucket, as a crashing step would, without exiting. Default: 0 (off).
   std::uint64_t debug_fail_refit = 0;
   // Fault injection for tests: in refit N, break this trainer's CUDA context
-  // with an illegal-address kernel (device weights only).
+  // with an illegal-address kernel (device weights only). Default: 0 (off).
   std::uint64_t debug_cuda_fault_refit = 0;
   // Fault injection for tests (trainer only, device weights): in refit N,
   // hold this rank's stream behind a 30 s GPU delay, send its first bucket
   // (over cuda_ipc staged: announced while its pack and landing event still
   // wait behind the delay), then die by SIGKILL, as a trainer killed in the
-  // middle of a pack would. 0: off.
+  // middle of a pack would. Default: 0 (off).
   std::uint64_t debug_die_after_announce = 0;
   // Fault injection for tests (trainer only): authenticate the data link
   // with this secret instead of `secret`, as a trainer configured with
-  // another job's secret would. "": off.
+  // another job's secret would. Default: "" (off).
   std::string debug_data_secret;
   // Trainer: local CUDA device index (inside CUDA_VISIBLE_DEVICES) of its
   // weights, or of the copies into a device engine when its weights are on
-  // the host.
+  // the host. Default: 0.
   int gpu = 0;
   // Trainer, host weights with stable ranges (a mapped checkpoint) feeding
   // device engines: register them with the device once (cudaHostRegister of
@@ -70,28 +91,37 @@ struct RankOptions {
   // of the pinned host-to-device ceiling on the H200 against 0.6x through
   // pinned buffers; docs/PERF.md). Where the driver refuses, the rank says
   // so and packs through pinned buffers. false: always pinned buffers.
+  // Default: true.
   bool register_host_weights = true;
 };
 
 struct EngineOptions : RankOptions {
+  // Staging slots of the receive pool (staged mode). Default: 2.
   int pool_slots = 2;
-  std::uint64_t memory_limit = 0;       // bytes for the receive pool; 0: no limit
-  std::string listen_host = "127.0.0.1";  // where trainers connect for data
+  // Bytes for the receive pool; 0: no limit. Default: 0.
+  std::uint64_t memory_limit = 0;
+  // Where trainers connect for data. Default: "127.0.0.1".
+  std::string listen_host = "127.0.0.1";
+  // Debug: poison every recycled staging buffer. Default: false.
   bool poison_recycled = false;
-  bool verify = true;  // presets: against the synthetic content; checkpoints: against the file's bytes
+  // Verify every byte after each refit: presets against the synthetic
+  // content, checkpoints against the file's bytes. Default: true.
+  bool verify = true;
   // After each committed refit, write this rank's weights (its shards) to
-  // this safetensors file (`refit save`); empty: never.
+  // this safetensors file (`refit save`); empty: never. Default: "".
   std::string save_path;
   // Fault injection for tests (engine only): in refit N, on receiving the
   // coordinator's commit and before applying or acknowledging it, log one
   // line ("... at the commit of refit N") and die by SIGKILL
   // (debug_die_at_commit) or stop itself by SIGSTOP (debug_stop_at_commit),
-  // as a rank killed or stalled at the commit step would. 0: off.
+  // as a rank killed or stalled at the commit step would. Default: 0 (off).
   std::uint64_t debug_die_at_commit = 0;
   std::uint64_t debug_stop_at_commit = 0;
-  std::vector<std::string> supported_dtypes;  // empty: every dtype
+  // Dtypes this engine supports (dtype names); empty: every dtype.
+  // Default: empty.
+  std::vector<std::string> supported_dtypes;
   // DESIGN.md rule 7: engine rank r uses local device base_gpu_id + r, an
-  // index inside CUDA_VISIBLE_DEVICES, never a physical id.
+  // index inside CUDA_VISIBLE_DEVICES, never a physical id. Default: 0.
   int base_gpu_id = 0;
 };
 

@@ -131,20 +131,28 @@ def _is_cuda(tensor):
     return device is not None and device()[0] == 2
 
 
+def _set(options, field, value, convert=None):
+    """Sets options.<field> to value, unless value is None: None keeps the
+    field's default, which the C++ options struct (RankOptions, EngineOptions,
+    CoordinatorOptions) defines, the same one the `refit` command uses."""
+    if value is not None:
+        setattr(options, field, convert(value) if convert else value)
+
+
 def _rank_options(options, coordinator, rank, trainer_ranks, engine_ranks, bucket_size, transport, mode, device,
                   gpu, setup_timeout, refit_timeout, bucket_timeout, secret):
     options.coordinator = _address(coordinator)
-    options.rank = rank
-    options.trainer_ranks = trainer_ranks
-    options.engine_ranks = engine_ranks
-    options.bucket_size = parse_bytes(bucket_size)
-    options.transport = transport
-    options.mode = mode
-    options.device = device
+    _set(options, "rank", rank)
+    _set(options, "trainer_ranks", trainer_ranks)
+    _set(options, "engine_ranks", engine_ranks)
+    _set(options, "bucket_size", bucket_size, parse_bytes)
+    _set(options, "transport", transport)
+    _set(options, "mode", mode)
+    _set(options, "device", device)
     options.gpu = -1 if gpu is None else gpu
-    options.setup_timeout_s = float(setup_timeout)
-    options.refit_timeout_s = float(refit_timeout)
-    options.bucket_timeout_s = float(bucket_timeout)
+    _set(options, "setup_timeout_s", setup_timeout, float)
+    _set(options, "refit_timeout_s", refit_timeout, float)
+    _set(options, "bucket_timeout_s", bucket_timeout, float)
     options.secret = secret or ""
     return options
 
@@ -158,10 +166,21 @@ class Coordinator:
     The constructor returns once the socket listens (`address`, `port`).
     """
 
-    def __init__(self, trainer_ranks=1, engine_ranks=1, refits=0, listen="127.0.0.1:0", *, seed=0,
-                 setup_timeout=60.0, refit_timeout=300.0, secret=None, progress=False, log_joins=False):
-        self._impl = _refit.Coordinator(listen, trainer_ranks, engine_ranks, refits, seed, float(setup_timeout),
-                                        float(refit_timeout), secret or "", progress, log_joins)
+    def __init__(self, trainer_ranks=None, engine_ranks=None, refits=0, listen=None, *, seed=None,
+                 setup_timeout=None, refit_timeout=None, secret=None, progress=None, log_joins=False):
+        o = _refit.CoordinatorOptions()
+        _set(o, "trainer_ranks", trainer_ranks)
+        _set(o, "engine_ranks", engine_ranks)
+        _set(o, "listen", listen)
+        _set(o, "seed", seed)
+        _set(o, "setup_timeout_s", setup_timeout, float)
+        _set(o, "refit_timeout_s", refit_timeout, float)
+        _set(o, "progress", progress)
+        # refits=0 (on demand) and log_joins=False are this class's own
+        # defaults, unlike the `refit coordinator` command's: a Python
+        # trainer asks for each refit, and logs through its own logging.
+        self._impl = _refit.Coordinator(o.listen, o.trainer_ranks, o.engine_ranks, refits, o.seed,
+                                        o.setup_timeout_s, o.refit_timeout_s, secret or "", o.progress, log_joins)
 
     @property
     def address(self):
@@ -210,9 +229,9 @@ class Trainer:
     queued on any stream have landed. Other arguments: see README "Python".
     """
 
-    def __init__(self, coordinator, tensors, *, rank=0, trainer_ranks=1, engine_ranks=1, rules="auto",
-                 bucket_size=64 << 20, transport="shm", mode="staged", device="cpu", gpu=None, setup_timeout=60.0,
-                 refit_timeout=300.0, bucket_timeout=60.0, secret=None):
+    def __init__(self, coordinator, tensors, *, rank=None, trainer_ranks=None, engine_ranks=None, rules="auto",
+                 bucket_size=None, transport=None, mode=None, device=None, gpu=None, setup_timeout=None,
+                 refit_timeout=None, bucket_timeout=None, secret=None):
         entries = self._entries(tensors, rules)
         options = _rank_options(_refit.RankOptions(), coordinator, rank, trainer_ranks, engine_ranks, bucket_size,
                                 transport, mode, device, gpu, setup_timeout, refit_timeout, bucket_timeout, secret)
@@ -311,20 +330,20 @@ class Engine:
         the local CUDA index (default: base_gpu_id + rank, DESIGN.md rule 7).
     """
 
-    def __init__(self, coordinator, params, *, rank=0, trainer_ranks=1, engine_ranks=1, bucket_size=64 << 20,
-                 transport="shm", mode="staged", device=None, gpu=None, base_gpu_id=0, pool_slots=2,
-                 memory_limit=0, listen_host="127.0.0.1", poison_recycled=False, supported_dtypes=None,
-                 setup_timeout=60.0, refit_timeout=300.0, bucket_timeout=60.0, secret=None):
+    def __init__(self, coordinator, params, *, rank=None, trainer_ranks=None, engine_ranks=None, bucket_size=None,
+                 transport=None, mode=None, device=None, gpu=None, base_gpu_id=None, pool_slots=None,
+                 memory_limit=None, listen_host=None, poison_recycled=None, supported_dtypes=None,
+                 setup_timeout=None, refit_timeout=None, bucket_timeout=None, secret=None):
         entries = self._entries(params)
         if device is None:
             device = "cuda" if entries and len(entries[0]) == 2 and _is_cuda(entries[0][1]) else "cpu"
         options = _rank_options(_refit.EngineOptions(), coordinator, rank, trainer_ranks, engine_ranks, bucket_size,
                                 transport, mode, device, gpu, setup_timeout, refit_timeout, bucket_timeout, secret)
-        options.base_gpu_id = base_gpu_id
-        options.pool_slots = pool_slots
-        options.memory_limit = parse_bytes(memory_limit)
-        options.listen_host = listen_host
-        options.poison_recycled = poison_recycled
+        _set(options, "base_gpu_id", base_gpu_id)
+        _set(options, "pool_slots", pool_slots)
+        _set(options, "memory_limit", memory_limit, parse_bytes)
+        _set(options, "listen_host", listen_host)
+        _set(options, "poison_recycled", poison_recycled)
         options.supported_dtypes = [_dtype_name(d) for d in (supported_dtypes or [])]
         self._impl = _refit.Engine(options, entries)
 

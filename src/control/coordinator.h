@@ -28,19 +28,30 @@
 namespace refit {
 
 struct CoordinatorOptions {
-  std::string listen = "127.0.0.1:0";  // loopback unless told otherwise
+  // host:port to listen on; port 0: any free port. Default: "127.0.0.1:0"
+  // (loopback unless told otherwise).
+  std::string listen = "127.0.0.1:0";
+  // Trainer ranks expected. Default: 1.
   int trainer_ranks = 1;
+  // Engine ranks expected. Default: 1.
   int engine_ranks = 1;
-  int refits = 1;  // 0: on demand, each refit asked for by every trainer rank (TrainerRank::refit)
+  // Refits to run; 0: on demand, each refit asked for by every trainer rank
+  // (TrainerRank::refit). Default: 1.
+  int refits = 1;
+  // Seed of the synthetic weights (presets). Default: 0.
   std::uint64_t seed = 0;
-  double setup_timeout_s = 60;   // every rank joined and linked
-  double refit_timeout_s = 300;  // one whole refit, suits multi-GB refits on CPU
-  bool progress = false;         // draw a progress bar on stderr
-  bool log_joins = true;         // log each join and refusal on stderr
+  // Seconds until every rank joined and linked. Default: 60.
+  double setup_timeout_s = 60;
+  // Seconds for one whole refit; suits multi-GB refits on CPU. Default: 300.
+  double refit_timeout_s = 300;
+  // Draw a progress bar (through refit::log). Default: false.
+  bool progress = false;
+  // Log each join and refusal. Default: true.
+  bool log_joins = true;
   // Ranks must prove they know this secret, and the coordinator proves it
   // to them (control/auth.h). Empty: no authentication, allowed only on a
   // loopback address (a warning is logged once); listening on any other
-  // address without a secret is refused at setup.
+  // address without a secret is refused at setup. Default: empty.
   Secret secret;
 };
 

@@ -1,4 +1,4 @@
-#include "refit/demo.h"
+#include "demo.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -18,13 +18,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "command.h"
+#include "control/coordinator.h"
+#include "flags.h"
 #include "refit/model.h"
 #include "refit/plan.h"
-#include "refit/report_table.h"
+#include "report_table.h"
+#include "refit/roles.h"
 #include "control/coordinator.h"
 #include "refit/roles.h"
 
-namespace refit {
+namespace refit::cli {
 namespace {
 
 using Json = nlohmann::json;
@@ -219,105 +223,103 @@ std::string fmt(double v) {
   return s.str();
 }
 
-}  // namespace
+int exit_code_of(int wait_status) {
+  return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
+}
 
-Json run_demo_report(const DemoOptions& o) {
-  const int trainers = o.trainer_ranks > 0 ? o.trainer_ranks : o.engine_ranks;
-  // Fail fast on a bad preset or layer count, before any process starts.
-  auto model = make_model(o.model, o.layers);
-  if (!model.ok()) return Json{{"verified", false}, {"error", model.status().ToString()}};
-  // Settings that no process could run with: refuse before starting any.
+Json failed_report(const std::string& error) { return Json{{"verified", false}, {"error", error}}; }
+
+// The processes of one demo job and their scratch directory.
+struct DemoJob {
+  std::string dir, port_file, report_file;
+  std::string self = self_path();
+  std::vector<std::string> common;  // flags every process takes
+  std::vector<Child> children;      // [0]: the coordinator
+
+  ~DemoJob() {
+    if (dir.empty()) return;
+    std::remove(port_file.c_str());
+    std::remove(report_file.c_str());
+    ::rmdir(dir.c_str());
+  }
+};
+
+// Settings that no process could run with: refused before any starts.
+Status check_settings(const DemoOptions& o, int trainers) {
   RankOptions settings;
   settings.transport = o.transport;
   settings.device = o.device;
   settings.mode = o.mode;
-  if (Status st = validate_rank_settings(settings, /*engine=*/true); !st.ok()) {
-    return Json{{"verified", false}, {"error", st.ToString()}};
-  }
-  if (Status st = validate_rank_counts(trainers, o.engine_ranks); !st.ok()) {
-    return Json{{"verified", false}, {"error", st.ToString()}};
-  }
+  RETURN_IF_ERROR(validate_rank_settings(settings, /*engine=*/true));
+  return validate_rank_counts(trainers, o.engine_ranks);
+}
 
-  char dir_template[] = "/tmp/refit-demo-XXXXXX";
-  if (::mkdtemp(dir_template) == nullptr) return Json{{"verified", false}, {"error", "mkdtemp failed in /tmp"}};
-  const std::string dir = dir_template;
-  const std::string port_file = dir + "/port", report_file = dir + "/report.json";
-  const std::string self = self_path();
-  const bool progress = !o.json && ::isatty(2);
-
-  std::vector<Child> children;
-  std::vector<std::string> common = {"--trainer-ranks", std::to_string(trainers),
-                                     "--engine-ranks", std::to_string(o.engine_ranks),
-                                     "--setup-timeout", fmt(o.setup_timeout_s),
-                                     "--timeout", fmt(o.refit_timeout_s)};
-  if (!o.secret_file.empty()) {
-    common.push_back("--secret-file");
-    common.push_back(o.secret_file);
-  }
-  std::vector<std::string> coordinator = {self, "coordinator", "--listen", "127.0.0.1:0",
-                                          "--refits", std::to_string(o.refits), "--seed", std::to_string(o.seed),
-                                          "--port-file", port_file, "--report", report_file, "--quiet"};
-  coordinator.insert(coordinator.end(), common.begin(), common.end());
-  if (progress) coordinator.push_back("--progress");
-  children.push_back({"coordinator", spawn(coordinator)});
-
-  // The coordinator writes its port once it listens.
+// Starts the coordinator and returns the port it listens on, once it wrote
+// it; "" when it exited or did not write it within the setup timeout (then
+// it is killed and reaped).
+std::string start_coordinator(const DemoOptions& o, DemoJob& job) {
+  std::vector<std::string> args = {job.self, "coordinator", "--listen", "127.0.0.1:0",
+                                   "--refits", std::to_string(o.refits), "--seed", std::to_string(o.seed),
+                                   "--port-file", job.port_file, "--report", job.report_file, "--quiet"};
+  args.insert(args.end(), job.common.begin(), job.common.end());
+  if (!o.json && ::isatty(2)) args.push_back("--progress");
+  job.children.push_back({"coordinator", spawn(args)});
+  Child& coordinator = job.children[0];
   std::string port;
   for (auto until = Clock::now() + std::chrono::duration<double>(o.setup_timeout_s); Clock::now() < until;) {
-    std::ifstream in(port_file);
-    if (in >> port) break;
+    std::ifstream in(job.port_file);
+    if (in >> port) return port;
     int st = 0;
-    if (::waitpid(children[0].pid, &st, WNOHANG) == children[0].pid) {
-      children[0].exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (::waitpid(coordinator.pid, &st, WNOHANG) == coordinator.pid) {
+      coordinator.exit_code = exit_code_of(st);
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  if (port.empty()) {
-    if (children[0].exit_code < 0) ::kill(children[0].pid, SIGKILL);
-    ::waitpid(children[0].pid, nullptr, 0);
-    std::remove(port_file.c_str());
-    ::rmdir(dir.c_str());
-    return Json{{"verified", false}, {"error", "the coordinator did not start listening"}};
-  }
+  if (coordinator.exit_code < 0) ::kill(coordinator.pid, SIGKILL);
+  ::waitpid(coordinator.pid, nullptr, 0);
+  return "";
+}
 
+// Starts every engine rank, then every trainer rank, against `port`.
+void start_ranks(const DemoOptions& o, int trainers, const std::string& port, DemoJob& job) {
   std::vector<std::string> rank_common = {"--coordinator", "127.0.0.1:" + port, "--model", o.model,
                                           "--layers", std::to_string(o.layers), "--transport", o.transport,
                                           "--device", o.device, "--mode", o.mode,
                                           "--bucket-size", std::to_string(o.bucket_size)};
-  rank_common.insert(rank_common.end(), common.begin(), common.end());
+  rank_common.insert(rank_common.end(), job.common.begin(), job.common.end());
   for (int e = 0; e < o.engine_ranks; ++e) {
-    std::vector<std::string> args = {self, "engine", "--rank", std::to_string(e), "--pool-slots",
+    std::vector<std::string> args = {job.self, "engine", "--rank", std::to_string(e), "--pool-slots",
                                      std::to_string(o.pool_slots), "--memory-limit", std::to_string(o.memory_limit)};
     args.insert(args.end(), rank_common.begin(), rank_common.end());
     if (o.poison_recycled) args.push_back("--poison-recycled");
-    children.push_back({"engine rank " + std::to_string(e), spawn(args)});
+    job.children.push_back({"engine rank " + std::to_string(e), spawn(args)});
   }
   for (int t = 0; t < trainers; ++t) {
-    std::vector<std::string> args = {self, "trainer", "--rank", std::to_string(t)};
+    std::vector<std::string> args = {job.self, "trainer", "--rank", std::to_string(t)};
     args.insert(args.end(), rank_common.begin(), rank_common.end());
-    children.push_back({"trainer rank " + std::to_string(t), spawn(args)});
+    job.children.push_back({"trainer rank " + std::to_string(t), spawn(args)});
   }
+}
 
-  // Wait for every process. Each one enforces its own deadlines; the demo only
-  // steps in (SIGKILL) if one outlives them all by a wide margin.
+// Waits for every process. Each one enforces its own deadlines; the demo only
+// steps in (SIGKILL) if one outlives them all by a wide margin. Once a
+// process failed, the others fail on their own within their deadlines; a
+// rank that failed during setup leaves the rest waiting for it, so the demo
+// ends them after a short grace period instead.
+void wait_for_children(const DemoOptions& o, std::vector<Child>& children, SoakSampler* soak) {
   const auto hard_limit = Clock::now() + std::chrono::duration<double>(o.setup_timeout_s + 60 +
                                                                       o.refit_timeout_s * (o.refits + 1));
   std::size_t running = children.size() - (children[0].exit_code >= 0 ? 1 : 0);
-  // Once a process failed, the others fail on their own within their
-  // deadlines; a rank that failed during setup leaves the rest waiting for
-  // it, so the demo ends them after a short grace period instead.
   std::optional<Clock::time_point> grace_until;
-  std::optional<SoakSampler> soak;
-  if (!o.soak_report.empty()) soak.emplace(&children);
   while (running > 0) {
-    if (soak) soak->maybe_sample();
+    if (soak != nullptr) soak->maybe_sample();
     int st = 0;
     pid_t pid = ::waitpid(-1, &st, WNOHANG);
     if (pid > 0) {
       for (Child& c : children) {
         if (c.pid == pid && c.exit_code < 0) {
-          c.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+          c.exit_code = exit_code_of(st);
           --running;
           if (c.exit_code != 0 && !grace_until) grace_until = Clock::now() + std::chrono::seconds(5);
         }
@@ -337,10 +339,13 @@ Json run_demo_report(const DemoOptions& o) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   for (const Child& c : children) sweep_shared_memory(c.pid);
+}
 
+// The coordinator's report, with the processes that failed added.
+Json collect_report(const DemoJob& job) {
   Json report;
   {
-    std::ifstream in(report_file);
+    std::ifstream in(job.report_file);
     report = Json::parse(in, nullptr, /*allow_exceptions=*/false);
   }
   if (report.is_discarded() || !report.is_object()) {
@@ -348,7 +353,7 @@ Json run_demo_report(const DemoOptions& o) {
     report["error"] = "the coordinator wrote no report";
   }
   std::string failed;
-  for (const Child& c : children) {
+  for (const Child& c : job.children) {
     if (c.exit_code != 0) {
       failed += (failed.empty() ? "" : ", ") + c.name + " exited " + std::to_string(c.exit_code) +
                 (c.killed_by_demo ? " (killed by the demo)" : "");
@@ -359,6 +364,46 @@ Json run_demo_report(const DemoOptions& o) {
     if (!report.contains("error")) report["error"] = "processes failed: " + failed;
     report["process_failures"] = failed;
   }
+  return report;
+}
+
+// Writes the soak report to o.soak_report; growth fails the demo's report.
+void finish_soak(const DemoOptions& o, const SoakSampler& soak, Json& report) {
+  Json soak_report = soak.report();
+  std::ofstream(o.soak_report) << soak_report.dump(2) << "\n";
+  if (!soak_report["ok"].get<bool>()) {
+    report["verified"] = false;
+    if (!report.contains("error")) report["error"] = "soak: resources grew: " + soak_report["problems"].dump();
+  }
+}
+
+}  // namespace
+
+Json run_demo_report(const DemoOptions& o) {
+  const int trainers = o.trainer_ranks > 0 ? o.trainer_ranks : o.engine_ranks;
+  // Fail fast on a bad preset or layer count, before any process starts.
+  auto model = make_model(o.model, o.layers);
+  if (!model.ok()) return failed_report(model.status().ToString());
+  if (Status st = check_settings(o, trainers); !st.ok()) return failed_report(st.ToString());
+
+  DemoJob job;
+  char dir_template[] = "/tmp/refit-demo-XXXXXX";
+  if (::mkdtemp(dir_template) == nullptr) return failed_report("mkdtemp failed in /tmp");
+  job.dir = dir_template;
+  job.port_file = job.dir + "/port";
+  job.report_file = job.dir + "/report.json";
+  job.common = {"--trainer-ranks", std::to_string(trainers), "--engine-ranks", std::to_string(o.engine_ranks),
+                "--setup-timeout", fmt(o.setup_timeout_s), "--timeout", fmt(o.refit_timeout_s)};
+  if (!o.secret_file.empty()) job.common.insert(job.common.end(), {"--secret-file", o.secret_file});
+
+  const std::string port = start_coordinator(o, job);
+  if (port.empty()) return failed_report("the coordinator did not start listening");
+  start_ranks(o, trainers, port, job);
+  std::optional<SoakSampler> soak;
+  if (!o.soak_report.empty()) soak.emplace(&job.children);
+  wait_for_children(o, job.children, soak ? &*soak : nullptr);
+
+  Json report = collect_report(job);
   report["model"] = o.model;
   report["layers"] = o.layers;
   report["model_bytes"] = model->total_bytes();
@@ -366,31 +411,65 @@ Json run_demo_report(const DemoOptions& o) {
   report["engine_ranks_count"] = o.engine_ranks;
   report["trainer_ranks_count"] = trainers;
   report["pool_slots"] = o.pool_slots;
-  if (soak) {
-    Json soak_report = soak->report();
-    std::ofstream(o.soak_report) << soak_report.dump(2) << "\n";
-    if (!soak_report["ok"].get<bool>()) {
-      report["verified"] = false;
-      if (!report.contains("error")) report["error"] = "soak: resources grew: " + soak_report["problems"].dump();
-    }
-  }
-  std::remove(port_file.c_str());
-  std::remove(report_file.c_str());
-  ::rmdir(dir.c_str());
+  if (soak) finish_soak(o, *soak, report);
   return report;
 }
 
-int run_demo(const DemoOptions& o) {
+void add_demo_flags(CLI::App& cmd, DemoOptions& o) {
+  cmd.add_option("--model", o.model, "Model preset: " + join_names(model_presets()))
+      ->check(CLI::IsMember(model_presets()))
+      ->capture_default_str();
+  cmd.add_option("--layers", o.layers, "Keep the first N decoder layers (-1: all)")->capture_default_str();
+  cmd.add_option("--engine-ranks", o.engine_ranks, "Engine ranks (TP size)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd.add_option("--trainer-ranks", o.trainer_ranks, "Trainer ranks (default: as many as engine ranks)")
+      ->check(CLI::Range(1, 256));
+  add_transport_flag(cmd, o.transport);
+  add_bucket_size_flag(cmd, o.bucket_size);
+  cmd.add_option("--seed", o.seed, "Seed of the synthetic weights")->capture_default_str();
+  cmd.add_flag("--json", o.json, "Print a JSON report on stdout instead of the table");
+  add_device_flag(cmd, o.device);
+  add_mode_flag(cmd, o.mode);
+  cmd.add_option("--pool-slots", o.pool_slots, "Receive pool slots per engine rank")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  add_byte_size_option(cmd, "--memory-limit", o.memory_limit, "Receive pool memory limit per engine rank (0: none)");
+  cmd.add_flag("--poison-recycled", o.poison_recycled, "Debug: poison every recycled staging buffer");
+  add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
+  add_secret_file_flag(cmd, o.secret_file);
+}
+
+namespace {
+
+// Prints the table (or the JSON with options.json); OK only when verified.
+Status run_demo(const DemoOptions& o) {
+  // Fail before starting any process; the children read the same file or
+  // inherit REFIT_SECRET.
+  RETURN_IF_ERROR(resolve_secret(o.secret_file).status());
   Json report = run_demo_report(o);
-  if (report.contains("error")) {
-    std::fprintf(stderr, "refit demo: error: %s\n", report["error"].get<std::string>().c_str());
-  }
   if (o.json) {
     std::printf("%s\n", report.dump(2).c_str());
   } else {
     print_report_table(report, stdout);
   }
-  return report.value("verified", false) ? 0 : 1;
+  RETURN_IF_ERROR(report_status(report));
+  if (!report.value("verified", false)) return DataLoss("not every refit verified");
+  return Status::Ok();
 }
 
-}  // namespace refit
+}  // namespace
+
+void add_demo_command(CLI::App& app, CommandTable& table) {
+  auto o = std::make_shared<DemoOptions>();
+  CLI::App* cmd =
+      app.add_subcommand("demo", "Run a coordinator, trainer and engine ranks as processes and refit N times");
+  add_demo_flags(*cmd, *o);
+  cmd->add_option("--refits", o->refits, "Number of refits")->check(CLI::Range(1, 1000000))->capture_default_str();
+  cmd->add_option("--soak-report", o->soak_report,
+                  "Soak: sample every process's memory, descriptors and shared memory into this JSON file")
+      ->group("");  // hidden: bench/soak.sh
+  table.push_back({cmd, [o] { return run_demo(*o); }});
+}
+
+}  // namespace refit::cli

@@ -7,39 +7,45 @@
 #include <cstdint>
 #include <string>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-namespace refit {
+#include "refit/status.h"
+#include "refit/roles.h"
 
+namespace refit::cli {
+
+// What the demo runs; the settings every rank shares default to the
+// library's (RankOptions, EngineOptions), the rest are the demo's own.
 struct DemoOptions {
-  std::string model = "tiny";
-  int layers = -1;
-  int engine_ranks = 3;
+  std::string model = RankOptions{}.model;
+  int layers = RankOptions{}.layers;
+  int engine_ranks = 3;   // the demo's own: shows TP out of the box
   int trainer_ranks = 0;  // 0: as many as engine ranks
-  std::string transport = "shm";
-  std::string device = "cpu";    // cpu or cuda (trainer weights, pools, engine weights)
-  std::string mode = "staged";   // staged or direct
-  std::uint64_t bucket_size = 4ull << 20;
+  std::string transport = RankOptions{}.transport;
+  std::string device = RankOptions{}.device;  // cpu or cuda (trainer weights, pools, engine weights)
+  std::string mode = RankOptions{}.mode;      // staged or direct
+  std::uint64_t bucket_size = RankOptions{}.bucket_size;
   int refits = 5;
   std::uint64_t seed = 1;
   bool json = false;
-  int pool_slots = 2;
-  std::uint64_t memory_limit = 0;
+  int pool_slots = EngineOptions{}.pool_slots;
+  std::uint64_t memory_limit = EngineOptions{}.memory_limit;
   bool poison_recycled = false;
-  double setup_timeout_s = 60;
-  double refit_timeout_s = 300;
+  double setup_timeout_s = RankOptions{}.setup_timeout_s;
+  double refit_timeout_s = RankOptions{}.refit_timeout_s;
   std::string secret_file;  // passed to every process as --secret-file; "": REFIT_SECRET or none
   // Soak (bench/soak.sh): write every process's VmRSS, open descriptors and
   // shared memory at the start and the end of the job to this JSON file.
   std::string soak_report;
 };
 
+// The flags `refit demo` and `refit bench` share, bound to `options`
+// (everything but --refits, whose range differs, and the hidden ones).
+void add_demo_flags(CLI::App& cmd, DemoOptions& options);
+
 // Runs the demo and returns its JSON report (see README); "verified" is true
 // only when every process succeeded and every refit verified.
 nlohmann::json run_demo_report(const DemoOptions& options);
 
-// Runs the demo, prints the table (or the JSON with options.json) and
-// returns the process exit status: 0 only when verified.
-int run_demo(const DemoOptions& options);
-
-}  // namespace refit
+}  // namespace refit::cli

@@ -1,16 +1,40 @@
-#include "refit/inspect.h"
-
+// `refit inspect PATH`: what a checkpoint holds and how refit would move it.
+//
+// Prints every tensor (name, dtype, shape, bytes, TP shard rule), the totals
+// (per dtype and overall), and for each engine rank of an engine with
+// --engine-ranks TP ranks the bucket plan of its stream (make_plan on
+// engine_stream(model, rank, ranks) at --bucket-size): buckets, bytes,
+// chunked tensors, digest, and with --buckets every bucket. --json prints
+// the same as one JSON object. An error names the file, tensor and broken
+// rule, or the plan setting.
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <memory>
+#include <string>
+#include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "flags.h"
 #include "refit/checkpoint.h"
 #include "refit/plan.h"
+#include "refit/roles.h"
 
-namespace refit {
+namespace refit::cli {
 namespace {
 
 using Json = nlohmann::json;
+
+struct InspectOptions {
+  std::string path;  // a .safetensors file, a checkpoint directory, or its index
+  int engine_ranks = 1;
+  std::uint64_t bucket_size = RankOptions{}.bucket_size;
+  std::vector<std::string> shard_rules;  // "GLOB=RULE" rows placed before the default table
+  bool json = false;
+  bool buckets = false;  // text: list every bucket of every rank
+};
 
 std::string shape_text(const Json& shape) {
   std::string out = "[";
@@ -72,8 +96,7 @@ void print_text(const Json& r, bool buckets) {
   }
 }
 
-}  // namespace
-
+// The report (see README for the fields).
 StatusOr<Json> inspect_report(const InspectOptions& options) {
   std::vector<ShardRulePattern> user;
   for (const std::string& row : options.shard_rules) {
@@ -154,18 +177,31 @@ StatusOr<Json> inspect_report(const InspectOptions& options) {
   return r;
 }
 
-int run_inspect(const InspectOptions& options) {
-  StatusOr<Json> report = inspect_report(options);
-  if (!report.ok()) {
-    std::fprintf(stderr, "refit inspect: error: %s\n", report.status().ToString().c_str());
-    return 1;
-  }
+Status run_inspect(const InspectOptions& options) {
+  ASSIGN_OR_RETURN(Json report, inspect_report(options));
   if (options.json) {
-    std::printf("%s\n", report->dump(2).c_str());
+    std::printf("%s\n", report.dump(2).c_str());
   } else {
-    print_text(*report, options.buckets);
+    print_text(report, options.buckets);
   }
-  return 0;
+  return Status::Ok();
 }
 
-}  // namespace refit
+}  // namespace
+
+void add_inspect_command(CLI::App& app, CommandTable& table) {
+  auto o = std::make_shared<InspectOptions>();
+  CLI::App* cmd =
+      app.add_subcommand("inspect", "Print a checkpoint's tensors, totals and bucket plan per engine rank");
+  cmd->add_option("path", o->path, "Checkpoint: a .safetensors file, or a directory with an index")->required();
+  cmd->add_option("--engine-ranks", o->engine_ranks, "Engine ranks (TP size) to plan for")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  add_bucket_size_flag(*cmd, o->bucket_size);
+  cmd->add_option("--rule", o->shard_rules, "A TP shard rule GLOB=RULE ahead of the defaults")->check(ShardRuleRow());
+  cmd->add_flag("--json", o->json, "Print a JSON report instead of the tables");
+  cmd->add_flag("--buckets", o->buckets, "List every bucket of every engine rank");
+  table.push_back({cmd, [o] { return run_inspect(*o); }});
+}
+
+}  // namespace refit::cli

@@ -1,16 +1,34 @@
-#include "refit/make_checkpoint.h"
-
+// `refit make-checkpoint`: writes a preset's synthetic weights (content.h, the
+// content of version 1 under --seed) as a sharded safetensors checkpoint:
+// `files` files plus model.safetensors.index.json, the way Hugging Face
+// stores large models. For benchmarks and tests of `refit push` (hidden).
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <string>
 #include <vector>
 
-#include "control/control_message.h"
+#include <nlohmann/json.hpp>
+
+#include "command.h"
 #include "refit/checkpoint.h"
 #include "refit/content.h"
 #include "refit/model.h"
 #include "refit/safetensors.h"
 
-namespace refit {
+namespace refit::cli {
+namespace {
+
+using Json = nlohmann::json;
+
+struct MakeCheckpointOptions {
+  std::string model = "tiny";  // a preset
+  int layers = -1;
+  std::uint64_t seed = 0;
+  int files = 2;
+  std::string out;  // a directory (created)
+};
 
 Status make_checkpoint(const MakeCheckpointOptions& options) {
   if (options.files < 1) return InvalidArgument("--files must be at least 1");
@@ -46,4 +64,18 @@ Status make_checkpoint(const MakeCheckpointOptions& options) {
   return Status::Ok();
 }
 
-}  // namespace refit
+}  // namespace
+
+void add_make_checkpoint_command(CLI::App& app, CommandTable& table) {
+  auto o = std::make_shared<MakeCheckpointOptions>();
+  CLI::App* cmd = app.add_subcommand("make-checkpoint", "Write a preset's synthetic weights as a sharded checkpoint");
+  cmd->group("");  // hidden: the benchmarks' helper
+  cmd->add_option("--model", o->model, "Model preset")->check(CLI::IsMember(model_presets()))->capture_default_str();
+  cmd->add_option("--layers", o->layers, "Keep the first N decoder layers (-1: all)")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the synthetic weights")->capture_default_str();
+  cmd->add_option("--files", o->files, "Number of safetensors files")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--out", o->out, "Output directory")->required();
+  table.push_back({cmd, [o] { return make_checkpoint(*o); }});
+}
+
+}  // namespace refit::cli

@@ -1,72 +1,160 @@
-#include "refit/push.h"
-
+// `refit push PATH`: the trainer side of a refit whose weights come from a
+// safetensors checkpoint on disk (checkpoint.h).
+//
+// One process runs every trainer rank of the job (one thread each, ranks
+// first_rank .. first_rank + ranks - 1), each a TrainerRank over the mapped
+// checkpoint: it cuts each tensor into the shard of the engine rank it feeds
+// by the shard-rules table and sends it. With an on-demand coordinator
+// (--refits 0) the push asks for refit `version` and then finishes; with a
+// scheduled one it takes part in every refit the coordinator runs.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "command.h"
+#include "flags.h"
+#include "refit/trainer_rank.h"
 #include "refit/trainer_rank.h"
 
-namespace refit {
+namespace refit::cli {
+namespace {
 
-int run_push(const PushOptions& options) {
-  const int count = options.ranks < 0 ? options.rank.trainer_ranks - options.first_rank : options.ranks;
-  if (count < 1 || options.first_rank < 0 || options.first_rank + count > options.rank.trainer_ranks) {
-    std::fprintf(stderr, "refit push: error: ranks %d..%d are not inside 0..%d (--trainer-ranks %d)\n",
-                 options.first_rank, options.first_rank + count - 1, options.rank.trainer_ranks - 1,
-                 options.rank.trainer_ranks);
-    return 2;
+struct PushOptions {
+  RankOptions rank;           // shared settings; rank.rank is ignored
+  int first_rank = 0;
+  int ranks = -1;             // -1: every trainer rank from first_rank on
+  std::uint64_t version = 1;  // on-demand coordinators: the version to ask for
+  int repeat = 1;             // on-demand: refit versions version .. version + repeat - 1 (benchmarks)
+  std::string secret_file;
+};
+
+// The number of ranks this process runs; a usage error (exit 2) when they do
+// not fit inside the job's trainer ranks. Defaults --trainer-ranks to the
+// engine ranks.
+void check_ranks(PushOptions& o) {
+  if (o.rank.trainer_ranks < o.rank.engine_ranks) o.rank.trainer_ranks = o.rank.engine_ranks;
+  const int count = o.ranks < 0 ? o.rank.trainer_ranks - o.first_rank : o.ranks;
+  if (count < 1 || o.first_rank < 0 || o.first_rank + count > o.rank.trainer_ranks) {
+    throw CLI::ValidationError("--first-rank/--ranks", "ranks " + std::to_string(o.first_rank) + ".." +
+                                                           std::to_string(o.first_rank + count - 1) +
+                                                           " are not inside 0.." +
+                                                           std::to_string(o.rank.trainer_ranks - 1) +
+                                                           " (--trainer-ranks " +
+                                                           std::to_string(o.rank.trainer_ranks) + ")");
   }
+  o.ranks = count;
+}
+
+// One trainer rank's whole part in the job; its committed version in `version`.
+Status push_one_rank(const PushOptions& options, RankOptions o, std::uint64_t& version) {
+  auto source = make_rank_source(o);
+  if (!source.ok()) return source.status().WithContext("trainer rank " + std::to_string(o.rank));
+  ASSIGN_OR_RETURN(auto rank, TrainerRank::Join(o, std::move(*source)));
+  if (!rank->on_demand()) {
+    RETURN_IF_ERROR(rank->serve());
+    version = rank->committed_version();
+    return Status::Ok();
+  }
+  for (int k = 0; k < std::max(options.repeat, 1); ++k) {
+    Status refit = rank->refit(options.version + static_cast<std::uint64_t>(k));
+    if (!refit.ok()) {
+      // The job recovered (the engines keep their last version): end it
+      // cleanly, then report the failure.
+      if (rank->recovered()) (void)rank->finish();
+      return refit;
+    }
+  }
+  version = rank->committed_version();
+  return rank->finish();
+}
+
+// The cause among the ranks' failures: the first that is not an abort (a
+// rank aborted because another failed), else the first. The others are
+// printed as notes before it.
+Status first_cause(const std::vector<Status>& results) {
+  const Status* cause = nullptr;
+  for (const Status& s : results) {
+    if (!s.ok() && (cause == nullptr || (cause->code() == StatusCode::kAborted && s.code() != StatusCode::kAborted))) {
+      cause = &s;
+    }
+  }
+  if (cause == nullptr) return Status::Ok();
+  for (const Status& s : results) {
+    if (!s.ok() && &s != cause) std::fprintf(stderr, "refit push: another rank failed: %s\n", s.ToString().c_str());
+  }
+  return *cause;
+}
+
+Status run_push(PushOptions& options) {
+  ASSIGN_OR_RETURN(Secret secret, resolve_secret(options.secret_file));
+  options.rank.secret = secret.bytes();
   const auto started = std::chrono::steady_clock::now();
-  std::mutex mu;
-  std::vector<Status> results(static_cast<std::size_t>(count));
-  std::vector<std::uint64_t> versions(static_cast<std::size_t>(count), 0);
+  const auto count = static_cast<std::size_t>(options.ranks);
+  std::vector<Status> results(count);
+  std::vector<std::uint64_t> versions(count, 0);
   std::vector<std::thread> threads;
-  for (int i = 0; i < count; ++i) {
+  for (std::size_t i = 0; i < count; ++i) {
     threads.emplace_back([&, i] {
       RankOptions o = options.rank;
-      o.rank = options.first_rank + i;
-      Status status = [&]() -> Status {
-        auto source = make_rank_source(o);
-        if (!source.ok()) return source.status().WithContext("trainer rank " + std::to_string(o.rank));
-        ASSIGN_OR_RETURN(auto rank, TrainerRank::Join(o, std::move(*source)));
-        if (rank->on_demand()) {
-          for (int k = 0; k < std::max(options.repeat, 1); ++k) {
-            Status refit = rank->refit(options.version + static_cast<std::uint64_t>(k));
-            if (!refit.ok()) {
-              // The job recovered (the engines keep their last version):
-              // end it cleanly, then report the failure.
-              if (rank->recovered()) (void)rank->finish();
-              return refit;
-            }
-          }
-          versions[static_cast<std::size_t>(i)] = rank->committed_version();
-          return rank->finish();
-        }
-        RETURN_IF_ERROR(rank->serve());
-        versions[static_cast<std::size_t>(i)] = rank->committed_version();
-        return Status::Ok();
-      }();
-      std::lock_guard<std::mutex> lock(mu);
-      results[static_cast<std::size_t>(i)] = status;
+      o.rank = options.first_rank + static_cast<int>(i);
+      results[i] = push_one_rank(options, o, versions[i]);  // each thread writes its own slot
     });
   }
   for (auto& t : threads) t.join();
-  int failed = 0;
-  for (const Status& s : results) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "refit push: error: %s\n", s.ToString().c_str());
-      ++failed;
-    }
-  }
+  RETURN_IF_ERROR(first_cause(results));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  if (failed > 0) return 1;
-  std::fprintf(stderr, "refit push: %s committed as version %llu by %d trainer rank(s) in %.2f s\n",
+  std::fprintf(stderr, "refit push: %s committed as version %llu by %zu trainer rank(s) in %.2f s\n",
                options.rank.model.c_str(), static_cast<unsigned long long>(versions[0]), count, seconds);
-  return 0;
+  return Status::Ok();
 }
 
-}  // namespace refit
+void add_push_flags(CLI::App& cmd, PushOptions& p) {
+  RankOptions& o = p.rank;
+  cmd.add_option("path", o.model, "Checkpoint: a .safetensors file, or a directory with an index")->required();
+  cmd.add_option("--coordinator", o.coordinator, "Coordinator address host:port")->required();
+  add_rank_count_flags(cmd, o.trainer_ranks, "Trainer ranks of the job (default: as many as engine ranks)",
+                       o.engine_ranks, "Engine ranks (TP size)");
+  cmd.get_option("--trainer-ranks")->default_str("");  // its default is the engine ranks (check_ranks)
+  cmd.add_option("--first-rank", p.first_rank, "First trainer rank this process runs")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd.add_option("--ranks", p.ranks, "Trainer ranks this process runs (default: the rest)")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--version", p.version, "Weight version to commit (on-demand coordinators)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd.add_option("--repeat", p.repeat, "On-demand: push the file this many times, as consecutive versions")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd.add_option("--rule", o.shard_rules, "A TP shard rule GLOB=RULE ahead of the defaults");
+  add_bucket_size_flag(cmd, o.bucket_size);
+  add_transport_flag(cmd, o.transport);
+  add_mode_flag(cmd, o.mode);
+  cmd.add_option("--gpu", o.gpu, "Local CUDA device for the copies into device engines")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
+  add_secret_file_flag(cmd, p.secret_file);
+  cmd.add_option("--register-host-weights", o.register_host_weights,
+                 "GPU engines: register the mapped checkpoint with the GPU so its copy engines read it "
+                 "directly (false: pack through pinned buffers)")
+      ->capture_default_str();
+}
+
+}  // namespace
+
+void add_push_command(CLI::App& app, CommandTable& table) {
+  auto p = std::make_shared<PushOptions>();
+  CLI::App* cmd =
+      app.add_subcommand("push", "Refit running engine ranks from a safetensors checkpoint (the trainer side)");
+  add_push_flags(*cmd, *p);
+  cmd->callback([p] { check_ranks(*p); });
+  table.push_back({cmd, [p] { return run_push(*p); }});
+}
+
+}  // namespace refit::cli

@@ -1,10 +1,11 @@
-#include "refit/report_table.h"
+#include "report_table.h"
 
 #include <string>
+#include <string_view>
 
 #include "refit/plan.h"
 
-namespace refit {
+namespace refit::cli {
 
 void print_report_table(const nlohmann::json& r, std::FILE* out) {
   auto u = [&](const char* k) { return r.value(k, 0ull); };
@@ -43,4 +44,16 @@ void print_report_table(const nlohmann::json& r, std::FILE* out) {
   }
 }
 
-}  // namespace refit
+Status report_status(const nlohmann::json& report) {
+  if (!report.contains("error")) return Status::Ok();
+  const std::string text = report["error"].is_string() ? report["error"].get<std::string>() : report["error"].dump();
+  for (StatusCode code : {StatusCode::kInvalidArgument, StatusCode::kFailedPrecondition, StatusCode::kNotFound,
+                          StatusCode::kUnavailable, StatusCode::kAborted, StatusCode::kDeadlineExceeded,
+                          StatusCode::kDataLoss, StatusCode::kResourceExhausted, StatusCode::kInternal}) {
+    const std::string prefix = std::string(status_code_name(code)) + ": ";
+    if (text.rfind(prefix, 0) == 0) return Status(code, text.substr(prefix.size()));
+  }
+  return Aborted(text);
+}
+
+}  // namespace refit::cli

@@ -1,0 +1,69 @@
+// `refit coordinator`: the control plane of one job (control/coordinator.h).
+// Prints the JSON report on stdout (or writes it to --report) and fails when
+// the report holds an error.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "command.h"
+#include "control/coordinator.h"
+#include "flags.h"
+#include "report_table.h"
+
+namespace refit::cli {
+namespace {
+
+struct CoordinatorFlags {
+  CoordinatorOptions options;
+  std::string secret_file;
+  std::string port_file;    // "": say the port on stderr
+  std::string report_file;  // "": the report goes to stdout
+};
+
+// Writes `port` to `path` atomically (a reader never sees a partial file).
+void write_port_file(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  { std::ofstream(tmp) << port << "\n"; }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+Status run_coordinator_command(CoordinatorFlags& f) {
+  ASSIGN_OR_RETURN(f.options.secret, resolve_secret(f.secret_file));
+  Json report = run_coordinator(f.options, [&](int port) {
+    if (!f.port_file.empty()) {
+      write_port_file(f.port_file, port);
+    } else {
+      std::fprintf(stderr, "refit coordinator: listening on port %d\n", port);
+    }
+  });
+  if (f.report_file.empty()) {
+    std::printf("%s\n", report.dump(2).c_str());
+  } else {
+    std::ofstream(f.report_file) << report.dump(2) << "\n";
+  }
+  return report_status(report);
+}
+
+}  // namespace
+
+void add_coordinator_command(CLI::App& app, CommandTable& table) {
+  auto f = std::make_shared<CoordinatorFlags>();
+  CoordinatorOptions& o = f->options;
+  CLI::App* cmd = app.add_subcommand("coordinator", "Run the control plane of a refit job");
+  cmd->add_option("--listen", o.listen, "host:port to listen on (port 0: any)")->capture_default_str();
+  add_rank_count_flags(*cmd, o.trainer_ranks, "Trainer ranks expected", o.engine_ranks, "Engine ranks expected");
+  cmd->add_option("--refits", o.refits, "Number of refits to run; 0: on demand, as the trainer ranks ask")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed of the synthetic weights")->capture_default_str();
+  add_timeout_flags(*cmd, o.setup_timeout_s, o.refit_timeout_s);
+  cmd->add_option("--port-file", f->port_file, "Write the listening port to this file");
+  cmd->add_option("--report", f->report_file, "Write the JSON report to this file (default: stdout)");
+  cmd->add_flag("--progress", o.progress, "Draw a progress bar on stderr");
+  cmd->add_flag("!--quiet", o.log_joins, "Do not log each rank that joins");
+  add_secret_file_flag(*cmd, f->secret_file);
+  table.push_back({cmd, [f] { return run_coordinator_command(*f); }});
+}
+
+}  // namespace refit::cli

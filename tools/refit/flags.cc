@@ -1,0 +1,153 @@
+#include "flags.h"
+
+#include <cstdlib>
+
+#include "refit/checkpoint.h"
+#include "refit/dtype.h"
+#include "refit/model.h"
+#include "refit/plan.h"
+#include "transport/transport.h"
+
+namespace refit::cli {
+namespace {
+
+constexpr const char* kSecretFileHelp =
+    "File holding the shared secret of the control and data planes (default: the environment variable REFIT_SECRET; "
+    "neither: no authentication, loopback only)";
+
+// CLI11 transform of a byte size ("4MiB") into its count of bytes ("4194304"),
+// which CLI11 then stores in the bound integer.
+struct ByteSize : CLI::Validator {
+  ByteSize() {
+    name_ = "SIZE";
+    func_ = [](std::string& text) {
+      auto parsed = parse_byte_size(text);
+      if (!parsed.ok()) return parsed.status().message();
+      text = std::to_string(*parsed);
+      return std::string();
+    };
+  }
+};
+
+}  // namespace
+
+std::string byte_size_text(std::uint64_t bytes) {
+  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  std::string text = std::to_string(bytes);
+  std::uint64_t scale = 1024;
+  for (const char* unit : kUnits) {
+    if (bytes == 0 || bytes % scale != 0) break;
+    text = std::to_string(bytes / scale) + unit;
+    scale *= 1024;
+  }
+  return text;
+}
+
+CLI::Option* add_byte_size_option(CLI::App& cmd, const std::string& name, std::uint64_t& bytes,
+                                  const std::string& help) {
+  return cmd.add_option(name, bytes, help)->transform(ByteSize())->type_name("SIZE")->default_str(byte_size_text(bytes));
+}
+
+CLI::Option* add_bucket_size_flag(CLI::App& cmd, std::uint64_t& bytes) {
+  return add_byte_size_option(cmd, "--bucket-size", bytes, "Transport bucket size, e.g. 4MiB, 1GiB");
+}
+
+void add_timeout_flags(CLI::App& cmd, double& setup_timeout_s, double& refit_timeout_s) {
+  cmd.add_option("--setup-timeout", setup_timeout_s, "Seconds allowed for setup")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd.add_option("--timeout", refit_timeout_s, "Seconds allowed for one refit")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+
+void add_rank_count_flags(CLI::App& cmd, int& trainer_ranks, const std::string& trainer_help, int& engine_ranks,
+                          const std::string& engine_help) {
+  cmd.add_option("--trainer-ranks", trainer_ranks, trainer_help)->check(CLI::PositiveNumber)->capture_default_str();
+  cmd.add_option("--engine-ranks", engine_ranks, engine_help)->check(CLI::PositiveNumber)->capture_default_str();
+}
+
+CLI::Option* add_transport_flag(CLI::App& cmd, std::string& transport) {
+  return cmd.add_option("--transport", transport, "Transport: " + join_names(transport_names()))
+      ->check(CLI::IsMember(transport_names()))
+      ->capture_default_str();
+}
+
+CLI::Option* add_device_flag(CLI::App& cmd, std::string& device) {
+  return cmd.add_option("--device", device, "Where weights and buffers live: cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+}
+
+CLI::Option* add_mode_flag(CLI::App& cmd, std::string& mode) {
+  return cmd.add_option("--mode", mode, "staged (receive pool) or direct (trainers write into the engine's weights)")
+      ->check(CLI::IsMember({"staged", "direct"}))
+      ->capture_default_str();
+}
+
+CLI::Option* add_secret_file_flag(CLI::App& cmd, std::string& path) {
+  return cmd.add_option("--secret-file", path, kSecretFileHelp);
+}
+
+StatusOr<Secret> resolve_secret(const std::string& path) { return Secret::Resolve(path, std::getenv("REFIT_SECRET")); }
+
+void add_rank_flags(CLI::App& cmd, RankOptions& o) {
+  cmd.add_option("--coordinator", o.coordinator, "Coordinator address host:port")->required();
+  cmd.add_option("--rank", o.rank, "This process's rank")->required()->check(CLI::NonNegativeNumber);
+  add_rank_count_flags(cmd, o.trainer_ranks, "Number of trainer ranks", o.engine_ranks,
+                       "Number of engine ranks (TP size)");
+  cmd.add_option("--model", o.model,
+                 "Model preset (" + join_names(model_presets()) + ") or safetensors checkpoint path")
+      ->capture_default_str();
+  cmd.add_option("--layers", o.layers, "Keep the first N decoder layers (-1: all)")->capture_default_str();
+  cmd.add_option("--rule", o.shard_rules,
+                 "Checkpoints: a TP shard rule GLOB=RULE (replicated, column, row, vocab) ahead of the defaults");
+  add_bucket_size_flag(cmd, o.bucket_size);
+  add_transport_flag(cmd, o.transport);
+  add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
+  cmd.add_option("--bucket-timeout", o.bucket_timeout_s,
+                 "Seconds a rank waits for the next bucket before it declares its peer stalled")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  add_device_flag(cmd, o.device);
+  add_mode_flag(cmd, o.mode);
+}
+
+void add_engine_flags(CLI::App& cmd, EngineOptions& o, std::string& secret_file) {
+  add_rank_flags(cmd, o);
+  add_secret_file_flag(cmd, secret_file);
+  cmd.add_option("--pool-slots", o.pool_slots, "Receive pool slots")->check(CLI::Range(1, 64))->capture_default_str();
+  add_byte_size_option(cmd, "--memory-limit", o.memory_limit, "Receive pool memory limit (0: none)");
+  cmd.add_option("--listen-host", o.listen_host, "Address trainers connect to for data")->capture_default_str();
+  cmd.add_flag("--poison-recycled", o.poison_recycled, "Debug: poison every recycled staging buffer");
+  cmd.add_flag("!--no-verify", o.verify,
+               "Skip verifying every byte after each refit (against the synthetic content, or the checkpoint file)");
+  cmd.add_option("--dtypes", o.supported_dtypes, "Dtypes this engine supports (default: all)");
+  cmd.add_option("--base-gpu-id", o.base_gpu_id,
+                 "Engine rank r uses local CUDA device base-gpu-id + r (an index inside CUDA_VISIBLE_DEVICES)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+}
+
+Status finish_engine_options(EngineOptions& options, const std::string& secret_file) {
+  ASSIGN_OR_RETURN(Secret secret, resolve_secret(secret_file));
+  options.secret = secret.bytes();
+  for (const std::string& d : options.supported_dtypes) RETURN_IF_ERROR(parse_dtype(d).status());
+  return Status::Ok();
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+ShardRuleRow::ShardRuleRow() {
+  name_ = "GLOB=RULE";
+  func_ = [](std::string& text) {
+    auto parsed = parse_shard_rule_pattern(text);
+    return parsed.ok() ? std::string() : parsed.status().message();
+  };
+}
+
+}  // namespace refit::cli

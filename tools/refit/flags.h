@@ -1,0 +1,79 @@
+// Flags that more than one `refit` subcommand takes, declared once here.
+//
+// Every option is bound straight to a field of the options struct the
+// command runs with (RankOptions, EngineOptions, CoordinatorOptions,
+// DemoOptions, ...): the default a user gets is the field's initial value,
+// and --help shows that value, so the struct is the one place a default
+// lives. Register flags on a default-constructed struct.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "control/auth.h"
+#include "refit/status.h"
+#include "refit/roles.h"
+
+namespace refit::cli {
+
+// "4MiB" for 4 << 20, "1GiB", "512KiB", "4097": the shortest text that
+// parse_byte_size reads back as exactly `bytes` (what --help shows).
+std::string byte_size_text(std::uint64_t bytes);
+
+// A byte-size option ("4MiB", "1GiB", "64MB", "4096") bound to `bytes`;
+// --help shows its value now as byte_size_text. A text parse_byte_size
+// refuses is a usage error naming it.
+CLI::Option* add_byte_size_option(CLI::App& cmd, const std::string& name, std::uint64_t& bytes,
+                                  const std::string& help);
+
+// --bucket-size, bound to `bytes` (RankOptions::bucket_size's default).
+CLI::Option* add_bucket_size_flag(CLI::App& cmd, std::uint64_t& bytes);
+
+// --setup-timeout and --timeout (seconds, positive).
+void add_timeout_flags(CLI::App& cmd, double& setup_timeout_s, double& refit_timeout_s);
+
+// --trainer-ranks and --engine-ranks, with the help texts given (each
+// command says what the count means to it) and positive counts.
+void add_rank_count_flags(CLI::App& cmd, int& trainer_ranks, const std::string& trainer_help, int& engine_ranks,
+                          const std::string& engine_help);
+
+// --transport: one of transport_names().
+CLI::Option* add_transport_flag(CLI::App& cmd, std::string& transport);
+// --device: cpu or cuda.
+CLI::Option* add_device_flag(CLI::App& cmd, std::string& device);
+// --mode: staged or direct.
+CLI::Option* add_mode_flag(CLI::App& cmd, std::string& mode);
+
+// --secret-file: the file holding the job's shared secret. Resolve it with
+// resolve_secret once the command line parsed.
+CLI::Option* add_secret_file_flag(CLI::App& cmd, std::string& path);
+
+// The secret of `path` if given, else of the environment variable
+// REFIT_SECRET, else none: read here, at the edge.
+StatusOr<Secret> resolve_secret(const std::string& path);
+
+// The flags of one rank process (`refit trainer|engine|save`): coordinator,
+// rank, counts, model, layers, shard rules, bucket size, transport,
+// timeouts, device and mode.
+void add_rank_flags(CLI::App& cmd, RankOptions& options);
+
+// What `refit engine` and `refit save` share: the rank flags, the secret
+// file and the receive pool, verification, dtypes and device settings.
+void add_engine_flags(CLI::App& cmd, EngineOptions& options, std::string& secret_file);
+
+// Validates dtype names of --dtypes and resolves the secret into `options`:
+// what an engine rank needs before it runs.
+Status finish_engine_options(EngineOptions& options, const std::string& secret_file);
+
+// "a, b, c".
+std::string join_names(const std::vector<std::string>& names);
+
+// CLI11 check of a shard-rule row ("*.qkv_proj.weight=column").
+struct ShardRuleRow : CLI::Validator {
+  ShardRuleRow();
+};
+
+}  // namespace refit::cli

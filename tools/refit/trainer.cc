@@ -1,0 +1,61 @@
+// `refit trainer`: one trainer rank (runtime/roles.h), and its hidden fault
+// injection flags for the tests.
+#include <memory>
+#include <string>
+
+#include "command.h"
+#include "flags.h"
+
+namespace refit::cli {
+namespace {
+
+struct TrainerFlags {
+  RankOptions options;
+  std::string secret_file;
+  std::string debug_data_secret_file;  // "": the data link uses the job's secret
+};
+
+Status run_trainer_command(TrainerFlags& f) {
+  ASSIGN_OR_RETURN(Secret secret, resolve_secret(f.secret_file));
+  f.options.secret = secret.bytes();
+  if (!f.debug_data_secret_file.empty()) {
+    ASSIGN_OR_RETURN(Secret data_secret, Secret::FromFile(f.debug_data_secret_file));
+    f.options.debug_data_secret = data_secret.bytes();
+  }
+  return run_trainer(f.options);
+}
+
+// Fault injection for tests, hidden from --help.
+void add_debug_flags(CLI::App& cmd, TrainerFlags& f) {
+  RankOptions& o = f.options;
+  cmd.add_option("--debug-pack-rank", o.debug_pack_rank, "Fault injection for tests: pack another engine rank's shards")
+      ->group("");
+  cmd.add_option("--debug-fail-refit", o.debug_fail_refit,
+                 "Fault injection for tests: fail refit N after its first bucket")
+      ->group("");
+  cmd.add_option("--debug-cuda-fault-refit", o.debug_cuda_fault_refit,
+                 "Fault injection for tests: break the trainer's CUDA context in refit N")
+      ->group("");
+  cmd.add_option("--debug-die-after-announce", o.debug_die_after_announce,
+                 "Fault injection for tests: in refit N, send a bucket behind a GPU delay, then SIGKILL")
+      ->group("");
+  cmd.add_option("--debug-data-secret-file", f.debug_data_secret_file,
+                 "Fault injection for tests: authenticate the data link with this secret instead")
+      ->group("");
+}
+
+}  // namespace
+
+void add_trainer_command(CLI::App& app, CommandTable& table) {
+  auto f = std::make_shared<TrainerFlags>();
+  CLI::App* cmd = app.add_subcommand("trainer", "Run one trainer rank");
+  add_rank_flags(*cmd, f->options);
+  add_secret_file_flag(*cmd, f->secret_file);
+  add_debug_flags(*cmd, *f);
+  cmd->add_option("--gpu", f->options.gpu, "Local CUDA device of this trainer rank (inside CUDA_VISIBLE_DEVICES)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  table.push_back({cmd, [f] { return run_trainer_command(*f); }});
+}
+
+}  // namespace refit::cli
