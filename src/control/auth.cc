@@ -12,6 +12,7 @@
 #include <openssl/hmac.h>
 
 #include "control/control_message.h"
+#include "core/regular_file.h"
 
 namespace refit {
 namespace {
@@ -63,13 +64,9 @@ StatusOr<Secret> Secret::FromBytes(std::string bytes, const std::string& source)
 }
 
 StatusOr<Secret> Secret::FromFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("opening the secret file " + path, errno);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgument("the secret file " + path + " is not a regular file");
-  }
+  // A FIFO or a device is refused before it is read, without blocking.
+  ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path, "the secret file " + path));
+  const int fd = file.fd.get();
   std::string bytes(kMaxSecretBytes + 2, '\0');  // + "\r\n"
   std::size_t got = 0;
   while (got < bytes.size()) {
@@ -77,14 +74,12 @@ StatusOr<Secret> Secret::FromFile(const std::string& path) {
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) {
       int err = errno;
-      ::close(fd);
       OPENSSL_cleanse(bytes.data(), bytes.size());
       return ErrnoStatus("reading the secret file " + path, err);
     }
     if (k == 0) break;
     got += static_cast<std::size_t>(k);
   }
-  ::close(fd);
   std::size_t n = got;
   if (n > 0 && bytes[n - 1] == '\n') --n;
   if (n > 0 && bytes[n - 1] == '\r') --n;

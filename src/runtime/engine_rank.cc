@@ -560,13 +560,15 @@ Status verify_checkpoint(const Model& model, const Checkpoint& checkpoint, const
       have = got.data();
     }
     if (std::memcmp(have, want.data(), bytes) != 0) {
+      RETURN_IF_ERROR(checkpoint.check_unchanged());  // a file changed under this rank: that is the cause
       std::uint64_t at = 0;
       while (at < bytes && have[at] == want[at]) ++at;
       return DataLoss(name + ": tensor '" + w.spec.name + "' differs from " + checkpoint.path() + " at byte " +
                       std::to_string(at) + " of its shard after refit " + std::to_string(version));
     }
   }
-  return Status::Ok();
+  // What was compared against is the file as opened (else zeros).
+  return checkpoint.check_unchanged();
 }
 
 // Writes `rank`'s weights (its shards, as the engine holds them) to `path`.

@@ -317,6 +317,8 @@ class TrainerRank::Impl {
     // Every copy has finished here (the flushes waited for them): the end
     // event completes at once, and is read after "sent", outside the timing.
     if (gpu_span_) RETURN_IF_ERROR(gpu_span_->second.record(stream_.handle()).WithContext(name()));
+    // Every byte was read: a checkpoint file that changed meanwhile fails the refit.
+    RETURN_IF_ERROR(source_->check_unchanged().WithContext(name() + ", refit " + std::to_string(version)));
     RETURN_IF_ERROR(client_->send(Json{{"type", "progress"}, {"version", version}, {"bytes", bytes}}));
     RETURN_IF_ERROR(client_->send(Json{{"type", "sent"}, {"version", version}}));
     Json stats{{"buckets", buckets}, {"bytes", bytes}, {"send_ms", send_ms}, {"memory_path", memory_path()}};
