@@ -1,6 +1,8 @@
 #include "control/auth.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -96,6 +98,26 @@ StatusOr<Secret> Secret::Resolve(const std::string& file, const char* env_value)
   if (!file.empty()) return FromFile(file);
   if (env_value != nullptr && *env_value != '\0') return FromBytes(env_value, "REFIT_SECRET");
   return Secret();
+}
+
+// ---------------------------------------------------------------- listening
+
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+Status check_listen_without_secret(const std::string& host, const Secret& secret, const std::string& who,
+                                   const std::string& listen) {
+  if (!secret.empty() || is_loopback_host(host)) return Status::Ok();
+  return FailedPrecondition("refusing to listen on " + listen + " for " + who +
+                            " without a secret: any host that reaches it could feed it weights; give the "
+                            "coordinator and every rank --secret-file (or REFIT_SECRET), or listen on a loopback "
+                            "address");
 }
 
 // ---------------------------------------------------------------- primitives

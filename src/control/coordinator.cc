@@ -94,7 +94,6 @@ class Coordinator {
     const int listening_port = listener->port();
     JoinGate::Options gate;
     gate.secret = options_.secret;
-    gate.log = [this](const std::string& line) { log(line); };
     ASSIGN_OR_RETURN(gate_, JoinGate::Start(std::move(listener), std::move(gate)));
     on_listening(listening_port);
     trainers_.resize(options_.trainer_ranks);

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "refit/log.h"
+
 namespace refit {
 namespace {
 
@@ -73,21 +75,22 @@ std::optional<JoinGate::Candidate> JoinGate::take() {
   return c;
 }
 
-void JoinGate::log(const std::string& line) {
+void JoinGate::refuse(RefusalCause cause, const std::string& line) {
   refused_.fetch_add(1);
-  if (!options_.log) return;
-  std::lock_guard<std::mutex> lock(log_mu_);
-  options_.log(line);
+  if (cause == RefusalCause::kEvicted) evicted_.fetch_add(1);
+  refusals_.refused(cause, line);
 }
 
 void JoinGate::accept_loop() {
   for (;;) {
     pollfd fds[2] = {{listener_->fd(), POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-    // Wake now and then to join finished handshake threads.
+    // Wake now and then to join finished handshake threads and log counts.
     int rc = ::poll(fds, 2, 200);
     reap(/*all=*/false);
+    refusals_.flush();
     if (rc < 0 && errno != EINTR) {
-      log("coordinator: poll on the listening socket failed: " + std::string(std::strerror(errno)));
+      log(LogLevel::kError, "refit coordinator",
+          "poll on the listening socket failed: " + std::string(std::strerror(errno)));
       return;
     }
     if (rc > 0 && (fds[1].revents & POLLIN)) return;
@@ -96,20 +99,30 @@ void JoinGate::accept_loop() {
     if (!link.ok()) continue;  // the peer left before accept, or EAGAIN
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
-    if (static_cast<int>(handshakes_.size()) >= options_.max_handshakes) {
-      log("refused a connection from " + (*link)->peer() + ": " + std::to_string(handshakes_.size()) +
-          " connections are already authenticating (at most " + std::to_string(options_.max_handshakes) + ")");
-      link->reset();  // closes it
-      continue;
-    }
+    make_room();
     Handshake& h = handshakes_.emplace_back();
     h.link = link->get();
     h.thread = std::thread([this, hp = &h, owned = std::move(*link)]() mutable { handshake(hp, std::move(owned)); });
   }
 }
 
+void JoinGate::make_room() {
+  int unauthenticated = 0;
+  Handshake* oldest = nullptr;  // handshakes_ is in accept order
+  for (Handshake& h : handshakes_) {
+    if (h.done || h.authenticated || h.evicted) continue;
+    ++unauthenticated;
+    if (oldest == nullptr) oldest = &h;
+  }
+  if (unauthenticated < options_.max_unauthenticated || oldest == nullptr) return;
+  // Its thread sees the shut-down link fail, logs the eviction and ends.
+  oldest->evicted = true;
+  if (oldest->link) oldest->link->shutdown();
+}
+
 void JoinGate::handshake(Handshake* h, std::unique_ptr<Link> link) {
   const std::string peer = link->peer();
+  const Deadline deadline = Deadline::After(options_.handshake_timeout);
   auto finish = [&](std::unique_ptr<Link> admitted, Json join) {
     std::lock_guard<std::mutex> lock(mu_);
     h->link = nullptr;
@@ -119,17 +132,32 @@ void JoinGate::handshake(Handshake* h, std::unique_ptr<Link> link) {
       signal_fd(ready_fd_);
     }
   };
-  Status auth = authenticate_as_server(*link, options_.secret, kControlAuthContext,
-                                       Deadline::After(options_.auth_timeout));
+  // Why a handshake that failed failed: evicted, out of time, or its own fault.
+  auto cause = [&](const Status& st, RefusalCause otherwise) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (h->evicted) return RefusalCause::kEvicted;
+    return st.code() == StatusCode::kDeadlineExceeded ? RefusalCause::kTimedOut : otherwise;
+  };
+  Status auth = authenticate_as_server(*link, options_.secret, kControlAuthContext, deadline);
   if (!auth.ok()) {
-    log("refused a connection from " + peer + ": " + auth.message());
+    const RefusalCause why = cause(auth, RefusalCause::kAuthentication);
+    refuse(why, "refused a connection from " + peer + ": " +
+                    (why == RefusalCause::kEvicted
+                         ? "still unauthenticated when " + std::to_string(options_.max_unauthenticated) +
+                               " newer connections were waiting (evicted to make room)"
+                         : auth.message()));
     return finish(nullptr, Json());
   }
-  auto join = recv_control(*link, Deadline::After(options_.join_timeout));
+  if (!options_.secret.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!h->evicted) h->authenticated = true;
+  }
+  auto join = recv_control(*link, deadline);
   if (!join.ok()) {
     (void)send_control(*link, Json{{"type", "error"}, {"error", status_to_json(join.status())}},
                        Deadline::After(std::chrono::milliseconds(1000)));
-    log("refused a connection from " + peer + " after it authenticated: " + join.status().message());
+    refuse(cause(join.status(), RefusalCause::kJoin),
+           "refused a connection from " + peer + " after it authenticated: " + join.status().message());
     return finish(nullptr, Json());
   }
   finish(std::move(link), std::move(*join));

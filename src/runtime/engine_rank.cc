@@ -141,6 +141,8 @@ class EngineRank::Impl {
         descriptor = pool->descriptor();
       }
     }
+    RETURN_IF_ERROR(check_listen_without_secret(options_.listen_host, Secret(options_.secret),
+                                                name() + "'s data port", "--listen-host " + options_.listen_host));
     ASSIGN_OR_RETURN(listener_, Listener::Listen(options_.listen_host, 0));
 
     Json supported = Json::array();
@@ -296,13 +298,16 @@ class EngineRank::Impl {
   // rank's data context (auth.h; "none" when the job has no secret) within
   // kDataAuthTimeout, then reads its hello (an authenticated trainer opens
   // its transport target first, so the hello may take until `deadline`).
+  // Without a secret "authenticated" proves nothing (anyone answers
+  // "none"), so the hello is due within the same kDataAuthTimeout of the
+  // accept: an idle stranger holds the port at most that long.
   // Returns the index in feeders_ of the trainer rank it is; an error says
   // why it is refused. `addresses`: where the trainer ranks already linked
   // connected from ("" for those still awaited).
   StatusOr<std::size_t> admit_link(Link& link, const std::vector<std::string>& addresses, Deadline deadline) {
-    RETURN_IF_ERROR(authenticate_as_server(link, Secret(options_.secret), data_auth_context(rank()),
-                                           deadline.min(Deadline::After(kDataAuthTimeout))));
-    ASSIGN_OR_RETURN(FrameHeader hello, link.recv_header(deadline, 0));
+    const Deadline handshake = deadline.min(Deadline::After(kDataAuthTimeout));
+    RETURN_IF_ERROR(authenticate_as_server(link, Secret(options_.secret), data_auth_context(rank()), handshake));
+    ASSIGN_OR_RETURN(FrameHeader hello, link.recv_header(options_.secret.empty() ? handshake : deadline, 0));
     auto it = std::find(feeders_.begin(), feeders_.end(), hello.a);
     if (hello.type != FrameType::kHello || it == feeders_.end() || hello.b != static_cast<std::uint64_t>(rank())) {
       return InvalidArgument("not a hello from one of its trainer ranks (frame type " +
