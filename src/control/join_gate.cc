@@ -75,10 +75,10 @@ std::optional<JoinGate::Candidate> JoinGate::take() {
   return c;
 }
 
-void JoinGate::refuse(RefusalCause cause, const std::string& line) {
+void JoinGate::refuse(RefusalCause cause, const std::string& peer, const std::string& why) {
   refused_.fetch_add(1);
   if (cause == RefusalCause::kEvicted) evicted_.fetch_add(1);
-  refusals_.refused(cause, line);
+  refusals_.refused(cause, peer, why);
 }
 
 void JoinGate::accept_loop() {
@@ -141,11 +141,11 @@ void JoinGate::handshake(Handshake* h, std::unique_ptr<Link> link) {
   Status auth = authenticate_as_server(*link, options_.secret, kControlAuthContext, deadline);
   if (!auth.ok()) {
     const RefusalCause why = cause(auth, RefusalCause::kAuthentication);
-    refuse(why, "refused a connection from " + peer + ": " +
-                    (why == RefusalCause::kEvicted
-                         ? "still unauthenticated when " + std::to_string(options_.max_unauthenticated) +
-                               " newer connections were waiting (evicted to make room)"
-                         : auth.message()));
+    refuse(why, peer,
+           why == RefusalCause::kEvicted
+               ? "evicted unauthenticated: the oldest of " + std::to_string(options_.max_unauthenticated) +
+                     " unauthenticated connections when another arrived"
+               : auth.message());
     return finish(nullptr, Json());
   }
   if (!options_.secret.empty()) {
@@ -156,8 +156,7 @@ void JoinGate::handshake(Handshake* h, std::unique_ptr<Link> link) {
   if (!join.ok()) {
     (void)send_control(*link, Json{{"type", "error"}, {"error", status_to_json(join.status())}},
                        Deadline::After(std::chrono::milliseconds(1000)));
-    refuse(cause(join.status(), RefusalCause::kJoin),
-           "refused a connection from " + peer + " after it authenticated: " + join.status().message());
+    refuse(cause(join.status(), RefusalCause::kJoin), peer, "after it authenticated: " + join.status().message());
     return finish(nullptr, Json());
   }
   finish(std::move(link), std::move(*join));

@@ -101,7 +101,7 @@ class JoinGate {
   void make_room();
   void handshake(Handshake* h, std::unique_ptr<Link> link);
   void reap(bool all);
-  void refuse(RefusalCause cause, const std::string& line);
+  void refuse(RefusalCause cause, const std::string& peer, const std::string& why);
 
   std::unique_ptr<Listener> listener_;
   Options options_;

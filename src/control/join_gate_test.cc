@@ -138,7 +138,7 @@ TEST(JoinGate, AFullGateEvictsTheOldestUnauthenticatedConnection) {
   EXPECT_FALSE(ClosedWithin(*second, 200ms));
   EXPECT_FALSE(ClosedWithin(*third, 200ms));
   EXPECT_EQ(g.gate->evicted(), 1);
-  EXPECT_NE(g.Log().find("evicted to make room"), std::string::npos) << g.Log();
+  EXPECT_NE(g.Log().find("evicted unauthenticated: the oldest of 2"), std::string::npos) << g.Log();
 }
 
 // Catches: limits that count authenticated connections (a rank that proved

@@ -16,19 +16,19 @@ std::string_view refusal_cause_name(RefusalCause cause) {
   return "unknown";
 }
 
-void RefusalLog::refused(RefusalCause cause, const std::string& line) {
+void RefusalLog::refused(RefusalCause cause, const std::string& peer, const std::string& why) {
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   PerCause& c = causes_[static_cast<int>(cause)];
   if (c.ever_logged && now - c.last_logged < period_) {
     ++c.unlogged;
-    c.last_line = line;
+    c.last = peer + ": " + why;
     return;
   }
   if (c.unlogged > 0) log_count(cause, c, now);
   c.ever_logged = true;
   c.last_logged = now;
-  log(LogLevel::kWarning, source_, line);
+  log(LogLevel::kWarning, source_, "refused a connection from " + peer + ": " + why);
 }
 
 void RefusalLog::flush(bool all) {
@@ -46,9 +46,9 @@ void RefusalLog::log_count(RefusalCause cause, PerCause& c, std::chrono::steady_
                 std::chrono::duration<double>(now - c.last_logged).count());
   log(LogLevel::kWarning, source_,
       "refused " + std::to_string(c.unlogged) + " more connection" + (c.unlogged == 1 ? "" : "s") + " in the last " +
-          seconds + " s (" + std::string(refusal_cause_name(cause)) + "); the last: " + c.last_line);
+          seconds + " s (" + std::string(refusal_cause_name(cause)) + "); the last from " + c.last);
   c.unlogged = 0;
-  c.last_line.clear();
+  c.last.clear();
   c.last_logged = now;
 }
 

@@ -8,7 +8,7 @@
 // line when the second is over (at the next refusal of that cause or the
 // next flush(), whichever comes first):
 //   "refused a connection from A: <why>"
-//   "refused 412 more connections in the last 1.0 s (authentication timed out); the last from A: <why>"
+//   "refused 412 more connections in the last 1.0 s (handshake timed out); the last from A: <why>"
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
@@ -42,8 +42,8 @@ class RefusalLog {
   RefusalLog(const RefusalLog&) = delete;
   RefusalLog& operator=(const RefusalLog&) = delete;
 
-  // One refused connection; `line` says which and why.
-  void refused(RefusalCause cause, const std::string& line);
+  // One refused connection: from `peer` (its address), and why.
+  void refused(RefusalCause cause, const std::string& peer, const std::string& why);
   // Logs the counts of causes whose second is over (all: every count).
   void flush(bool all = false);
 
@@ -52,7 +52,7 @@ class RefusalLog {
     bool ever_logged = false;
     std::chrono::steady_clock::time_point last_logged{};
     std::uint64_t unlogged = 0;  // refused since then, not logged
-    std::string last_line;       // the latest of those
+    std::string last;            // the latest of those: "A: <why>"
   };
   void log_count(RefusalCause cause, PerCause& c, std::chrono::steady_clock::time_point now);
 

@@ -29,17 +29,17 @@ TEST(RefusalLog, OneLinePerCausePerPeriodWithACount) {
   Captured c;
   {
     RefusalLog log("refit coordinator", 1h);
-    for (int i = 0; i < 500; ++i) log.refused(RefusalCause::kEvicted, "evicted " + std::to_string(i));
-    log.refused(RefusalCause::kAuthentication, "wrong secret");
+    for (int i = 0; i < 500; ++i) log.refused(RefusalCause::kEvicted, "A" + std::to_string(i), "evicted");
+    log.refused(RefusalCause::kAuthentication, "B", "wrong secret");
     log.flush();  // the period is not over: nothing more yet
     ASSERT_EQ(c.lines.size(), 2u);
-    EXPECT_EQ(c.lines[0], "evicted 0");
-    EXPECT_EQ(c.lines[1], "wrong secret");
+    EXPECT_EQ(c.lines[0], "refused a connection from A0: evicted");
+    EXPECT_EQ(c.lines[1], "refused a connection from B: wrong secret");
   }  // the destructor logs what was counted
   ASSERT_EQ(c.lines.size(), 3u);
   EXPECT_NE(c.lines[2].find("refused 499 more connections in the last "), std::string::npos) << c.lines[2];
   EXPECT_NE(c.lines[2].find("evicted to make room"), std::string::npos) << c.lines[2];
-  EXPECT_NE(c.lines[2].find("the last: evicted 499"), std::string::npos) << c.lines[2];
+  EXPECT_NE(c.lines[2].find("; the last from A499: evicted"), std::string::npos) << c.lines[2];
 }
 
 // Catches: counts that are only logged at the next refusal of that cause
@@ -47,8 +47,8 @@ TEST(RefusalLog, OneLinePerCausePerPeriodWithACount) {
 TEST(RefusalLog, FlushLogsTheCountOnceThePeriodIsOver) {
   Captured c;
   RefusalLog log("refit coordinator", 0ms);
-  log.refused(RefusalCause::kTimedOut, "a");
-  log.refused(RefusalCause::kTimedOut, "b");  // period 0: logged at once
+  log.refused(RefusalCause::kTimedOut, "a", "x");
+  log.refused(RefusalCause::kTimedOut, "b", "x");  // period 0: logged at once
   EXPECT_EQ(c.lines.size(), 2u);
   log.flush();
   EXPECT_EQ(c.lines.size(), 2u);  // nothing was counted
