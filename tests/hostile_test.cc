@@ -168,10 +168,10 @@ void Slowloris(const std::string& address, int count, std::chrono::milliseconds 
 // connections keeps reopening while a 2 x 2 job with a secret sets up: the
 // job sets up, commits every refit and verifies; the coordinator's log of
 // refusals stays short (rate-limited).
-// Catches: a gate that refuses newcomers while full (the ranks' connections
-// are closed and they exit), a rank that does not retry a dropped
-// connection, limits that outlast the handshake, and a line per refused
-// connection (thousands of lines).
+// Catches: a gate that refuses newcomers while full (the ranks'
+// connections are closed: without a retry they exit, with one they get in
+// only once the strangers' handshakes time out, after 5 s), and a line per
+// refused connection (hundreds of lines).
 TEST(HostilePeers, AJobSetsUpThroughIdleConnectionsAndASlowlorisLoop) {
   ProcessGroup group;
   const std::string secret = WriteSecret(group);
@@ -188,16 +188,22 @@ TEST(HostilePeers, AJobSetsUpThroughIdleConnectionsAndASlowlorisLoop) {
   std::atomic<bool> stop{false};
   std::atomic<int> opened{0};
   std::thread loris([&] { Slowloris(address, 40, 300ms, stop, &opened); });
+  const auto started = std::chrono::steady_clock::now();
   for (int r = 0; r < 2; ++r) {
     group.spawn("engine rank " + std::to_string(r), RankArgs("engine", r, address, {"--secret-file", secret}));
     group.spawn("trainer rank " + std::to_string(r), RankArgs("trainer", r, address, {"--secret-file", secret}));
   }
+  const bool set_up = testing::wait_for_setup(group);
+  const auto setup_time = std::chrono::steady_clock::now() - started;
   const bool ended = group.wait_all(90);
   stop = true;
   loris.join();
-  ASSERT_TRUE(ended) << group.all_stderr();
+  ASSERT_TRUE(set_up && ended) << group.all_stderr();
   ExpectJobVerified(group, 3);
   EXPECT_GE(opened.load(), 40);
+  // The ranks did not wait for the strangers' handshakes to time out (5 s):
+  // a gate that refuses while full admits them only then.
+  EXPECT_LT(setup_time, 4s) << group.err("coordinator");
   std::cout << "coordinator's log:\n" << group.err("coordinator");
   const std::string log = group.err("coordinator");
   std::size_t refusal_lines = 0;

@@ -150,6 +150,24 @@ TEST(HostileFile, ATruncatedRewrittenOrReplacedFileIsNamed) {
   }
 }
 
+// Catches: a checkpoint source whose prepare() trusts its files (a shard
+// truncated between two refits would be sent from a mapping that no longer
+// holds it), and one whose check after the reads is a no-op.
+TEST(HostileFile, ACheckpointSourceRefusesAFileThatChangedBetweenRefits) {
+  TempDir dir;
+  const std::string path = write_one_tensor(dir, "s.safetensors", 1 << 16);
+  ASSERT_OK_AND_ASSIGN(Checkpoint ckpt, Checkpoint::Open(path));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<WeightSource> source, make_checkpoint_source(std::move(ckpt), {}));
+  EXPECT_OK(source->prepare(1, 0));
+  EXPECT_OK(source->check_unchanged());
+  ASSERT_EQ(::truncate(path.c_str(), 0), 0);
+  Status before = source->prepare(2, 0);
+  EXPECT_EQ(before.code(), StatusCode::kDataLoss);
+  EXPECT_NE(before.message().find("safetensors file '" + path + "' changed while in use"), std::string::npos)
+      << before.ToString();
+  EXPECT_EQ(source->check_unchanged().code(), StatusCode::kDataLoss);
+}
+
 // A header listing `count` empty tensors ("t0", "t1", ...), and no data.
 std::vector<std::byte> empty_tensors_file(std::size_t count) {
   std::string header = "{";
