@@ -75,10 +75,9 @@ std::optional<JoinGate::Candidate> JoinGate::take() {
   return c;
 }
 
-void JoinGate::refuse(RefusalCause cause, const std::string& peer, const std::string& why) {
+void JoinGate::refuse(const std::string& peer, const std::string& why) {
   refused_.fetch_add(1);
-  if (cause == RefusalCause::kEvicted) evicted_.fetch_add(1);
-  refusals_.refused(cause, peer, why);
+  refusals_.refused(peer, why);
 }
 
 void JoinGate::accept_loop() {
@@ -132,20 +131,17 @@ void JoinGate::handshake(Handshake* h, std::unique_ptr<Link> link) {
       signal_fd(ready_fd_);
     }
   };
-  // Why a handshake that failed failed: evicted, out of time, or its own fault.
-  auto cause = [&](const Status& st, RefusalCause otherwise) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (h->evicted) return RefusalCause::kEvicted;
-    return st.code() == StatusCode::kDeadlineExceeded ? RefusalCause::kTimedOut : otherwise;
-  };
   Status auth = authenticate_as_server(*link, options_.secret, kControlAuthContext, deadline);
   if (!auth.ok()) {
-    const RefusalCause why = cause(auth, RefusalCause::kAuthentication);
-    refuse(why, peer,
-           why == RefusalCause::kEvicted
-               ? "evicted unauthenticated: the oldest of " + std::to_string(options_.max_unauthenticated) +
-                     " unauthenticated connections when another arrived"
-               : auth.message());
+    bool evicted = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      evicted = h->evicted;
+    }
+    if (evicted) evicted_.fetch_add(1);
+    refuse(peer, evicted ? "evicted unauthenticated: the oldest of " + std::to_string(options_.max_unauthenticated) +
+                               " unauthenticated connections when another arrived"
+                         : auth.message());
     return finish(nullptr, Json());
   }
   if (!options_.secret.empty()) {
@@ -156,7 +152,7 @@ void JoinGate::handshake(Handshake* h, std::unique_ptr<Link> link) {
   if (!join.ok()) {
     (void)send_control(*link, Json{{"type", "error"}, {"error", status_to_json(join.status())}},
                        Deadline::After(std::chrono::milliseconds(1000)));
-    refuse(cause(join.status(), RefusalCause::kJoin), peer, "after it authenticated: " + join.status().message());
+    refuse(peer, "after it authenticated: " + join.status().message());
     return finish(nullptr, Json());
   }
   finish(std::move(link), std::move(*join));

@@ -20,8 +20,8 @@
 // nothing is remembered about an address, so a rank from an attacker's
 // address gets through like any other. A peer that fails authentication,
 // or whose first message is malformed, is told why (best effort). Refusals
-// are logged through refit::log at most once per cause per second, with a
-// count (refusal_log.h).
+// are logged through refit::log at most once per cause (reason) per second,
+// with a count (refusal_log.h).
 //
 // Thread safety: fd() and take() are for one thread (the coordinator's).
 // The destructor stops accepting, wakes every handshake in flight and joins
@@ -101,7 +101,7 @@ class JoinGate {
   void make_room();
   void handshake(Handshake* h, std::unique_ptr<Link> link);
   void reap(bool all);
-  void refuse(RefusalCause cause, const std::string& peer, const std::string& why);
+  void refuse(const std::string& peer, const std::string& why);
 
   std::unique_ptr<Listener> listener_;
   Options options_;
