@@ -165,19 +165,25 @@ void Slowloris(const std::string& address, int count, std::chrono::milliseconds 
 }
 
 // 200 idle connections are held open and a slowloris loop of 40
-// connections keeps reopening while a 2 x 2 job with a secret sets up: the
+// connections keeps reopening while a 2 x 2 job sets up: the
 // job sets up, commits every refit and verifies; the coordinator's log of
 // refusals stays short (rate-limited).
 // Catches: a gate that refuses newcomers while full (the ranks'
 // connections are closed: without a retry they exit, with one they get in
 // only once the strangers' handshakes time out, after 5 s), and a line per
 // refused connection (hundreds of lines).
-TEST(HostilePeers, AJobSetsUpThroughIdleConnectionsAndASlowlorisLoop) {
+// Without a secret, where anyone can answer "none", a connection counts as
+// unauthenticated until its join arrived: the same holds.
+class Flood : public ::testing::TestWithParam<bool> {};
+
+TEST_P(Flood, AJobSetsUpThroughIdleConnectionsAndASlowlorisLoop) {
   ProcessGroup group;
-  const std::string secret = WriteSecret(group);
-  const std::string address = group.spawn_coordinator({"--refits", "3", "--seed", "7", "--trainer-ranks", "2",
-                                                       "--engine-ranks", "2", "--setup-timeout", "30", "--timeout",
-                                                       "30", "--secret-file", secret});
+  std::vector<std::string> with_secret;
+  if (GetParam()) with_secret = {"--secret-file", WriteSecret(group)};
+  std::vector<std::string> coordinator = {"--refits", "3", "--seed", "7", "--trainer-ranks", "2", "--engine-ranks", "2",
+                                          "--setup-timeout", "30", "--timeout", "30"};
+  coordinator.insert(coordinator.end(), with_secret.begin(), with_secret.end());
+  const std::string address = group.spawn_coordinator(coordinator);
   ASSERT_FALSE(address.empty());
   std::vector<std::unique_ptr<Link>> idle;
   for (int i = 0; i < 200; ++i) {
@@ -190,8 +196,8 @@ TEST(HostilePeers, AJobSetsUpThroughIdleConnectionsAndASlowlorisLoop) {
   std::thread loris([&] { Slowloris(address, 40, 300ms, stop, &opened); });
   const auto started = std::chrono::steady_clock::now();
   for (int r = 0; r < 2; ++r) {
-    group.spawn("engine rank " + std::to_string(r), RankArgs("engine", r, address, {"--secret-file", secret}));
-    group.spawn("trainer rank " + std::to_string(r), RankArgs("trainer", r, address, {"--secret-file", secret}));
+    group.spawn("engine rank " + std::to_string(r), RankArgs("engine", r, address, with_secret));
+    group.spawn("trainer rank " + std::to_string(r), RankArgs("trainer", r, address, with_secret));
   }
   const bool set_up = testing::wait_for_setup(group);
   const auto setup_time = std::chrono::steady_clock::now() - started;
@@ -211,6 +217,9 @@ TEST(HostilePeers, AJobSetsUpThroughIdleConnectionsAndASlowlorisLoop) {
   for (std::string line; std::getline(lines, line);) refusal_lines += line.find("refused") != std::string::npos;
   EXPECT_LT(refusal_lines, 60u) << log;
 }
+
+INSTANTIATE_TEST_SUITE_P(HostilePeers, Flood, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "with_a_secret" : "without_a_secret"; });
 
 // ---- an engine's data port -----------------------------------------------------
 
