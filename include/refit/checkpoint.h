@@ -73,6 +73,9 @@ class Checkpoint {
   std::span<const std::byte> data(std::size_t i) const;
   // Sum of every tensor's bytes.
   std::uint64_t total_bytes() const;
+  // OK while no file changed since Open (SafetensorsFile::check_unchanged):
+  // call it after reading data() and before trusting what was read.
+  Status check_unchanged() const;
 
  private:
   Checkpoint() = default;
@@ -140,8 +143,9 @@ StatusOr<Model> model_from_checkpoint(const Checkpoint& checkpoint, std::span<co
 
 // A trainer-side WeightSource over a checkpoint (weight_source.h): the model
 // is model_from_checkpoint(checkpoint, rules); data(i) points into the mapped
-// file (host memory); prepare() does nothing (the file is the weights, the
-// same for every version).
+// file (host memory); the bytes are the same for every version. prepare()
+// and check_unchanged() fail naming the file when one changed since it was
+// opened (truncated, rewritten or replaced).
 StatusOr<std::unique_ptr<WeightSource>> make_checkpoint_source(Checkpoint checkpoint,
                                                                std::span<const ShardRulePattern> rules);
 

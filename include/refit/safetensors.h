@@ -14,6 +14,7 @@
 // that names the file, the tensor and the rule:
 //   * the file holds the 8-byte length; N <= kSafetensorsMaxHeaderBytes
 //     (100,000,000, the reference implementation's limit); 8 + N <= file size
+//   * at most kSafetensorsMaxTensors (2^18) tensors
 //   * the header begins with '{' and is valid JSON (so valid UTF-8), an
 //     object, with no duplicate key in any object (the spec forbids them; a
 //     JSON parser would silently keep one of the two)
@@ -66,6 +67,16 @@
 namespace refit {
 
 inline constexpr std::uint64_t kSafetensorsMaxHeaderBytes = 100'000'000;
+// The most tensors one file may list: 2^18 (262,144). Real checkpoints hold
+// at most about 10^5 tensors in all their files together (a consolidated
+// Kimi-K2, one tensor per expert matrix and scale: ~1.4 x 10^5), most files
+// a few thousand. Empty tensors need no data bytes, so only this bounds a
+// header of millions of them: the header is streamed (the parser keeps
+// ~200 bytes per tensor, about 3x the entry's text), and the entry past the
+// limit is refused as soon as it is read (a 94 MB header of 1.7 million:
+// refused in 1.1 s with 0.15 GB of memory, where it was accepted after
+// 35 s and 3.2 GB).
+inline constexpr std::size_t kSafetensorsMaxTensors = std::size_t{1} << 18;
 
 // "BF16" -> DType::kBFloat16. A dtype of the format that refit lacks (U16,
 // ...) and an unknown name are kInvalidArgument naming the string.
@@ -99,13 +110,20 @@ StatusOr<SafetensorsHeader> parse_safetensors(std::span<const std::byte> file, s
 // A safetensors file mapped read-only (mmap) and validated.
 //
 // Lifetime: data() spans point into the mapping; they stay valid while this
-// object (or the one it was moved into) lives. The file must not be truncated
-// or rewritten in place while mapped (reads would fault); the writer below
-// always replaces files by rename, which is safe.
+// object (or the one it was moved into) lives.
+// Files that change while in use: a file truncated while mapped would raise
+// SIGBUS on the next read of a vanished page; the mapping is guarded
+// (checkpoint/mapping_guard.h), so such a read returns zeros instead and
+// check_unchanged() reports it. Whoever reads the bytes calls
+// check_unchanged() after reading them and before trusting them (a trainer
+// before it says "sent"), so zeros are never used as weights.
 // Thread safety: immutable after Open; any number of threads may read.
 class SafetensorsFile {
  public:
   // Maps and validates `path`. Errors name the path (see the header comment).
+  // A path that is not a regular file (a FIFO, a directory, a device) is
+  // refused before anything is read, without blocking (kInvalidArgument
+  // naming what it is).
   static StatusOr<SafetensorsFile> Open(const std::string& path);
 
   SafetensorsFile(SafetensorsFile&& other) noexcept;
@@ -128,6 +146,13 @@ class SafetensorsFile {
   // Every byte of the file.
   std::span<const std::byte> bytes() const { return {base_, static_cast<std::size_t>(size_)}; }
 
+  // OK while the bytes read from the mapping are the file's as it was
+  // opened. kDataLoss naming the file when a read hit a page the file no
+  // longer has (truncated while in use: the read returned zeros), when its
+  // size or modification time changed (fstat of the open file), or when
+  // its path now names another file or none (replaced or removed).
+  Status check_unchanged() const;
+
  private:
   SafetensorsFile() = default;
   void release();
@@ -135,6 +160,13 @@ class SafetensorsFile {
   std::string path_;
   const std::byte* base_ = nullptr;  // the mapping (nullptr when moved from)
   std::uint64_t size_ = 0;
+  // The file as opened, for check_unchanged: kept open, its identity and
+  // modification time, and the mapping's slot in MappingGuard (-1: none).
+  int fd_ = -1;
+  std::uint64_t device_ = 0;
+  std::uint64_t inode_ = 0;
+  std::int64_t mtime_ns_ = 0;
+  int guard_ = -1;
   SafetensorsHeader header_;
   std::unordered_map<std::string, std::size_t> by_name_;  // index into header_.tensors
 };

@@ -51,6 +51,12 @@ class WeightSource {
   // kernels then read the weights straight from them; a source without such
   // ranges is packed through pinned memory instead.
   virtual std::vector<std::pair<const std::byte*, std::uint64_t>> stable_host_ranges() const { return {}; }
+  // Called after a refit read every data(i) it sends, before the trainer
+  // says "sent": OK when what was read is what the source held. A
+  // checkpoint's file truncated, rewritten or replaced meanwhile fails it,
+  // naming the file (checkpoint.h); sources whose bytes cannot change under
+  // them answer OK.
+  virtual Status check_unchanged() const { return Status::Ok(); }
 };
 
 // A preset (model.h make_model) whose weights live in one arena of host

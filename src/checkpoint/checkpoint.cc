@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
+
+#include <unistd.h>
+
+#include <cerrno>
 
 #include "checkpoint/strict_json.h"
+#include "core/regular_file.h"
 
 namespace refit {
 namespace {
@@ -34,20 +37,25 @@ bool is_safe_relative(const std::string& name) {
   return true;
 }
 
+// Reads a whole regular file of at most `limit` bytes (refusing a FIFO or a
+// device before reading, without blocking: core/regular_file.h).
 StatusOr<std::string> read_small_file(const std::string& path, std::uint64_t limit) {
-  std::error_code ec;
-  const std::uintmax_t size = fs::file_size(path, ec);
-  if (ec) return Status(ec == std::errc::no_such_file_or_directory ? StatusCode::kNotFound : StatusCode::kInvalidArgument,
-                        "'" + path + "': " + ec.message());
-  if (size > limit) {
-    return InvalidArgument("'" + path + "' is " + std::to_string(size) + " bytes, over the limit of " +
+  ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path, "'" + path + "'"));
+  if (static_cast<std::uint64_t>(file.st.st_size) > limit) {
+    return InvalidArgument("'" + path + "' is " + std::to_string(file.st.st_size) + " bytes, over the limit of " +
                            std::to_string(limit));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("'" + path + "': cannot open");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  std::string text(static_cast<std::size_t>(file.st.st_size), '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t k = ::read(file.fd.get(), text.data() + got, text.size() - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return ErrnoStatus("reading '" + path + "'", errno);
+    if (k == 0) break;  // shrank meanwhile: what is there is parsed (and refused if cut)
+    got += static_cast<std::size_t>(k);
+  }
+  text.resize(got);
+  return text;
 }
 
 }  // namespace
@@ -174,6 +182,11 @@ std::span<const std::byte> Checkpoint::data(std::size_t i) const {
   const SafetensorsFile& file = files_[t.file];
   return file.bytes().subspan(static_cast<std::size_t>(file.header().data_offset + t.begin),
                               static_cast<std::size_t>(t.end - t.begin));
+}
+
+Status Checkpoint::check_unchanged() const {
+  for (const SafetensorsFile& file : files_) RETURN_IF_ERROR(file.check_unchanged());
+  return Status::Ok();
 }
 
 std::uint64_t Checkpoint::total_bytes() const {
@@ -304,8 +317,10 @@ class CheckpointSource : public WeightSource {
   const Model& model() const override { return model_; }
   MemoryKind memory() const override { return MemoryKind::kHost; }
   int device() const override { return -1; }
-  Status prepare(std::uint64_t, std::uint64_t) override { return Status::Ok(); }
+  // The same bytes every version, as long as no file changed since it was opened.
+  Status prepare(std::uint64_t, std::uint64_t) override { return checkpoint_.check_unchanged(); }
   const std::byte* data(std::size_t i) const override { return checkpoint_.data(i).data(); }
+  Status check_unchanged() const override { return checkpoint_.check_unchanged(); }
   // The files' mappings: fixed while the checkpoint lives.
   std::vector<std::pair<const std::byte*, std::uint64_t>> stable_host_ranges() const override {
     std::vector<std::pair<const std::byte*, std::uint64_t>> ranges;

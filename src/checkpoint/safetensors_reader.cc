@@ -15,7 +15,9 @@
 #include <string>
 #include <utility>
 
-#include "checkpoint/strict_json.h"
+#include "checkpoint/mapping_guard.h"
+#include "checkpoint/json_member_stream.h"
+#include "core/regular_file.h"
 #include "refit/safetensors.h"
 
 static_assert(std::endian::native == std::endian::little,
@@ -259,20 +261,22 @@ StatusOr<SafetensorsHeader> parse_safetensors(std::span<const std::byte> file, s
   if (text.empty() || text.front() != '{') {
     return err.invalid("the header must be a JSON object beginning with '{', but " + first_byte(text));
   }
-  StatusOr<Json> json = parse_json_strict(text);
-  if (!json.ok()) return err.invalid("header: " + json.status().message());
-  if (!json->is_object()) return err.invalid("the header must be a JSON object, but it is " + json_type(*json));
-
-  header.tensors.reserve(json->size());
-  for (const auto& [key, value] : json->items()) {
-    if (key == "__metadata__") {
-      RETURN_IF_ERROR(parse_metadata(value, err, &header.metadata));
-      continue;
-    }
-    SafetensorsTensor t;
-    RETURN_IF_ERROR(parse_tensor(key, value, header.data_bytes, err, &t));
-    header.tensors.push_back(std::move(t));
-  }
+  // One member at a time (json_member_stream.h): the parser's memory is
+  // what it keeps (the tensors), proportional to the header, and a header
+  // listing more than kSafetensorsMaxTensors tensors is refused as soon as
+  // the one past the limit appears.
+  const std::string too_many = "it lists more than " + std::to_string(kSafetensorsMaxTensors) +
+                               " tensors (refit's limit, kSafetensorsMaxTensors)";
+  RETURN_IF_ERROR(stream_json_members(
+      text, kSafetensorsMaxTensors + 1, too_many, "safetensors file '" + std::string(file_name) + "': header: ",
+      [&](const std::string& key, const Json& value) -> Status {
+        if (key == "__metadata__") return parse_metadata(value, err, &header.metadata);
+        if (header.tensors.size() == kSafetensorsMaxTensors) return err.invalid("header: " + too_many);
+        SafetensorsTensor t;
+        RETURN_IF_ERROR(parse_tensor(key, value, header.data_bytes, err, &t));
+        header.tensors.push_back(std::move(t));
+        return Status::Ok();
+      }));
 
   // Storage order; then the ranges must tile [0, data_bytes) exactly.
   std::sort(header.tensors.begin(), header.tensors.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
@@ -303,36 +307,40 @@ StatusOr<SafetensorsHeader> parse_safetensors(std::span<const std::byte> file, s
   return header;
 }
 
+namespace {
+
+std::int64_t mtime_ns(const struct stat& st) {
+  return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+}  // namespace
+
 StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("safetensors file '" + path + "': open", errno);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int e = errno;
-    ::close(fd);
-    return ErrnoStatus("safetensors file '" + path + "': fstat", e);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgument("safetensors file '" + path + "': not a regular file");
-  }
+  ASSIGN_OR_RETURN(RegularFile opened, open_regular_file(path, "safetensors file '" + path + "'"));
   SafetensorsFile file;
   file.path_ = path;
-  file.size_ = static_cast<std::uint64_t>(st.st_size);
+  file.size_ = static_cast<std::uint64_t>(opened.st.st_size);
+  file.device_ = static_cast<std::uint64_t>(opened.st.st_dev);
+  file.inode_ = static_cast<std::uint64_t>(opened.st.st_ino);
+  file.mtime_ns_ = mtime_ns(opened.st);
   if (file.size_ > 0) {  // mmap of 0 bytes fails; parse_safetensors reports the short file
     // MAP_SHARED, read-only: the page cache's own pages, which the GPU
     // driver can register (cudaHostRegister) 15x faster than a private
     // mapping's (bench/host_register_probe.cu on the H200, 2026-11-29).
-    void* p = ::mmap(nullptr, file.size_, PROT_READ, MAP_SHARED, fd, 0);
+    void* p = ::mmap(nullptr, file.size_, PROT_READ, MAP_SHARED, opened.fd.get(), 0);
     if (p == MAP_FAILED) {
-      const int e = errno;
-      ::close(fd);
-      return ErrnoStatus("safetensors file '" + path + "': mmap of " + std::to_string(file.size_) + " bytes", e);
+      return ErrnoStatus("safetensors file '" + path + "': mmap of " + std::to_string(file.size_) + " bytes", errno);
     }
     file.base_ = static_cast<const std::byte*>(p);
+    file.guard_ = MappingGuard::guard(p, file.size_);
   }
-  ::close(fd);  // the mapping keeps the file
-  ASSIGN_OR_RETURN(file.header_, parse_safetensors(file.bytes(), path));
+  file.fd_ = opened.fd.release();  // kept for check_unchanged
+  // The header is parsed from the mapping too: a file truncated meanwhile
+  // reads as zeros, and the check below names it.
+  StatusOr<SafetensorsHeader> header = parse_safetensors(file.bytes(), path);
+  RETURN_IF_ERROR(file.check_unchanged());
+  if (!header.ok()) return header.status();
+  file.header_ = std::move(header).value();
   file.by_name_.reserve(file.header_.tensors.size());
   for (std::size_t i = 0; i < file.header_.tensors.size(); ++i) {
     file.by_name_.emplace(file.header_.tensors[i].spec.name, i);
@@ -340,10 +348,42 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   return file;
 }
 
+Status SafetensorsFile::check_unchanged() const {
+  const std::string at = "safetensors file '" + path_ + "'";
+  if (MappingGuard::faulted(guard_)) {
+    return DataLoss(at + " shrank while in use: a read of its mapping found pages the file no longer has "
+                    "(truncated or rewritten while refit read it); its bytes cannot be trusted");
+  }
+  if (fd_ < 0) return Status::Ok();
+  struct stat now {};
+  if (::fstat(fd_, &now) != 0) return ErrnoStatus(at + ": fstat", errno);
+  if (static_cast<std::uint64_t>(now.st_size) != size_) {
+    return DataLoss(at + " changed while in use: it was " + std::to_string(size_) + " bytes when opened, it is " +
+                    std::to_string(now.st_size) + " bytes now (truncated or rewritten?)");
+  }
+  if (mtime_ns(now) != mtime_ns_) {
+    return DataLoss(at + " changed while in use: it was modified after refit opened it (rewritten in place?)");
+  }
+  struct stat named {};
+  if (::stat(path_.c_str(), &named) != 0) {
+    return DataLoss(at + " changed while in use: its path names no file now (" + std::strerror(errno) +
+                    "; removed or renamed?)");
+  }
+  if (static_cast<std::uint64_t>(named.st_dev) != device_ || static_cast<std::uint64_t>(named.st_ino) != inode_) {
+    return DataLoss(at + " changed while in use: its path names another file now (replaced)");
+  }
+  return Status::Ok();
+}
+
 SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
     : path_(std::move(other.path_)),
       base_(std::exchange(other.base_, nullptr)),
       size_(std::exchange(other.size_, 0)),
+      fd_(std::exchange(other.fd_, -1)),
+      device_(other.device_),
+      inode_(other.inode_),
+      mtime_ns_(other.mtime_ns_),
+      guard_(std::exchange(other.guard_, -1)),
       header_(std::move(other.header_)),
       by_name_(std::move(other.by_name_)) {}
 
@@ -353,6 +393,11 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
     path_ = std::move(other.path_);
     base_ = std::exchange(other.base_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    fd_ = std::exchange(other.fd_, -1);
+    device_ = other.device_;
+    inode_ = other.inode_;
+    mtime_ns_ = other.mtime_ns_;
+    guard_ = std::exchange(other.guard_, -1);
     header_ = std::move(other.header_);
     by_name_ = std::move(other.by_name_);
   }
@@ -362,9 +407,13 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
 SafetensorsFile::~SafetensorsFile() { release(); }
 
 void SafetensorsFile::release() {
+  MappingGuard::release(guard_);
+  guard_ = -1;
   if (base_ != nullptr) ::munmap(const_cast<std::byte*>(base_), size_);
   base_ = nullptr;
   size_ = 0;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
 
 const SafetensorsTensor* SafetensorsFile::find(std::string_view name) const {

@@ -1,6 +1,8 @@
 #include "control/auth.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +13,8 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "control/control_message.h"
+#include "core/regular_file.h"
 #include "control/protocol.h"
 
 namespace refit {
@@ -71,13 +75,9 @@ StatusOr<Secret> Secret::FromBytes(std::string bytes, const std::string& source)
 }
 
 StatusOr<Secret> Secret::FromFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("opening the secret file " + path, errno);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgument("the secret file " + path + " is not a regular file");
-  }
+  // A FIFO or a device is refused before it is read, without blocking.
+  ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path, "the secret file " + path));
+  const int fd = file.fd.get();
   std::string bytes(kMaxSecretBytes + 2, '\0');  // + "\r\n"
   std::size_t got = 0;
   while (got < bytes.size()) {
@@ -85,14 +85,12 @@ StatusOr<Secret> Secret::FromFile(const std::string& path) {
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) {
       int err = errno;
-      ::close(fd);
       OPENSSL_cleanse(bytes.data(), bytes.size());
       return ErrnoStatus("reading the secret file " + path, err);
     }
     if (k == 0) break;
     got += static_cast<std::size_t>(k);
   }
-  ::close(fd);
   std::size_t n = got;
   if (n > 0 && bytes[n - 1] == '\n') --n;
   if (n > 0 && bytes[n - 1] == '\r') --n;
@@ -109,6 +107,26 @@ StatusOr<Secret> Secret::Resolve(const std::string& file, const char* env_value)
   if (!file.empty()) return FromFile(file);
   if (env_value != nullptr && *env_value != '\0') return FromBytes(env_value, "REFIT_SECRET");
   return Secret();
+}
+
+// ---------------------------------------------------------------- listening
+
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost") return true;
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+Status check_listen_without_secret(const std::string& host, const Secret& secret, const std::string& who,
+                                   const std::string& listen) {
+  if (!secret.empty() || is_loopback_host(host)) return Status::Ok();
+  return FailedPrecondition("refusing to listen on " + listen + " for " + who +
+                            " without a secret: any host that reaches it could feed it weights; give the "
+                            "coordinator and every rank --secret-file (or REFIT_SECRET), or listen on a loopback "
+                            "address");
 }
 
 // ---------------------------------------------------------------- primitives

@@ -104,6 +104,16 @@ enum class AuthDirection { kClientProof, kServerProof };
 AuthMac auth_mac(const Secret& secret, AuthDirection direction, std::string_view context, const AuthNonce& server_nonce,
                  const AuthNonce& client_nonce);
 
+// 127.0.0.0/8, ::1 or "localhost": only this host's processes can connect.
+bool is_loopback_host(const std::string& host);
+
+// Whether a process may listen on `host` with `secret`: a job without a
+// secret listens on loopback addresses only, where only this host's
+// processes reach it. kFailedPrecondition otherwise, naming `who` ("engine
+// rank 0's data port") and `listen` (what it was asked to listen on).
+Status check_listen_without_secret(const std::string& host, const Secret& secret, const std::string& who,
+                                   const std::string& listen);
+
 // The context of the data link into engine rank `engine_rank`:
 // kDataAuthContext + " -> engine rank " + engine_rank.
 std::string data_auth_context(int engine_rank);

@@ -1,12 +1,30 @@
 #include "control/control_client.h"
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 namespace refit {
 
 StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const std::string& address, const Secret& secret,
                                                                 Deadline deadline) {
-  ASSIGN_OR_RETURN(auto link, Link::Connect(address, "the coordinator at " + address, deadline));
-  RETURN_IF_ERROR(authenticate_as_client(*link, secret, kControlAuthContext, deadline));
-  return std::unique_ptr<ControlClient>(new ControlClient(std::move(link)));
+  // A coordinator flooded by strangers may drop this connection before it
+  // authenticated (join_gate.h: the oldest unauthenticated one is evicted):
+  // the connection closes without a refusal. That is retried, with a short
+  // backoff, until `deadline`; a refusal (a wrong secret, ...) is not.
+  std::chrono::milliseconds backoff(20);
+  for (int attempt = 1;; ++attempt) {
+    ASSIGN_OR_RETURN(auto link, Link::Connect(address, "the coordinator at " + address, deadline));
+    Status auth = authenticate_as_client(*link, secret, kControlAuthContext, deadline);
+    if (auth.ok()) return std::unique_ptr<ControlClient>(new ControlClient(std::move(link)));
+    if (auth.code() != StatusCode::kUnavailable || deadline.remaining_ms() <= backoff.count()) {
+      return attempt == 1 ? auth
+                          : Status(auth.code(), auth.message() + " (attempt " + std::to_string(attempt) +
+                                                    "; the earlier ones were dropped before authenticating)");
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+  }
 }
 
 ControlClient::~ControlClient() {

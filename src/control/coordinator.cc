@@ -105,7 +105,6 @@ class Coordinator {
     const int listening_port = listener->port();
     JoinGate::Options gate;
     gate.secret = options_.secret;
-    gate.log = [this](const std::string& line) { note(LogLevel::kWarning, line); };
     ASSIGN_OR_RETURN(gate_, JoinGate::Start(std::move(listener), std::move(gate)));
     on_listening(listening_port);
     trainers_.resize(static_cast<std::size_t>(options_.trainer_ranks));

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "refit/log.h"
+
 namespace refit {
 namespace {
 
@@ -76,21 +78,20 @@ std::optional<JoinGate::Candidate> JoinGate::take() {
   return c;
 }
 
-void JoinGate::log(const std::string& line) {
+void JoinGate::refuse(const std::string& peer, const std::string& why) {
   refused_.fetch_add(1);
-  if (!options_.log) return;
-  std::lock_guard<std::mutex> lock(log_mu_);
-  options_.log(line);
+  refusals_.refused(peer, why);
 }
 
 void JoinGate::accept_loop() {
   for (;;) {
     pollfd fds[2] = {{listener_->fd(), POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-    // Wake now and then to join finished handshake threads.
+    // Wake now and then to join finished handshake threads and log counts.
     StatusOr<int> ready = poll_wait(fds, Deadline::After(std::chrono::milliseconds(200)), "the listening socket");
     reap(/*all=*/false);
+    refusals_.flush();
     if (!ready.ok() && ready.status().code() != StatusCode::kDeadlineExceeded) {
-      log("coordinator: " + ready.status().message());
+      log(LogLevel::kError, "refit coordinator", ready.status().message());
       return;
     }
     if (ready.ok() && (fds[1].revents & POLLIN)) return;
@@ -99,20 +100,30 @@ void JoinGate::accept_loop() {
     if (!link.ok()) continue;  // the peer left before accept, or EAGAIN
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
-    if (static_cast<int>(handshakes_.size()) >= options_.max_handshakes) {
-      log("refused a connection from " + (*link)->peer() + ": " + std::to_string(handshakes_.size()) +
-          " connections are already authenticating (at most " + std::to_string(options_.max_handshakes) + ")");
-      link->reset();  // closes it
-      continue;
-    }
+    make_room();
     Handshake& h = handshakes_.emplace_back();
     h.link = link->get();
     h.thread = std::thread([this, hp = &h, owned = std::move(*link)]() mutable { handshake(hp, std::move(owned)); });
   }
 }
 
+void JoinGate::make_room() {
+  int unauthenticated = 0;
+  Handshake* oldest = nullptr;  // handshakes_ is in accept order
+  for (Handshake& h : handshakes_) {
+    if (h.done || h.authenticated || h.evicted) continue;
+    ++unauthenticated;
+    if (oldest == nullptr) oldest = &h;
+  }
+  if (unauthenticated < options_.max_unauthenticated || oldest == nullptr) return;
+  // Its thread sees the shut-down link fail, logs the eviction and ends.
+  oldest->evicted = true;
+  if (oldest->link) oldest->link->shutdown();
+}
+
 void JoinGate::handshake(Handshake* h, std::unique_ptr<Link> link) {
   const std::string peer = link->peer();
+  const Deadline deadline = Deadline::After(options_.handshake_timeout);
   auto finish = [&](std::unique_ptr<Link> admitted, Json join) {
     std::lock_guard<std::mutex> lock(mu_);
     h->link = nullptr;
@@ -122,13 +133,24 @@ void JoinGate::handshake(Handshake* h, std::unique_ptr<Link> link) {
       signal_fd(ready_fd_);
     }
   };
-  Status auth = authenticate_as_server(*link, options_.secret, kControlAuthContext,
-                                       Deadline::After(options_.auth_timeout));
+  Status auth = authenticate_as_server(*link, options_.secret, kControlAuthContext, deadline);
   if (!auth.ok()) {
-    log("refused a connection from " + peer + ": " + auth.message());
+    bool evicted = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      evicted = h->evicted;
+    }
+    if (evicted) evicted_.fetch_add(1);
+    refuse(peer, evicted ? "evicted unauthenticated: the oldest of " + std::to_string(options_.max_unauthenticated) +
+                               " unauthenticated connections when another arrived"
+                         : auth.message());
     return finish(nullptr, Json());
   }
-  auto join = recv_control(*link, Deadline::After(options_.join_timeout));
+  if (!options_.secret.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!h->evicted) h->authenticated = true;
+  }
+  auto join = recv_control(*link, deadline);
   if (join.ok()) {
     // Checked against the protocol here, so that a malformed join is refused
     // off the coordinator's thread.
@@ -138,7 +160,7 @@ void JoinGate::handshake(Handshake* h, std::unique_ptr<Link> link) {
   }
   if (!join.ok()) {
     (void)send_message(*link, CoordinatorMessage(Refusal{join.status()}), Deadline::After(std::chrono::milliseconds(1000)));
-    log("refused a connection from " + peer + " after it authenticated: " + join.status().message());
+    refuse(peer, "after it authenticated: " + join.status().message());
     return finish(nullptr, Json());
   }
   finish(std::move(link), std::move(*join));

@@ -8,10 +8,12 @@
 
 #include <chrono>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "control/control_client.h"
+#include "refit/log.h"
 
 namespace refit {
 namespace {
@@ -21,19 +23,24 @@ using Clock = std::chrono::steady_clock;
 
 const Secret kSecret("0123456789abcdef-the-shared-secret");
 
+// A gate on a loopback port; its log lines (refit::log) are kept in `lines`.
 struct Gate {
-  explicit Gate(JoinGate::Options options = {}) {
+  explicit Gate(JoinGate::Options options = {}, bool with_secret = true) {
+    set_log_sink([this](LogLevel, std::string_view, std::string_view line) {
+      std::lock_guard<std::mutex> lock(mu);
+      lines.emplace_back(line);
+    });
     auto l = Listener::Listen("127.0.0.1", 0);
     EXPECT_TRUE(l.ok());
     address = (*l)->address();
-    if (options.secret.empty()) options.secret = kSecret;
-    options.log = [this](const std::string& line) {
-      std::lock_guard<std::mutex> lock(mu);
-      lines.push_back(line);
-    };
+    if (options.secret.empty() && with_secret) options.secret = kSecret;
     auto g = JoinGate::Start(std::move(*l), std::move(options));
     EXPECT_TRUE(g.ok());
     gate = std::move(*g);
+  }
+  ~Gate() {
+    gate.reset();
+    set_log_sink({});
   }
   // Waits for the next candidate (polls fd() as the coordinator does).
   std::optional<JoinGate::Candidate> Next(std::chrono::milliseconds within) {
@@ -108,20 +115,108 @@ TEST(JoinGate, WrongSecretIsRefusedAndLogged) {
   EXPECT_NE(g.Log().find("wrong secret"), std::string::npos) << g.Log();
 }
 
-// Catches: an unbounded number of concurrent handshakes (threads and
-// sockets for anyone who connects), and an over-limit connection left open.
-TEST(JoinGate, ConnectionsBeyondTheHandshakeLimitAreClosedAtOnce) {
+// A connection whose handshake the gate started: it read the challenge.
+std::unique_ptr<Link> Challenged(const std::string& address) {
+  auto l = Link::Connect(address, "silent", Deadline::After(5s));
+  EXPECT_TRUE(l.ok());
+  if (!l.ok()) return nullptr;
+  auto challenge = recv_control(**l, Deadline::After(5s));
+  EXPECT_TRUE(challenge.ok()) << challenge.status().ToString();
+  return std::move(*l);
+}
+
+// Whether the gate closed `link` (after its challenge) within `within`.
+bool ClosedWithin(Link& link, std::chrono::milliseconds within) {
+  auto h = link.recv_header(Deadline::After(within));
+  return h.status().code() == StatusCode::kUnavailable;
+}
+
+// Catches: a gate that refuses newcomers while full (32 idle connections
+// then hold it shut for every rank), and one that evicts the newest or a
+// random connection instead of the oldest.
+TEST(JoinGate, AFullGateEvictsTheOldestUnauthenticatedConnection) {
   JoinGate::Options o;
-  o.max_handshakes = 2;
+  o.max_unauthenticated = 2;
   Gate g(o);
-  std::vector<std::unique_ptr<Link>> silent;
-  for (int i = 0; i < 2; ++i) silent.push_back(Link::Connect(g.address, "silent", Deadline::After(5s)).value());
-  std::this_thread::sleep_for(300ms);  // both are in a handshake now
-  auto extra = Link::Connect(g.address, "extra", Deadline::After(5s));
-  ASSERT_TRUE(extra.ok());
-  auto h = (*extra)->recv_header(Deadline::After(3s));  // closed without a challenge
-  EXPECT_EQ(h.status().code(), StatusCode::kUnavailable) << h.status().ToString();
-  EXPECT_NE(g.Log().find("already authenticating (at most 2)"), std::string::npos) << g.Log();
+  auto first = Challenged(g.address);
+  auto second = Challenged(g.address);
+  auto third = Challenged(g.address);  // the gate was full: `first` makes room
+  ASSERT_TRUE(first && second && third);
+  EXPECT_TRUE(ClosedWithin(*first, 3s));
+  EXPECT_FALSE(ClosedWithin(*second, 200ms));
+  EXPECT_FALSE(ClosedWithin(*third, 200ms));
+  EXPECT_EQ(g.gate->evicted(), 1);
+  EXPECT_NE(g.Log().find("evicted unauthenticated: the oldest of 2"), std::string::npos) << g.Log();
+}
+
+// Catches: limits that count authenticated connections (a rank that proved
+// the secret would be evicted by strangers), and eviction that does not
+// leave room for a real rank behind a gate full of idle strangers.
+TEST(JoinGate, ARealRankGetsThroughAGateFullOfIdleStrangers) {
+  JoinGate::Options o;
+  o.max_unauthenticated = 4;
+  Gate g(o);
+  auto authenticated = ControlClient::Connect(g.address, kSecret, Deadline::After(5s));
+  ASSERT_TRUE(authenticated.ok()) << authenticated.status().ToString();
+  std::vector<std::unique_ptr<Link>> idle;
+  for (int i = 0; i < 12; ++i) idle.push_back(Challenged(g.address));
+  auto rank = Join(g.address, kSecret, 1);
+  ASSERT_NE(rank, nullptr);
+  ASSERT_TRUE((*authenticated)->send(EngineJoin(0)).ok());
+  std::set<int> ranks;
+  for (int i = 0; i < 2; ++i) {
+    auto c = g.Next(3s);
+    ASSERT_TRUE(c.has_value()) << g.Log();
+    ranks.insert(c->join["rank"].get<int>());
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1}));
+  EXPECT_GE(g.gate->evicted(), 8);
+}
+
+// Catches: a handshake without a deadline, or one whose join may take
+// longer than the handshake deadline (before: 30 s after authenticating).
+// Without a secret a connection that answered "none" proved nothing: it is
+// held to the same deadline and stays evictable.
+TEST(JoinGate, HandshakesEndAtTheHandshakeDeadline) {
+  JoinGate::Options o;
+  o.handshake_timeout = 300ms;
+  Gate g(o, /*with_secret=*/false);
+  auto silent = Challenged(g.address);
+  auto no_join = Link::Connect(g.address, "no join", Deadline::After(5s));
+  ASSERT_TRUE(silent && no_join.ok());
+  ASSERT_TRUE(authenticate_as_client(**no_join, Secret(), kControlAuthContext, Deadline::After(5s)).ok());
+  const auto start = Clock::now();
+  EXPECT_TRUE(ClosedWithin(*silent, 3s));
+  auto error = recv_control(**no_join, Deadline::After(3s));  // the gate says why, then closes
+  ASSERT_TRUE(error.ok()) << error.status().ToString();
+  EXPECT_EQ((*error)["type"], "error");
+  EXPECT_EQ(recv_control(**no_join, Deadline::After(3s)).status().code(), StatusCode::kUnavailable);
+  EXPECT_LT(Clock::now() - start, 2500ms);
+  EXPECT_NE(g.Log().find("timed out"), std::string::npos) << g.Log();
+}
+
+// Catches: a rank that gives up when the coordinator drops its connection
+// before authenticating (what an evicted rank sees), and one that retries a
+// refusal (a wrong secret never becomes right).
+TEST(JoinGate, ARankRetriesAConnectionDroppedBeforeAuthentication) {
+  auto l = Listener::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(l.ok());
+  const std::string address = (*l)->address();
+  std::thread server([listener = std::move(*l)] {
+    for (int i = 0; i < 3; ++i) {
+      auto c = listener->accept(Deadline::After(10s));
+      if (!c.ok()) return;
+      if (i < 2) continue;  // dropped before the challenge
+      (void)authenticate_as_server(**c, kSecret, kControlAuthContext, Deadline::After(5s));
+      auto wrong = listener->accept(Deadline::After(10s));
+      if (wrong.ok()) (void)authenticate_as_server(**wrong, kSecret, kControlAuthContext, Deadline::After(5s));
+    }
+  });
+  auto client = ControlClient::Connect(address, kSecret, Deadline::After(10s));
+  EXPECT_TRUE(client.ok()) << client.status().ToString();
+  auto refused = ControlClient::Connect(address, Secret("fedcba9876543210-another-secret!!"), Deadline::After(10s));
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << refused.status().ToString();
+  server.join();
 }
 
 // Catches: a join that is not a valid control message reaching the

@@ -144,6 +144,8 @@ class EngineRank::Impl {
         descriptor = pool->descriptor();
       }
     }
+    RETURN_IF_ERROR(check_listen_without_secret(options_.listen_host, Secret(options_.secret),
+                                                name() + "'s data port", "--listen-host " + options_.listen_host));
     ASSIGN_OR_RETURN(listener_, Listener::Listen(options_.listen_host, 0));
 
     ASSIGN_OR_RETURN(client_, ControlClient::Connect(options_.coordinator, Secret(options_.secret), deadline));
@@ -289,13 +291,18 @@ class EngineRank::Impl {
   // rank's data context (auth.h; "none" when the job has no secret) within
   // kDataAuthTimeout, then reads its hello (an authenticated trainer opens
   // its transport target first, so the hello may take until `deadline`).
+  // Without a secret "authenticated" proves nothing (anyone answers
+  // "none"), so the hello is due within the same kDataAuthTimeout of the
+  // accept: an idle stranger holds the port at most that long.
   // Returns the index in feeders_ of the trainer rank it is; an error says
   // why it is refused. `addresses`: where the trainer ranks already linked
   // connected from ("" for those still awaited).
   StatusOr<std::size_t> admit_link(Link& link, const std::vector<std::string>& addresses, Deadline deadline) {
-    RETURN_IF_ERROR(authenticate_as_server(link, Secret(options_.secret), data_auth_context(rank()),
-                                           deadline.min(Deadline::After(kDataAuthTimeout))));
-    ASSIGN_OR_RETURN(FrameHeader frame, link.recv_header(deadline, 0));
+    const Deadline handshake = deadline.min(Deadline::After(kDataAuthTimeout));
+    RETURN_IF_ERROR(authenticate_as_server(link, Secret(options_.secret), data_auth_context(rank()), handshake));
+    // Without a secret anyone passes the handshake: the hello is then due
+    // within the same window, so an idle stranger cannot hold setup.
+    ASSIGN_OR_RETURN(FrameHeader frame, link.recv_header(options_.secret.empty() ? handshake : deadline, 0));
     StatusOr<HelloFrame> decoded = decode_hello(frame, link.peer());
     if (!decoded.ok()) {
       return InvalidArgument("not a hello from one of its trainer ranks (" + decoded.status().message() + ")");
@@ -539,13 +546,15 @@ Status verify_checkpoint(const Model& model, const Checkpoint& checkpoint, const
       have = got.data();
     }
     if (std::memcmp(have, want.data(), bytes) != 0) {
+      RETURN_IF_ERROR(checkpoint.check_unchanged());  // a file changed under this rank: that is the cause
       std::uint64_t at = 0;
       while (at < bytes && have[at] == want[at]) ++at;
       return DataLoss(name + ": tensor '" + w.spec.name + "' differs from " + checkpoint.path() + " at byte " +
                       std::to_string(at) + " of its shard after refit " + std::to_string(version));
     }
   }
-  return Status::Ok();
+  // What was compared against is the file as opened (else zeros).
+  return checkpoint.check_unchanged();
 }
 
 // Writes `rank`'s weights (its shards, as the engine holds them) to `path`.

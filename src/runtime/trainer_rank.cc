@@ -299,6 +299,8 @@ class TrainerRank::Impl : public BucketProtocol {
     // Every copy has finished here (the flushes waited for them): the end
     // event completes at once, and is read after "sent", outside the timing.
     if (gpu_span_) RETURN_IF_ERROR(gpu_span_->second.record(stream->handle()).WithContext(name()));
+    // Every byte was read: a checkpoint file that changed meanwhile fails the refit.
+    RETURN_IF_ERROR(source_->check_unchanged().WithContext(name() + ", refit " + std::to_string(version)));
     RETURN_IF_ERROR(client_->send(Progress{version, bytes}));
     RETURN_IF_ERROR(client_->send(Sent{version}));
     Json stats{{"buckets", buckets}, {"bytes", bytes}, {"send_ms", send_ms}, {"memory_path", memory_path()}};
