@@ -1,4 +1,4 @@
-// _refit.Coordinator: run_coordinator (src/control/coordinator.h) on a
+// _refit.Coordinator: run_coordinator (refit/coordinator.h) on a
 // background thread of the calling process.
 //
 // The constructor returns once the socket listens (port known) or raises the
@@ -18,23 +18,14 @@
 #include <thread>
 
 #include "bindings.h"
-#include "control/auth.h"
-#include "control/coordinator.h"
+#include "refit/secret.h"
+#include "refit/coordinator.h"
 #include "errors.h"
 
 namespace py = pybind11;
 
 namespace refit::python {
 namespace {
-
-// A report's "error" is Status::ToString(): "<code name>: <message>".
-Status status_from_report_error(const std::string& text) {
-  for (int c = static_cast<int>(StatusCode::kInvalidArgument); c <= static_cast<int>(StatusCode::kInternal); ++c) {
-    const std::string prefix = std::string(status_code_name(static_cast<StatusCode>(c))) + ": ";
-    if (text.rfind(prefix, 0) == 0) return Status(static_cast<StatusCode>(c), text.substr(prefix.size()));
-  }
-  return Internal(text);
-}
 
 class PyCoordinator {
  public:
@@ -56,7 +47,7 @@ class PyCoordinator {
     host_ = listen.substr(0, listen.rfind(':'));
 
     thread_ = std::thread([state = state_, options] {
-      Json report = run_coordinator(options, [&state](int port) {
+      JobReport report = run_coordinator(options, [&state](int port) {
         std::lock_guard<std::mutex> lock(state->mu);
         state->port = port;
         state->cv.notify_all();
@@ -73,7 +64,8 @@ class PyCoordinator {
     }
     if (state_->port < 0) {  // ended before listening: a setup error
       join();
-      check(status_from_report_error(state_->report.value("error", std::string("coordinator ended before listening"))));
+      Status why = state_->report.status;
+      check(why.ok() ? Aborted("the coordinator ended before listening") : why);
     }
   }
 
@@ -107,7 +99,7 @@ class PyCoordinator {
                                     std::to_string(timeout_s) + " s"));
     }
     join();
-    return py::module_::import("json").attr("loads")(state_->report.dump());
+    return py::module_::import("json").attr("loads")(state_->report.json);
   }
 
  private:
@@ -116,7 +108,7 @@ class PyCoordinator {
     std::condition_variable cv;
     int port = -1;
     bool done = false;
-    Json report;
+    JobReport report;
   };
 
   void join() {

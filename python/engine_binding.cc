@@ -1,4 +1,4 @@
-// _refit.Engine: one engine rank hosted by a Python process (BindingEngine).
+// _refit.Engine: one engine rank hosted by a Python process (TargetEngine).
 //
 // params: this rank's shards, in the model's order, either as
 //   (name, dtype, shape) specs   loader mode: next(load_fn) hands each dtype
@@ -27,12 +27,12 @@
 #include <string>
 #include <vector>
 
-#include "binding_engine.h"
+#include "refit/target_engine.h"
 #include "bindings.h"
-#include "device_sync.h"
+#include "refit/device_memory.h"
 #include "dlpack_interop.h"
 #include "errors.h"
-#include "cuda/device.h"
+#include "refit/device_memory.h"
 #include "refit/dtype.h"
 #include "refit/engine_rank.h"
 
@@ -47,7 +47,7 @@ class PyEngine {
       : name_("engine rank " + std::to_string(options.rank)), direct_(options.mode == "direct") {
     read_params(params);
     place(options);
-    engine_ = std::make_unique<BindingEngine>(options.rank, stream_, memory_, device_);
+    engine_ = std::make_unique<TargetEngine>(options.rank, stream_, memory_, device_);
     EngineBinding binding;
     binding.stream = stream_;
     binding.engine = engine_.get();
@@ -272,7 +272,7 @@ class PyEngine {
   MemoryKind memory_ = MemoryKind::kHost;
   int device_ = -1;
   std::shared_ptr<WeightArena> arena_;
-  std::unique_ptr<BindingEngine> engine_;  // declared before rank_: outlives it
+  std::unique_ptr<TargetEngine> engine_;  // declared before rank_: outlives it
   std::unique_ptr<EngineRank> rank_;
 };
 

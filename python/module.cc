@@ -11,12 +11,12 @@
 #include "dlpack_interop.h"
 #include "errors.h"
 #include "refit/checkpoint.h"
-#include "cuda/device.h"
+#include "refit/device_memory.h"
 #include "refit/dtype.h"
-#include "control/coordinator.h"
-#include "transport/transport.h"
+#include "refit/coordinator.h"
+#include "refit/transports.h"
 #include "refit/roles.h"
-#include "transport/transport.h"
+#include "refit/transports.h"
 #include "refit/roles.h"
 
 namespace py = pybind11;

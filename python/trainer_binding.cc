@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "bindings.h"
-#include "device_sync.h"
+#include "refit/device_memory.h"
 #include "dlpack_interop.h"
 #include "errors.h"
 #include "refit/checkpoint.h"

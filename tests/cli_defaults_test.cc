@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "control/coordinator.h"
+#include "refit/coordinator.h"
 #include "process_harness.h"
 #include "refit/plan.h"
 #include "refit/roles.h"

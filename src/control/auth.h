@@ -47,6 +47,7 @@
 
 #include "refit/deadline.h"
 #include "net/link.h"
+#include "refit/secret.h"
 #include "refit/status.h"
 
 namespace refit {
@@ -61,38 +62,6 @@ inline constexpr std::chrono::milliseconds kDataAuthTimeout{5000};
 inline constexpr std::uint64_t kMaxAuthMessageBytes = 4096;
 inline constexpr std::size_t kAuthNonceBytes = 32;
 inline constexpr std::size_t kAuthMacBytes = 32;  // SHA-256
-// Shortest secret accepted: 16 bytes (128 bits if random).
-inline constexpr std::size_t kMinSecretBytes = 16;
-inline constexpr std::size_t kMaxSecretBytes = 64 * 1024;
-
-// The shared secret, or none (empty: no authentication). The bytes are
-// overwritten when the object is destroyed.
-class Secret {
- public:
-  Secret() = default;
-  // REQUIRES: bytes is empty or between kMinSecretBytes and kMaxSecretBytes
-  // long (FromBytes checks it).
-  explicit Secret(std::string bytes) : bytes_(std::move(bytes)) {}
-  Secret(const Secret& other) = default;
-  Secret& operator=(const Secret& other);
-  ~Secret();
-
-  // `bytes` as a secret, checking its length; `source` names it in errors.
-  static StatusOr<Secret> FromBytes(std::string bytes, const std::string& source);
-  // The file's contents without one trailing newline ("\n" or "\r\n").
-  static StatusOr<Secret> FromFile(const std::string& path);
-  // What the CLI takes: --secret-file `file` when not empty, else the value
-  // of REFIT_SECRET (`env_value`, read by the caller; nullptr or "" when
-  // unset), else none.
-  static StatusOr<Secret> Resolve(const std::string& file, const char* env_value);
-
-  bool empty() const { return bytes_.empty(); }
-  const std::string& bytes() const { return bytes_; }
-
- private:
-  std::string bytes_;
-};
-
 using AuthNonce = std::array<unsigned char, kAuthNonceBytes>;
 using AuthMac = std::array<unsigned char, kAuthMacBytes>;
 

@@ -3,7 +3,7 @@
 // Setup, and then feeds the phase machine (refit_phases.h) with what the
 // ranks send, carrying out the actions it returns and writing the report.
 // The protocol's decisions are the machine's; this file only moves bytes.
-#include "control/coordinator.h"
+#include "control/coordinate.h"
 
 #include <arpa/inet.h>
 #include <poll.h>
@@ -419,7 +419,7 @@ Status validate_rank_counts(int trainer_ranks, int engine_ranks) {
   return Status::Ok();
 }
 
-Json run_coordinator(const CoordinatorOptions& options, const std::function<void(int port)>& on_listening) {
+Json coordinate_job(const CoordinatorOptions& options, const std::function<void(int port)>& on_listening) {
   Coordinator coordinator(options);
   // Every message is validated before use (control_message.h), so no JSON
   // exception is expected; should one escape anyway, the job fails with a

@@ -15,7 +15,7 @@
 
 #include "control/auth.h"
 #include "control/control_client.h"
-#include "control/coordinator.h"
+#include "refit/coordinator.h"
 #include "control/spec_json.h"
 #include "net/frames.h"
 #include "aligner/aligner.h"

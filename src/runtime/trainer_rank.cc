@@ -13,7 +13,7 @@
 
 #include "control/auth.h"
 #include "control/control_client.h"
-#include "control/coordinator.h"
+#include "refit/coordinator.h"
 #include "net/frames.h"
 #include "cuda/device.h"
 #include "refit/reference_engine.h"

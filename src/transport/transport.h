@@ -39,6 +39,7 @@
 #include "refit/deadline.h"
 #include "net/link.h"
 #include "refit/status.h"
+#include "refit/transports.h"
 #include "refit/tensor.h"
 
 namespace refit {
@@ -183,8 +184,6 @@ class Transport {
   }
 };
 
-// Names of the transports built into this binary ("shm", "tcp", ...).
-std::vector<std::string> transport_names();
 
 // What the coordinator asks about a job's transport at setup, by name and
 // without creating it (creating one may open a device or a UCX context).

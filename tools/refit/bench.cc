@@ -13,7 +13,7 @@
 #include "demo.h"
 #include "flags.h"
 #include "refit/ceilings.h"
-#include "cuda/device.h"
+#include "refit/device_memory.h"
 #include "refit/plan.h"
 #include "report_table.h"
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "command.h"
-#include "control/coordinator.h"
+#include "refit/coordinator.h"
 #include "flags.h"
 #include "report_table.h"
 
@@ -30,7 +30,7 @@ void write_port_file(const std::string& path, int port) {
 
 Status run_coordinator_command(CoordinatorFlags& f) {
   ASSIGN_OR_RETURN(f.options.secret, resolve_secret(f.secret_file));
-  Json report = run_coordinator(f.options, [&](int port) {
+  JobReport report = run_coordinator(f.options, [&](int port) {
     if (!f.port_file.empty()) {
       write_port_file(f.port_file, port);
     } else {
@@ -38,11 +38,11 @@ Status run_coordinator_command(CoordinatorFlags& f) {
     }
   });
   if (f.report_file.empty()) {
-    std::printf("%s\n", report.dump(2).c_str());
+    std::printf("%s\n", report.json.c_str());
   } else {
-    std::ofstream(f.report_file) << report.dump(2) << "\n";
+    std::ofstream(f.report_file) << report.json << "\n";
   }
-  return report_status(report);
+  return report.status;
 }
 
 }  // namespace

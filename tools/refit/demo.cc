@@ -19,13 +19,13 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
-#include "control/coordinator.h"
+#include "refit/coordinator.h"
 #include "flags.h"
 #include "refit/model.h"
 #include "refit/plan.h"
 #include "report_table.h"
 #include "refit/roles.h"
-#include "control/coordinator.h"
+#include "refit/coordinator.h"
 #include "refit/roles.h"
 
 namespace refit::cli {

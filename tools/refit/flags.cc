@@ -6,7 +6,7 @@
 #include "refit/dtype.h"
 #include "refit/model.h"
 #include "refit/plan.h"
-#include "transport/transport.h"
+#include "refit/transports.h"
 
 namespace refit::cli {
 namespace {

@@ -13,7 +13,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "control/auth.h"
+#include "refit/secret.h"
 #include "refit/status.h"
 #include "refit/roles.h"
 

@@ -14,6 +14,11 @@
 // Topology: engine rank e is fed by the trainer ranks t with t % E == e (in
 // increasing t); trainer ranks must be at least as many as engine ranks.
 //
+// The report: run_coordinator returns a JobReport whose `json` is the
+// document `refit coordinator` prints (README "The report": every committed
+// refit with its figures, every rank's stats, warnings) and whose other
+// fields are read from it.
+//
 // Thread safety: run_coordinator runs on the calling thread.
 #pragma once
 
@@ -21,8 +26,7 @@
 #include <functional>
 #include <string>
 
-#include "control/auth.h"
-#include "control/control_message.h"
+#include "refit/secret.h"
 #include "refit/status.h"
 
 namespace refit {
@@ -59,10 +63,19 @@ struct CoordinatorOptions {
 // rank of each role, and at least as many trainer ranks as engine ranks.
 Status validate_rank_counts(int trainer_ranks, int engine_ranks);
 
-// Runs setup and `refits` refits and returns the JSON report (the demo's
-// --json report, README). On failure the report still holds every refit that
-// committed before it, plus "error" (the message) and "verified": false.
-// `on_listening(port)` is called once the socket listens.
-Json run_coordinator(const CoordinatorOptions& options, const std::function<void(int port)>& on_listening);
+// What a job ended with. `status` is OK when every refit committed and
+// verified; otherwise the job's error, with the code it was reported with.
+struct JobReport {
+  Status status;
+  bool verified = false;                // every refit committed, every byte compared and matched
+  std::uint64_t committed_version = 0;  // the last version the coordinator decided to commit
+  std::string json;                     // the whole report (JSON text)
+};
+
+// Runs setup and `refits` refits (or on-demand refits until every trainer
+// rank finished) and returns the report; a failed job's report still holds
+// every refit that committed before the failure. `on_listening(port)` is
+// called once the socket listens.
+JobReport run_coordinator(const CoordinatorOptions& options, const std::function<void(int port)>& on_listening);
 
 }  // namespace refit

@@ -1,12 +1,14 @@
-// The Python binding's engine: see binding_engine.h.
-#include "binding_engine.h"
+// See refit/target_engine.h.
+#include "refit/target_engine.h"
 
 #include <cstring>
 #include <new>
 
+#include "cuda/batched_copy.h"
+#include "cuda/device.h"
 #include "refit/plan.h"
 
-namespace refit::python {
+namespace refit {
 
 // ---- WeightArena ------------------------------------------------------------
 
@@ -17,8 +19,9 @@ StatusOr<std::shared_ptr<WeightArena>> WeightArena::Allocate(const std::vector<T
   arena->memory_ = memory;
   arena->device_ = memory == MemoryKind::kCuda ? device : -1;
   if (memory == MemoryKind::kCuda) {
-    ASSIGN_OR_RETURN(arena->device_buffer_, DeviceBuffer::Allocate(device, arena->bytes_));
-    arena->data_ = arena->device_buffer_.data();
+    ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(device, arena->bytes_));
+    arena->device_buffer_ = std::make_unique<DeviceBuffer>(std::move(buffer));
+    arena->data_ = arena->device_buffer_->data();
   } else if (arena->bytes_ != 0) {
     arena->data_ = static_cast<std::byte*>(
         ::operator new(arena->bytes_, std::align_val_t(kPlanAlignment), std::nothrow));
@@ -34,28 +37,36 @@ WeightArena::~WeightArena() {
   if (memory_ == MemoryKind::kHost && data_ != nullptr) ::operator delete(data_, std::align_val_t(kPlanAlignment));
 }
 
-// ---- BindingEngine ------------------------------------------------------------
+// ---- TargetEngine ------------------------------------------------------------
 
-BindingEngine::BindingEngine(int rank, std::vector<TensorSpec> stream, MemoryKind memory, int device)
+struct TargetEngine::DeviceCopies {
+  BatchedCopier copier;
+  CudaStream stream;
+  std::vector<CopyRun> runs;
+};
+
+TargetEngine::TargetEngine(int rank, std::vector<TensorSpec> stream, MemoryKind memory, int device)
     : rank_(rank), stream_(std::move(stream)), memory_(memory), device_(device) {
   for (std::size_t i = 0; i < stream_.size(); ++i) index_[stream_[i].name] = i;
 }
 
-Status BindingEngine::set_targets(std::vector<std::byte*> targets) {
+TargetEngine::~TargetEngine() = default;
+
+Status TargetEngine::set_targets(std::vector<std::byte*> targets) {
   if (targets.size() != stream_.size()) {
     return Internal("engine: " + std::to_string(targets.size()) + " copy targets for " +
                     std::to_string(stream_.size()) + " tensors");
   }
   targets_ = std::move(targets);
-  if (memory_ == MemoryKind::kCuda && !copier_) {
+  if (memory_ == MemoryKind::kCuda && !device_copies_) {
     ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(device_));
-    copier_ = std::make_unique<BatchedCopier>(std::move(copier));
-    ASSIGN_OR_RETURN(cuda_stream_, CudaStream::Create(device_));
+    ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create(device_));
+    device_copies_ = std::unique_ptr<DeviceCopies>(new DeviceCopies{std::move(copier), std::move(stream), {}});
   }
   return Status::Ok();
 }
 
-Status BindingEngine::begin(std::uint64_t version) {
+Status TargetEngine::begin(std::uint64_t version) {
   if (in_refit_) return FailedPrecondition("engine: begin(" + std::to_string(version) + ") while a refit is open");
   if (version <= version_) {
     return FailedPrecondition("engine: refit " + std::to_string(version) +
@@ -65,7 +76,7 @@ Status BindingEngine::begin(std::uint64_t version) {
   return Status::Ok();
 }
 
-Status BindingEngine::apply(const AlignedBatch& batch) {
+Status TargetEngine::apply(const AlignedBatch& batch) {
   const std::string where = "engine rank " + std::to_string(rank_) + ", aligned batch " + std::to_string(batch.sequence);
   if (!in_refit_) return FailedPrecondition(where + " applied outside begin()..commit()");
   if (rank_ < 0 || static_cast<std::size_t>(rank_) >= batch.payload.size() ||
@@ -101,9 +112,10 @@ Status BindingEngine::apply(const AlignedBatch& batch) {
   return Status::Ok();
 }
 
-Status BindingEngine::copy_group(const AlignedBatch& batch, const AlignedBatch::DTypeGroup& group) {
+Status TargetEngine::copy_group(const AlignedBatch& batch, const AlignedBatch::DTypeGroup& group) {
   const std::vector<refit::TensorView>& payload = batch.payload[static_cast<std::size_t>(rank_)];
-  runs_.clear();
+  std::vector<CopyRun>* runs = device_copies_ ? &device_copies_->runs : nullptr;
+  if (runs) runs->clear();
   for (std::size_t i : group.indices) {
     const refit::TensorView& v = payload[i];
     auto it = index_.find(v.spec->name);
@@ -114,20 +126,20 @@ Status BindingEngine::copy_group(const AlignedBatch& batch, const AlignedBatch::
                                 " but the registered tensor is " + own.ToString());
     }
     if (memory_ == MemoryKind::kCuda) {
-      runs_.push_back(copy_run_1d(v.data, targets_[it->second], own.nbytes()));
+      runs->push_back(copy_run_1d(v.data, targets_[it->second], own.nbytes()));
     } else if (own.nbytes() != 0) {
       std::memcpy(targets_[it->second], v.data, own.nbytes());
     }
   }
-  if (memory_ == MemoryKind::kCuda && !runs_.empty()) {
+  if (memory_ == MemoryKind::kCuda && !runs->empty()) {
     // Finished before apply returns: the receiver may recycle the slots it read.
-    RETURN_IF_ERROR(copier_->copy(runs_, cuda_stream_.handle()));
-    RETURN_IF_ERROR(cuda_stream_.synchronize());
+    RETURN_IF_ERROR(device_copies_->copier.copy(*runs, device_copies_->stream.handle()));
+    RETURN_IF_ERROR(device_copies_->stream.synchronize());
   }
   return Status::Ok();
 }
 
-Status BindingEngine::commit(std::uint64_t version) {
+Status TargetEngine::commit(std::uint64_t version) {
   if (!in_refit_) return FailedPrecondition("engine: commit(" + std::to_string(version) + ") without begin()");
   in_refit_ = false;
   version_ = version;  // DESIGN.md rule 6: once per refit, only here
@@ -135,9 +147,9 @@ Status BindingEngine::commit(std::uint64_t version) {
   return Status::Ok();
 }
 
-void BindingEngine::abort(std::uint64_t, const Status&) {
+void TargetEngine::abort(std::uint64_t, const Status&) {
   in_refit_ = false;
   complete_ = false;
 }
 
-}  // namespace refit::python
+}  // namespace refit

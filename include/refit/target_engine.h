@@ -1,5 +1,6 @@
-// The Engine (engine.h) behind refit.Engine: one engine rank hosted by a
-// Python process, applying aligned batches in one of three ways.
+// TargetEngine: an Engine (engine.h) for one engine rank whose weights live
+// in the caller's own tensors, applying aligned batches in one of three ways.
+// The Python binding's refit.Engine is one; a C++ server can use it as is.
 //
 //   loader  apply() hands each dtype group of this rank's payload to a Loader
 //           (the binding wraps the user's load_fn in one): one post per dtype
@@ -23,13 +24,14 @@
 #include <string>
 #include <vector>
 
-#include "cuda/batched_copy.h"
-#include "cuda/device.h"
+#include "refit/engine.h"
 #include "refit/reference_engine.h"
 #include "refit/status.h"
 #include "refit/tensor.h"
 
-namespace refit::python {
+namespace refit {
+
+class DeviceBuffer;  // src/cuda/device.h
 
 // The weights of one engine rank in one block, laid out by
 // weight_arena_offsets(stream) (engine.h), so that it can be exposed whole
@@ -58,16 +60,17 @@ class WeightArena {
   std::uint64_t bytes_ = 0;
   MemoryKind memory_ = MemoryKind::kHost;
   int device_ = -1;
-  DeviceBuffer device_buffer_;
+  std::unique_ptr<DeviceBuffer> device_buffer_;
 };
 
-class BindingEngine : public Engine {
+class TargetEngine : public Engine {
  public:
   // Receives one dtype group of this rank's payload (views valid during the call).
   using Loader = std::function<Status(DType dtype, const std::vector<refit::TensorView>& views)>;
 
   // `rank`: the engine TP rank this process hosts; `stream`: its shard specs.
-  BindingEngine(int rank, std::vector<TensorSpec> stream, MemoryKind memory, int device);
+  TargetEngine(int rank, std::vector<TensorSpec> stream, MemoryKind memory, int device);
+  ~TargetEngine() override;
 
   // Copy mode: destination of each stream tensor, in stream order (the same
   // memory kind and device as the engine). Allocates the device copier.
@@ -96,13 +99,12 @@ class BindingEngine : public Engine {
   int device_;
   Loader loader_;
   std::vector<std::byte*> targets_;
-  std::unique_ptr<BatchedCopier> copier_;
-  CudaStream cuda_stream_;
-  std::vector<CopyRun> runs_;
+  struct DeviceCopies;  // copy mode on a device: the copier, its stream, the runs of a post
+  std::unique_ptr<DeviceCopies> device_copies_;
   std::uint64_t version_ = 0;
   bool in_refit_ = false;
   bool complete_ = true;
   std::uint64_t posts_ = 0, tensors_ = 0;
 };
 
-}  // namespace refit::python
+}  // namespace refit

@@ -1,5 +1,5 @@
-// See device_sync.h.
-#include "device_sync.h"
+// synchronize_device: see refit/device_memory.h.
+#include "refit/device_memory.h"
 
 #include <string>
 
@@ -7,9 +7,10 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.h"
+#include "cuda/device.h"
 #endif
 
-namespace refit::python {
+namespace refit {
 
 Status synchronize_device(int device) {
 #if REFIT_HAVE_CUDA
@@ -22,4 +23,4 @@ Status synchronize_device(int device) {
 #endif
 }
 
-}  // namespace refit::python
+}  // namespace refit

@@ -1,0 +1,32 @@
+// run_coordinator (refit/coordinator.h): the job's report document, and the
+// typed fields read from it.
+#include <string>
+
+#include "control/coordinate.h"
+
+namespace refit {
+
+Status report_error_status(const Json& report) {
+  if (!report.contains("error")) return Status::Ok();
+  const std::string text = report["error"].is_string() ? report["error"].get<std::string>() : report["error"].dump();
+  for (StatusCode code : {StatusCode::kInvalidArgument, StatusCode::kFailedPrecondition, StatusCode::kNotFound,
+                          StatusCode::kUnavailable, StatusCode::kAborted, StatusCode::kDeadlineExceeded,
+                          StatusCode::kDataLoss, StatusCode::kResourceExhausted, StatusCode::kInternal}) {
+    const std::string prefix = std::string(status_code_name(code)) + ": ";
+    if (text.rfind(prefix, 0) == 0) return Status(code, text.substr(prefix.size()));
+  }
+  return Aborted(text);
+}
+
+JobReport run_coordinator(const CoordinatorOptions& options, const std::function<void(int port)>& on_listening) {
+  const Json report = coordinate_job(options, on_listening);
+  JobReport out;
+  out.status = report_error_status(report);
+  out.verified = report.value("verified", false);
+  out.committed_version = report.value("committed_version", std::uint64_t{0});
+  if (out.status.ok() && !out.verified) out.status = DataLoss("not every refit verified");
+  out.json = report.dump(2);
+  return out;
+}
+
+}  // namespace refit
