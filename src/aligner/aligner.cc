@@ -46,6 +46,14 @@ StatusOr<Aligner> Aligner::Create(std::vector<BatchSource*> ranks) {
 }
 
 StatusOr<std::optional<AlignedBatch>> Aligner::next(Deadline deadline) {
+  RETURN_IF_ERROR(pull(deadline));
+  ASSIGN_OR_RETURN(const bool all_ended, ended_together());
+  if (all_ended) return std::optional<AlignedBatch>();
+  ASSIGN_OR_RETURN(const std::size_t n, agreed_prefix());
+  return std::optional<AlignedBatch>(take(n));
+}
+
+Status Aligner::pull(Deadline deadline) {
   const std::size_t n_ranks = ranks_.size();
   // Advance only ranks whose queue is empty (DESIGN.md rule 3): one pull each.
   for (std::size_t r = 0; r < n_ranks; ++r) {
@@ -69,7 +77,11 @@ StatusOr<std::optional<AlignedBatch>> Aligner::next(Deadline deadline) {
       queues_[r].push_back(v);
     }
   }
+  return Status::Ok();
+}
 
+StatusOr<bool> Aligner::ended_together() const {
+  const std::size_t n_ranks = ranks_.size();
   // Ends: together, or at different points (a loud error).
   std::size_t first_ended = n_ranks, first_open = n_ranks;
   for (std::size_t r = 0; r < n_ranks; ++r) {
@@ -80,7 +92,7 @@ StatusOr<std::optional<AlignedBatch>> Aligner::next(Deadline deadline) {
       first_open = r;
     }
   }
-  if (first_open == n_ranks) return std::optional<AlignedBatch>();
+  if (first_open == n_ranks) return true;
   if (first_ended != n_ranks) {
     const std::uint64_t count = yielded_[first_ended];
     std::string last;
@@ -92,7 +104,11 @@ StatusOr<std::optional<AlignedBatch>> Aligner::next(Deadline deadline) {
                               quoted(queues_[first_open].front().spec) + " at position " +
                               std::to_string(yielded_[first_open]));
   }
+  return false;
+}
 
+StatusOr<std::size_t> Aligner::agreed_prefix() const {
+  const std::size_t n_ranks = ranks_.size();
   // The common prefix of every queue, checked against rank 0.
   std::size_t n = queues_[0].size();
   for (std::size_t r = 1; r < n_ranks; ++r) n = std::min(n, queues_[r].size());
@@ -116,7 +132,11 @@ StatusOr<std::optional<AlignedBatch>> Aligner::next(Deadline deadline) {
       }
     }
   }
+  return n;
+}
 
+AlignedBatch Aligner::take(std::size_t n) {
+  const std::size_t n_ranks = ranks_.size();
   AlignedBatch out;
   out.sequence = sequence_++;
   out.specs.reserve(n);
@@ -127,7 +147,7 @@ StatusOr<std::optional<AlignedBatch>> Aligner::next(Deadline deadline) {
     yielded_[r] += n;
   }
   for (const TensorView& v : out.payload[0]) out.specs.push_back(v.spec);
-  return std::optional<AlignedBatch>(std::move(out));
+  return out;
 }
 
 StatusOr<std::vector<std::size_t>> aligned_schedule(const std::vector<const Plan*>& plans) {

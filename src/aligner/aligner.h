@@ -45,6 +45,18 @@ class Aligner {
 
  private:
   explicit Aligner(std::vector<BatchSource*> ranks);
+  // next()'s steps, in order.
+  // Pulls one batch from each rank whose queue is empty and has not ended
+  // (DESIGN.md rule 3), appending its views to the rank's queue.
+  Status pull(Deadline deadline);
+  // True when every rank has ended (queue empty after pull); an error when
+  // some ended while others still hold tensors.
+  StatusOr<bool> ended_together() const;
+  // The length of the prefix every queue holds, after checking each of its
+  // tensors has rank 0's name and dtype on every rank.
+  StatusOr<std::size_t> agreed_prefix() const;
+  // Moves the first n views of every queue into the next aligned batch.
+  AlignedBatch take(std::size_t n);
   std::vector<BatchSource*> ranks_;
   std::vector<std::deque<TensorView>> queues_;
   std::vector<bool> ended_;

@@ -58,6 +58,91 @@ StatusOr<std::string> read_small_file(const std::string& path, std::uint64_t lim
   return text;
 }
 
+// A sharded checkpoint's index: which file holds each tensor.
+struct ShardIndex {
+  std::map<std::string, std::string> weight_map;           // tensor -> file
+  std::map<std::string, std::vector<std::string>> by_file;  // file -> tensors (sorted by file name)
+};
+
+// Reads and checks the index at `index_path` (`at` names it in errors): a
+// JSON object whose "weight_map" maps each tensor to a file inside the
+// checkpoint's directory.
+StatusOr<ShardIndex> read_shard_index(const std::string& index_path, const std::string& at) {
+  StatusOr<std::string> text = read_small_file(index_path, kSafetensorsMaxHeaderBytes);
+  if (!text.ok()) return text.status().WithContext("checkpoint index");
+  StatusOr<Json> index = parse_json_strict(*text);
+  if (!index.ok()) return index.status().WithContext(at);
+  if (!index->is_object()) return InvalidArgument(at + ": must be a JSON object");
+  if (!index->contains("weight_map") || !(*index)["weight_map"].is_object()) {
+    return InvalidArgument(at + ": needs a \"weight_map\" object (tensor name -> file name)");
+  }
+  ShardIndex out;
+  for (const auto& [name, file] : (*index)["weight_map"].items()) {
+    if (!file.is_string()) {
+      return InvalidArgument(at + ": weight_map maps tensor '" + name + "' to " + file.dump() +
+                             ", not to a file name");
+    }
+    const std::string f = file.get<std::string>();
+    if (!is_safe_relative(f)) {
+      return InvalidArgument(at + ": weight_map maps tensor '" + name + "' to '" + f +
+                             "', which is not a relative path inside the checkpoint directory");
+    }
+    out.weight_map.emplace(name, f);
+    out.by_file[f].push_back(name);
+  }
+  return out;
+}
+
+// Every file the index names exists; then every file opens.
+StatusOr<std::vector<SafetensorsFile>> open_shards(const fs::path& dir, const ShardIndex& index,
+                                                   const std::string& at) {
+  std::error_code ec;
+  for (const auto& [f, names] : index.by_file) {
+    if (!fs::exists(dir / f, ec)) {
+      return NotFound(at + ": maps " + std::to_string(names.size()) + " tensors (e.g. '" + names.front() +
+                      "') to '" + f + "', which does not exist (" + (dir / f).string() + ")");
+    }
+  }
+  std::vector<SafetensorsFile> files;
+  for (const auto& [f, names] : index.by_file) {
+    StatusOr<SafetensorsFile> file = SafetensorsFile::Open((dir / f).string());
+    if (!file.ok()) return file.status().WithContext(at);
+    files.push_back(std::move(file).value());
+  }
+  return files;
+}
+
+// The index and the files agree: every tensor a file holds is where the
+// index says, and each index entry's file holds its tensor.
+Status check_index_agrees(const ShardIndex& index, const std::vector<SafetensorsFile>& files, const std::string& at) {
+  std::size_t i = 0;
+  for (const auto& [f, names] : index.by_file) {
+    for (const SafetensorsTensor& t : files[i].tensors()) {
+      auto it = index.weight_map.find(t.spec.name);
+      if (it == index.weight_map.end()) {
+        return InvalidArgument(at + ": tensor '" + t.spec.name + "' is in '" + f +
+                               "', but the index does not list it");
+      }
+      if (it->second != f) {
+        return InvalidArgument(at + ": tensor '" + t.spec.name + "' is in '" + f + "', but the index maps it to '" +
+                               it->second + "'");
+      }
+    }
+    ++i;
+  }
+  // Every tensor a file holds is where the index says; now each index entry's file holds its tensor.
+  i = 0;
+  for (const auto& [f, names] : index.by_file) {
+    for (const std::string& name : names) {
+      if (files[i].find(name) == nullptr) {
+        return InvalidArgument(at + ": maps tensor '" + name + "' to '" + f + "', which does not hold it");
+      }
+    }
+    ++i;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 // ---- Checkpoint -------------------------------------------------------------
@@ -105,68 +190,9 @@ StatusOr<Checkpoint> Checkpoint::Open(const std::string& path) {
 
   // Sharded: the index, then every file it names.
   const std::string at = "checkpoint index '" + index_path + "'";
-  StatusOr<std::string> text = read_small_file(index_path, kSafetensorsMaxHeaderBytes);
-  if (!text.ok()) return text.status().WithContext("checkpoint index");
-  StatusOr<Json> index = parse_json_strict(*text);
-  if (!index.ok()) return index.status().WithContext(at);
-  if (!index->is_object()) return InvalidArgument(at + ": must be a JSON object");
-  if (!index->contains("weight_map") || !(*index)["weight_map"].is_object()) {
-    return InvalidArgument(at + ": needs a \"weight_map\" object (tensor name -> file name)");
-  }
-  std::map<std::string, std::string> weight_map;           // tensor -> file
-  std::map<std::string, std::vector<std::string>> by_file;  // file -> tensors (sorted by file name)
-  for (const auto& [name, file] : (*index)["weight_map"].items()) {
-    if (!file.is_string()) {
-      return InvalidArgument(at + ": weight_map maps tensor '" + name + "' to " + file.dump() +
-                             ", not to a file name");
-    }
-    const std::string f = file.get<std::string>();
-    if (!is_safe_relative(f)) {
-      return InvalidArgument(at + ": weight_map maps tensor '" + name + "' to '" + f +
-                             "', which is not a relative path inside the checkpoint directory");
-    }
-    weight_map.emplace(name, f);
-    by_file[f].push_back(name);
-  }
-
-  // Every file exists; then every file opens; then the index and the files agree.
-  for (const auto& [f, names] : by_file) {
-    if (!fs::exists(dir / f, ec)) {
-      return NotFound(at + ": maps " + std::to_string(names.size()) + " tensors (e.g. '" + names.front() +
-                      "') to '" + f + "', which does not exist (" + (dir / f).string() + ")");
-    }
-  }
-  std::vector<SafetensorsFile> files;
-  for (const auto& [f, names] : by_file) {
-    StatusOr<SafetensorsFile> file = SafetensorsFile::Open((dir / f).string());
-    if (!file.ok()) return file.status().WithContext(at);
-    files.push_back(std::move(file).value());
-  }
-  std::size_t i = 0;
-  for (const auto& [f, names] : by_file) {
-    for (const SafetensorsTensor& t : files[i].tensors()) {
-      auto it = weight_map.find(t.spec.name);
-      if (it == weight_map.end()) {
-        return InvalidArgument(at + ": tensor '" + t.spec.name + "' is in '" + f +
-                               "', but the index does not list it");
-      }
-      if (it->second != f) {
-        return InvalidArgument(at + ": tensor '" + t.spec.name + "' is in '" + f + "', but the index maps it to '" +
-                               it->second + "'");
-      }
-    }
-    ++i;
-  }
-  // Every tensor a file holds is where the index says; now each index entry's file holds its tensor.
-  i = 0;
-  for (const auto& [f, names] : by_file) {
-    for (const std::string& name : names) {
-      if (files[i].find(name) == nullptr) {
-        return InvalidArgument(at + ": maps tensor '" + name + "' to '" + f + "', which does not hold it");
-      }
-    }
-    ++i;
-  }
+  ASSIGN_OR_RETURN(const ShardIndex index, read_shard_index(index_path, at));
+  ASSIGN_OR_RETURN(std::vector<SafetensorsFile> files, open_shards(dir, index, at));
+  RETURN_IF_ERROR(check_index_agrees(index, files, at));
   for (SafetensorsFile& file : files) RETURN_IF_ERROR(ckpt.add_file(std::move(file)));
   return ckpt;
 }

@@ -215,6 +215,93 @@ Status parse_tensor(const std::string& name, const Json& entry, std::uint64_t da
   return Status::Ok();
 }
 
+// A header is a JSON object: the byte it must begin with.
+constexpr char kObjectOpen = '{';
+
+// The 8-byte little-endian header length, checked against the format's
+// limit and the file: a header with its sizes set and no tensors yet.
+StatusOr<SafetensorsHeader> header_frame(std::span<const std::byte> file, const Errors& err) {
+  if (file.size() < 8) {
+    return err.data_loss("the file is " + std::to_string(file.size()) +
+                         " bytes, too short for the 8-byte header length");
+  }
+  std::uint64_t n = 0;
+  std::memcpy(&n, file.data(), 8);  // little-endian host (static_assert above)
+  if (n > kSafetensorsMaxHeaderBytes) {
+    return err.invalid("header length " + std::to_string(n) + " exceeds the format's limit of " +
+                       std::to_string(kSafetensorsMaxHeaderBytes) + " bytes");
+  }
+  if (n > file.size() - 8) {
+    return err.data_loss("header length " + std::to_string(n) + " runs past the end of the file (" +
+                         std::to_string(file.size()) + " bytes, " + std::to_string(file.size() - 8) +
+                         " after the length): truncated file?");
+  }
+  SafetensorsHeader header;
+  header.header_bytes = n;
+  header.data_offset = 8 + n;
+  header.data_bytes = file.size() - header.data_offset;
+  return header;
+}
+
+// Parses the header's JSON text: its metadata, and each tensor's entry
+// (parse_tensor) appended to header->tensors in the order the text lists them.
+Status parse_members(std::string_view text, std::string_view file_name, const Errors& err,
+                     SafetensorsHeader* header) {
+  if (text.empty() || text.front() != kObjectOpen) {
+    return err.invalid(std::string("the header must be a JSON object beginning with '") + kObjectOpen + "', but " +
+                       first_byte(text));
+  }
+  // One member at a time (json_member_stream.h): the parser's memory is
+  // what it keeps (the tensors), proportional to the header, and a header
+  // listing more than kSafetensorsMaxTensors tensors is refused as soon as
+  // the one past the limit appears.
+  const std::string too_many = "it lists more than " + std::to_string(kSafetensorsMaxTensors) +
+                               " tensors (refit's limit, kSafetensorsMaxTensors)";
+  RETURN_IF_ERROR(stream_json_members(
+      text, kSafetensorsMaxTensors + 1, too_many, "safetensors file '" + std::string(file_name) + "': header: ",
+      [&](const std::string& key, const Json& value) -> Status {
+        if (key == "__metadata__") return parse_metadata(value, err, &header->metadata);
+        if (header->tensors.size() == kSafetensorsMaxTensors) return err.invalid("header: " + too_many);
+        SafetensorsTensor t;
+        RETURN_IF_ERROR(parse_tensor(key, value, header->data_bytes, err, &t));
+        header->tensors.push_back(std::move(t));
+        return Status::Ok();
+      }));
+  return Status::Ok();
+}
+
+// Sorts header->tensors into storage order and checks that their ranges tile
+// the data section exactly: no overlap, no hole, no trailing bytes.
+Status check_tiling(const Errors& err, SafetensorsHeader* header) {
+  std::vector<SafetensorsTensor>& tensors = header->tensors;
+  std::sort(tensors.begin(), tensors.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
+    if (a.begin != b.begin) return a.begin < b.begin;
+    if (a.end != b.end) return a.end < b.end;
+    return a.spec.name < b.spec.name;
+  });
+  std::uint64_t covered = 0;            // [0, covered) is tiled so far
+  const SafetensorsTensor* last = nullptr;  // the tensor that ends at `covered`
+  for (const SafetensorsTensor& t : tensors) {
+    if (t.begin < covered) {
+      return err.invalid("tensors '" + last->spec.name + "' " + range_string(last->begin, last->end) + " and '" +
+                         t.spec.name + "' " + range_string(t.begin, t.end) + " overlap");
+    }
+    if (t.begin > covered) {
+      return err.invalid("bytes " + range_string(covered, t.begin) +
+                         " of the data section belong to no tensor (a hole before tensor '" + t.spec.name +
+                         "'; the format forbids holes)");
+    }
+    covered = t.end;
+    last = &t;
+  }
+  if (covered != header->data_bytes) {
+    return err.invalid("bytes " + range_string(covered, header->data_bytes) +
+                       " at the end of the data section belong to no tensor (trailing bytes; the format forbids "
+                       "holes)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<DType> dtype_from_safetensors(std::string_view name) {
@@ -237,73 +324,10 @@ std::string_view safetensors_dtype_name(DType dtype) {
 
 StatusOr<SafetensorsHeader> parse_safetensors(std::span<const std::byte> file, std::string_view file_name) {
   const Errors err(file_name);
-  if (file.size() < 8) {
-    return err.data_loss("the file is " + std::to_string(file.size()) +
-                         " bytes, too short for the 8-byte header length");
-  }
-  std::uint64_t n = 0;
-  std::memcpy(&n, file.data(), 8);  // little-endian host (static_assert above)
-  if (n > kSafetensorsMaxHeaderBytes) {
-    return err.invalid("header length " + std::to_string(n) + " exceeds the format's limit of " +
-                       std::to_string(kSafetensorsMaxHeaderBytes) + " bytes");
-  }
-  if (n > file.size() - 8) {
-    return err.data_loss("header length " + std::to_string(n) + " runs past the end of the file (" +
-                         std::to_string(file.size()) + " bytes, " + std::to_string(file.size() - 8) +
-                         " after the length): truncated file?");
-  }
-  SafetensorsHeader header;
-  header.header_bytes = n;
-  header.data_offset = 8 + n;
-  header.data_bytes = file.size() - header.data_offset;
-
-  const std::string_view text(reinterpret_cast<const char*>(file.data()) + 8, n);
-  if (text.empty() || text.front() != '{') {
-    return err.invalid("the header must be a JSON object beginning with '{', but " + first_byte(text));
-  }
-  // One member at a time (json_member_stream.h): the parser's memory is
-  // what it keeps (the tensors), proportional to the header, and a header
-  // listing more than kSafetensorsMaxTensors tensors is refused as soon as
-  // the one past the limit appears.
-  const std::string too_many = "it lists more than " + std::to_string(kSafetensorsMaxTensors) +
-                               " tensors (refit's limit, kSafetensorsMaxTensors)";
-  RETURN_IF_ERROR(stream_json_members(
-      text, kSafetensorsMaxTensors + 1, too_many, "safetensors file '" + std::string(file_name) + "': header: ",
-      [&](const std::string& key, const Json& value) -> Status {
-        if (key == "__metadata__") return parse_metadata(value, err, &header.metadata);
-        if (header.tensors.size() == kSafetensorsMaxTensors) return err.invalid("header: " + too_many);
-        SafetensorsTensor t;
-        RETURN_IF_ERROR(parse_tensor(key, value, header.data_bytes, err, &t));
-        header.tensors.push_back(std::move(t));
-        return Status::Ok();
-      }));
-
-  // Storage order; then the ranges must tile [0, data_bytes) exactly.
-  std::sort(header.tensors.begin(), header.tensors.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
-    if (a.begin != b.begin) return a.begin < b.begin;
-    if (a.end != b.end) return a.end < b.end;
-    return a.spec.name < b.spec.name;
-  });
-  std::uint64_t covered = 0;            // [0, covered) is tiled so far
-  const SafetensorsTensor* last = nullptr;  // the tensor that ends at `covered`
-  for (const SafetensorsTensor& t : header.tensors) {
-    if (t.begin < covered) {
-      return err.invalid("tensors '" + last->spec.name + "' " + range_string(last->begin, last->end) + " and '" +
-                         t.spec.name + "' " + range_string(t.begin, t.end) + " overlap");
-    }
-    if (t.begin > covered) {
-      return err.invalid("bytes " + range_string(covered, t.begin) +
-                         " of the data section belong to no tensor (a hole before tensor '" + t.spec.name +
-                         "'; the format forbids holes)");
-    }
-    covered = t.end;
-    last = &t;
-  }
-  if (covered != header.data_bytes) {
-    return err.invalid("bytes " + range_string(covered, header.data_bytes) +
-                       " at the end of the data section belong to no tensor (trailing bytes; the format forbids "
-                       "holes)");
-  }
+  ASSIGN_OR_RETURN(SafetensorsHeader header, header_frame(file, err));
+  const std::string_view text(reinterpret_cast<const char*>(file.data()) + 8, header.header_bytes);
+  RETURN_IF_ERROR(parse_members(text, file_name, err, &header));
+  RETURN_IF_ERROR(check_tiling(err, &header));
   return header;
 }
 

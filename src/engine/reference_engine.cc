@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "refit/reference_engine.h"
@@ -99,6 +100,100 @@ std::vector<const void*> batch_key(const AlignedBatch& batch) {
   return key;
 }
 
+using RankShapes = std::vector<std::unordered_map<std::string, const TensorSpec*>>;
+
+// The batch holds one payload list per TP rank of the engine, each as long
+// as the batch's list of specs.
+Status check_payload_counts(const std::string& where, const AlignedBatch& batch, std::size_t ranks) {
+  if (batch.payload.size() != ranks) {
+    return FailedPrecondition(where + " has payloads for " + std::to_string(batch.payload.size()) +
+                              " ranks; the engine has " + std::to_string(ranks) + " TP ranks");
+  }
+  for (std::size_t r = 0; r < ranks; ++r) {
+    if (batch.payload[r].size() != batch.specs.size()) {
+      return FailedPrecondition(where + ": payload for rank " + std::to_string(r) + " holds " +
+                                std::to_string(batch.payload[r].size()) + " tensors, the batch names " +
+                                std::to_string(batch.specs.size()));
+    }
+  }
+  return Status::Ok();
+}
+
+// Every post holds tensors of its dtype, and payload[r][i] is rank r's
+// parameter of the batch's tensor i, in its shape (DESIGN.md rules 5, 8).
+Status check_posts(const std::string& where, const AlignedBatch& batch,
+                   const std::vector<AlignedBatch::DTypeGroup>& groups, const RankShapes& shapes) {
+  const std::size_t ranks = shapes.size();
+  for (const AlignedBatch::DTypeGroup& group : groups) {
+    for (std::size_t i : group.indices) {
+      const TensorSpec* spec = batch.specs[i];
+      if (spec == nullptr) return FailedPrecondition(where + ": tensor " + std::to_string(i) + " has no spec");
+      if (spec->dtype != group.dtype) {
+        return FailedPrecondition(where + ": the " + std::string(dtype_name(group.dtype)) + " post holds tensor '" +
+                                  spec->name + "' of dtype " + std::string(dtype_name(spec->dtype)) +
+                                  " (one post per dtype; dtypes are never promoted)");
+      }
+      for (std::size_t r = 0; r < ranks; ++r) {
+        const TensorView& view = batch.payload[r][i];
+        // Built only for an error: this loop runs once per tensor and rank.
+        const auto who = [&] { return "tensor '" + spec->name + "' on rank " + std::to_string(r); };
+        if (view.spec == nullptr) return FailedPrecondition(where + ": " + who() + " has no spec");
+        if (view.spec->name != spec->name) {
+          return FailedPrecondition(where + ": " + who() + ": payload[" + std::to_string(r) + "][" +
+                                    std::to_string(i) + "] is '" + view.spec->name + "'");
+        }
+        if (view.spec->dtype != group.dtype) {
+          return FailedPrecondition(where + ": " + who() + " has dtype " + std::string(dtype_name(view.spec->dtype)) +
+                                    ", the post is " + std::string(dtype_name(group.dtype)));
+        }
+        auto own = shapes[r].find(spec->name);
+        if (own == shapes[r].end()) {
+          return FailedPrecondition(where + ": " + who() + ": rank " + std::to_string(r) + " has no such parameter");
+        }
+        if (view.spec->shape != own->second->shape || view.spec->dtype != own->second->dtype) {
+          return FailedPrecondition(where + ": " + who() + ": payload shape " + shape_string(view.spec->shape) +
+                                    " differs from rank " + std::to_string(r) + "'s parameter shape " +
+                                    shape_string(own->second->shape) +
+                                    " (payload index i must be engine TP rank i)");
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// Every tensor of a rank this process hosts has its bytes, as many as its
+// parameter, in memory this engine can copy from.
+Status check_hosted(const std::string& where, const AlignedBatch& batch,
+                    const std::vector<AlignedBatch::DTypeGroup>& groups, const std::vector<int>& hosted,
+                    const RankShapes& shapes, MemoryKind memory) {
+  for (int r : hosted) {
+    const std::vector<TensorView>& mine = rank_payload(batch, r);
+    for (const AlignedBatch::DTypeGroup& group : groups) {
+      for (std::size_t i : group.indices) {
+        const TensorView& view = mine[i];
+        if (view.data == nullptr && view.spec->nbytes() > 0) {
+          return FailedPrecondition(where + ": tensor '" + view.spec->name + "' on hosted rank " +
+                                    std::to_string(r) + " has no bytes (data == nullptr)");
+        }
+        auto own = shapes[r].find(view.spec->name);
+        if (own == shapes[r].end() || own->second->nbytes() != view.spec->nbytes()) {
+          return FailedPrecondition(where + ": tensor '" + view.spec->name + "' on hosted rank " +
+                                    std::to_string(r) + " has " + std::to_string(view.spec->nbytes()) +
+                                    " bytes; rank " + std::to_string(r) + "'s parameter has " +
+                                    (own == shapes[r].end() ? std::string("none")
+                                                            : std::to_string(own->second->nbytes())));
+        }
+        if (view.memory == MemoryKind::kCuda && memory != MemoryKind::kCuda) {
+          return FailedPrecondition(where + ": tensor '" + view.spec->name + "' on hosted rank " +
+                                    std::to_string(r) + " is in device memory; this engine's weights are in host memory");
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 ReferenceEngine::~ReferenceEngine() = default;
@@ -175,18 +270,7 @@ Status ReferenceEngine::apply(const AlignedBatch& batch) {
   if (!in_refit_) {
     return FailedPrecondition(where + " applied outside begin()..commit(): no refit is open");
   }
-  const std::size_t ranks = streams_.size();
-  if (batch.payload.size() != ranks) {
-    return FailedPrecondition(where + " has payloads for " + std::to_string(batch.payload.size()) +
-                              " ranks; the engine has " + std::to_string(ranks) + " TP ranks");
-  }
-  for (std::size_t r = 0; r < ranks; ++r) {
-    if (batch.payload[r].size() != batch.specs.size()) {
-      return FailedPrecondition(where + ": payload for rank " + std::to_string(r) + " holds " +
-                                std::to_string(batch.payload[r].size()) + " tensors, the batch names " +
-                                std::to_string(batch.specs.size()));
-    }
-  }
+  RETURN_IF_ERROR(check_payload_counts(where, batch, streams_.size()));
   std::vector<const void*> key;  // device engines: what identifies this batch (built once)
   if (options_.memory == MemoryKind::kCuda) {
     key = batch_key(batch);
@@ -196,65 +280,8 @@ Status ReferenceEngine::apply(const AlignedBatch& batch) {
 
   // Validate every post before copying anything, so a failed apply leaves the
   // weights as they were.
-  for (const AlignedBatch::DTypeGroup& group : groups) {
-    for (std::size_t i : group.indices) {
-      const TensorSpec* spec = batch.specs[i];
-      if (spec == nullptr) return FailedPrecondition(where + ": tensor " + std::to_string(i) + " has no spec");
-      if (spec->dtype != group.dtype) {
-        return FailedPrecondition(where + ": the " + std::string(dtype_name(group.dtype)) + " post holds tensor '" +
-                                  spec->name + "' of dtype " + std::string(dtype_name(spec->dtype)) +
-                                  " (one post per dtype; dtypes are never promoted)");
-      }
-      for (std::size_t r = 0; r < ranks; ++r) {
-        const TensorView& view = batch.payload[r][i];
-        // Built only for an error: this loop runs once per tensor and rank.
-        const auto who = [&] { return "tensor '" + spec->name + "' on rank " + std::to_string(r); };
-        if (view.spec == nullptr) return FailedPrecondition(where + ": " + who() + " has no spec");
-        if (view.spec->name != spec->name) {
-          return FailedPrecondition(where + ": " + who() + ": payload[" + std::to_string(r) + "][" +
-                                    std::to_string(i) + "] is '" + view.spec->name + "'");
-        }
-        if (view.spec->dtype != group.dtype) {
-          return FailedPrecondition(where + ": " + who() + " has dtype " + std::string(dtype_name(view.spec->dtype)) +
-                                    ", the post is " + std::string(dtype_name(group.dtype)));
-        }
-        auto own = shapes_[r].find(spec->name);
-        if (own == shapes_[r].end()) {
-          return FailedPrecondition(where + ": " + who() + ": rank " + std::to_string(r) + " has no such parameter");
-        }
-        if (view.spec->shape != own->second->shape || view.spec->dtype != own->second->dtype) {
-          return FailedPrecondition(where + ": " + who() + ": payload shape " + shape_string(view.spec->shape) +
-                                    " differs from rank " + std::to_string(r) + "'s parameter shape " +
-                                    shape_string(own->second->shape) +
-                                    " (payload index i must be engine TP rank i)");
-        }
-      }
-    }
-  }
-  for (int r : hosted_) {
-    const std::vector<TensorView>& mine = rank_payload(batch, r);
-    for (const AlignedBatch::DTypeGroup& group : groups) {
-      for (std::size_t i : group.indices) {
-        const TensorView& view = mine[i];
-        if (view.data == nullptr && view.spec->nbytes() > 0) {
-          return FailedPrecondition(where + ": tensor '" + view.spec->name + "' on hosted rank " +
-                                    std::to_string(r) + " has no bytes (data == nullptr)");
-        }
-        auto own = shapes_[r].find(view.spec->name);
-        if (own == shapes_[r].end() || own->second->nbytes() != view.spec->nbytes()) {
-          return FailedPrecondition(where + ": tensor '" + view.spec->name + "' on hosted rank " +
-                                    std::to_string(r) + " has " + std::to_string(view.spec->nbytes()) +
-                                    " bytes; rank " + std::to_string(r) + "'s parameter has " +
-                                    (own == shapes_[r].end() ? std::string("none")
-                                                             : std::to_string(own->second->nbytes())));
-        }
-        if (view.memory == MemoryKind::kCuda && options_.memory != MemoryKind::kCuda) {
-          return FailedPrecondition(where + ": tensor '" + view.spec->name + "' on hosted rank " +
-                                    std::to_string(r) + " is in device memory; this engine's weights are in host memory");
-        }
-      }
-    }
-  }
+  RETURN_IF_ERROR(check_posts(where, batch, groups, shapes_));
+  RETURN_IF_ERROR(check_hosted(where, batch, groups, hosted_, shapes_, options_.memory));
 
   // One post per dtype group (DESIGN.md rule 5); payload[r] goes to rank r
   // (rule 8). Payloads of ranks hosted elsewhere are ignored.
