@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "job.h"
+#include "refit/safetensors.h"
 #include "refit/trainer_rank.h"
 #include "testing/status_matchers.h"
 
@@ -45,13 +46,26 @@ bool WaitForLine(ProcessGroup& group, const std::string& name, const std::string
   return false;
 }
 
+// Waits (at most 60 s) until the engine's --save file claims `version`.
+bool WaitForSavedVersion(const std::string& path, int version) {
+  for (int i = 0; i < 12000; ++i) {
+    if (auto file = SafetensorsFile::Open(path); file.ok()) {
+      auto it = file->metadata().find("refit_version");
+      if (it != file->metadata().end() && it->second == std::to_string(version)) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
 // An on-demand job: a coordinator and one engine rank as processes, the one
 // trainer rank in this process (as a Python Trainer would be).
 struct OnDemandJob {
   ProcessGroup group;
   std::unique_ptr<TrainerRank> trainer;
 
-  Status Start() {
+  // `engine_args`: extra flags of the engine rank.
+  Status Start(const std::vector<std::string>& engine_args = {}) {
     std::vector<std::string> coordinator = {"--refits", "0", "--trainer-ranks", "1", "--engine-ranks", "1",
                                             "--setup-timeout", "60", "--timeout", "60"};
     coordinator.insert(coordinator.end(), kLiveness.begin(), kLiveness.end());
@@ -61,6 +75,7 @@ struct OnDemandJob {
                                        "--engine-ranks", "1", "--model", "tiny", "--setup-timeout", "60",
                                        "--timeout", "60"};
     engine.insert(engine.end(), kLiveness.begin(), kLiveness.end());
+    engine.insert(engine.end(), engine_args.begin(), engine_args.end());
     group.spawn("engine rank 0", engine);
     RankOptions options;
     options.coordinator = address;
@@ -106,8 +121,13 @@ TEST(Liveness, ACoordinatorStalledBetweenOnDemandRefitsEndsTheTrainersNextRefit)
 // does not hear the job's end (its refit(2) would hang or not name the rank).
 TEST(Liveness, AnEngineStalledWhileIdleEndsTheJobNamingIt) {
   OnDemandJob job;
-  ASSERT_OK(job.Start());
+  const std::string saved = job.group.dir() + "/engine.safetensors";
+  ASSERT_OK(job.Start({"--save", saved}));
   ASSERT_OK(job.trainer->refit(1));
+  // The engine saves refit 1 only after it acknowledged the commit: once the
+  // file says 1, the job is idle (the coordinator has the ack, or reads it
+  // from the socket even while the engine is stopped).
+  ASSERT_TRUE(WaitForSavedVersion(saved, 1)) << job.group.all_stderr();
   job.group.kill("engine rank 0", SIGSTOP);
   const auto stalled = Clock::now();
   ASSERT_TRUE(job.group.wait_one("coordinator", kWithin)) << job.group.all_stderr();
