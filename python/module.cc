@@ -40,6 +40,8 @@ void bind_options(py::module_& m) {
       .def_readwrite("setup_timeout_s", &RankOptions::setup_timeout_s)
       .def_readwrite("refit_timeout_s", &RankOptions::refit_timeout_s)
       .def_readwrite("bucket_timeout_s", &RankOptions::bucket_timeout_s)
+      .def_readwrite("heartbeat_interval_s", &RankOptions::heartbeat_interval_s)
+      .def_readwrite("heartbeat_timeout_s", &RankOptions::heartbeat_timeout_s)
       .def_readwrite("gpu", &RankOptions::gpu)
       .def_readwrite("layers", &RankOptions::layers)
       .def_readwrite("model", &RankOptions::model);
@@ -61,6 +63,8 @@ void bind_options(py::module_& m) {
       .def_readwrite("seed", &CoordinatorOptions::seed)
       .def_readwrite("setup_timeout_s", &CoordinatorOptions::setup_timeout_s)
       .def_readwrite("refit_timeout_s", &CoordinatorOptions::refit_timeout_s)
+      .def_readwrite("heartbeat_interval_s", &CoordinatorOptions::heartbeat_interval_s)
+      .def_readwrite("heartbeat_timeout_s", &CoordinatorOptions::heartbeat_timeout_s)
       .def_readwrite("progress", &CoordinatorOptions::progress)
       .def_readwrite("log_joins", &CoordinatorOptions::log_joins);
 }

@@ -517,8 +517,9 @@ TEST(DataPlaneAuth, StrangersOnADataPortAreRefusedAndLoggedAndTheJobVerifies) {
 // A trainer rank that holds the control plane's secret but authenticates
 // its data link with another one (--debug-data-secret-file) cannot feed its
 // engine rank: it fails setup naming the refusal, the engine logs it with
-// the address and why and waits for the rank until the setup deadline,
-// naming it then; nothing is committed.
+// the address and why and stops when the coordinator ends the setup over
+// the lost trainer rank (its control reader runs from the join on: the
+// liveness change), naming it; nothing is committed.
 // Catches: an engine that accepts a data link without checking its MAC (the
 // trainer would feed), and a trainer that does not authenticate its data
 // link with its secret (no refusal to name).
@@ -539,7 +540,7 @@ TEST(DataPlaneAuth, ATrainerWithAnotherDataSecretCannotFeed) {
   const std::string engine = group.err("engine rank 0");
   EXPECT_HAS(engine, "engine rank 0: refused a data connection from 127.0.0.1:");
   EXPECT_HAS(engine, "wrong secret: the response's MAC does not match");
-  EXPECT_HAS(engine, "trainer rank(s) 0 did not link");
+  EXPECT_HAS(engine, "lost trainer rank 0 during setup");
   EXPECT_NE(group.exit_code("coordinator"), 0);
   auto report = nlohmann::json::parse(group.report(), nullptr, false);
   ASSERT_TRUE(report.is_object()) << group.report();

@@ -69,6 +69,10 @@ TEST_P(RecoveryTest, AStalledTrainerFailsTheRefitAndTheJobGoesOnOnceItResumes) {
   // build on a loaded 2-core machine timed out every refit at 1 s.
   spec.refit_timeout_s = 4;
   spec.setup_timeout_s = 30;
+  // The stall (9 s) must end before the heartbeat deadline, else the
+  // stalled rank is lost and the job ends (tests/liveness_test.cc).
+  spec.rank_args = {"--heartbeat-timeout", "30"};
+  spec.coordinator_args = {"--heartbeat-timeout", "30"};
   ASSERT_TRUE(start_job(g, spec));
   ASSERT_TRUE(wait_for_setup(g)) << g.all_stderr();
   g.kill("trainer rank 1", SIGSTOP);

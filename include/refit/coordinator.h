@@ -48,6 +48,14 @@ struct CoordinatorOptions {
   double setup_timeout_s = 60;
   // Seconds for one whole refit; suits multi-GB refits on CPU. Default: 300.
   double refit_timeout_s = 300;
+  // Liveness (control/protocol.h): a heartbeat to every rank each this many
+  // seconds. Default: 1.
+  double heartbeat_interval_s = 1;
+  // A rank heard nothing from for this many seconds is lost, named, in any
+  // phase (idle between on-demand refits included): a stalled (SIGSTOP),
+  // dead or cut-off rank ends the job this soon. Must exceed every rank's
+  // heartbeat interval. Default: 10.
+  double heartbeat_timeout_s = 10;
   // Draw a progress bar (through refit::log). Default: false.
   bool progress = false;
   // Log each join and refusal. Default: true.

@@ -60,6 +60,16 @@ struct RankOptions {
   // long, naming the peer and the bucket, however long the refit may take.
   // Default: 60 seconds.
   double bucket_timeout_s = 60;
+  // Liveness (docs/RELIABILITY.md): this rank sends the coordinator a
+  // heartbeat each this many seconds, from its setup until the job ends,
+  // whatever it is doing. Must be below the coordinator's heartbeat
+  // timeout. Default: 1.
+  double heartbeat_interval_s = 1;
+  // A coordinator this rank heard nothing from for this many seconds is
+  // lost (stalled, dead or cut off): every wait of the rank ends with that
+  // error, between refits too (a wait for the next refit has no other
+  // deadline: a trainer step may take hours). Default: 10.
+  double heartbeat_timeout_s = 10;
   // Fault injection for tests (trainer only): pack the shards of this engine
   // rank instead of the fed rank's, as a transposed payload list would.
   // Default: -1 (off).

@@ -1,8 +1,14 @@
 #include "control/control_client.h"
 
+#include <poll.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <span>
 #include <thread>
+
+#include "net/poll_wait.h"
 
 namespace refit {
 
@@ -47,9 +53,13 @@ Status ControlClient::send(const RankMessage& message) {
   return send_message(*link_, message, Deadline::After(std::chrono::seconds(30)));
 }
 
-void ControlClient::start_reader(std::function<void(const Status&)> on_abort) {
+void ControlClient::start_reader(HeartbeatTiming heartbeats, std::function<void(const Status&)> on_abort) {
   on_abort_ = std::move(on_abort);
-  reader_ = std::thread([this] { read_loop(); });
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reading_ = true;
+  }
+  reader_ = std::thread([this, heartbeats] { read_loop(heartbeats); });
 }
 
 namespace {
@@ -66,33 +76,72 @@ std::optional<Status> stop_reason(const CoordinatorMessage& message) {
 }
 }  // namespace
 
-void ControlClient::read_loop() {
+void ControlClient::read_loop(HeartbeatTiming heartbeats) {
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point heard = Clock::now(), next_beat = heard;
   for (;;) {
-    auto message = recv_coordinator_message(*link_, Deadline::Never());
+    const Clock::time_point now = Clock::now();
+    if (now >= next_beat) {
+      beat(heartbeats);
+      next_beat = now + heartbeats.interval;
+    }
+    const Clock::time_point silent_at = heard + heartbeats.timeout;
+    if (now >= silent_at) {
+      char limit[32];
+      std::snprintf(limit, sizeof limit, "%g s", static_cast<double>(heartbeats.timeout.count()) / 1000);
+      return lose(Unavailable(std::string("lost the coordinator: heard nothing from it for ") + limit +
+                              " (the heartbeat deadline, --heartbeat-timeout): it stalled, died or is cut off"));
+    }
+    // Until the next heartbeat is due or the coordinator's silence is too
+    // long, whichever comes first; then check both again.
+    pollfd fd{link_->fd(), POLLIN, 0};
+    const int ready = poll_until(std::span<pollfd>(&fd, 1), Deadline::After(std::chrono::ceil<std::chrono::milliseconds>(std::min(next_beat, silent_at) - now)));
+    if (ready < 0) return lose(Unavailable("lost the coordinator: " + ErrnoStatus("poll", -ready).message()));
+    if (ready == 0) continue;
+    // A frame started: the rest of it is due within the heartbeat deadline.
+    auto message = recv_coordinator_message(*link_, Deadline::After(heartbeats.timeout));
+    if (!message.ok()) return lose(Unavailable("lost the coordinator: " + message.status().message()));
+    heard = Clock::now();
+    if (std::holds_alternative<Heartbeat>(*message)) continue;
     std::function<void(const Status&)> notify;
     Status why;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!message.ok()) {
-        closed_ = true;
-        if (!abort_) {
-          abort_ = Unavailable("lost the coordinator: " + message.status().message());
-          why = *abort_;
-          notify = on_abort_;
-        }
-      } else {
-        if (std::optional<Status> stop = stop_reason(*message); stop && !abort_) {
-          abort_ = *stop;
-          why = *abort_;
-          notify = on_abort_;
-        }
-        queue_.push_back(std::move(*message));
+      if (std::optional<Status> stop = stop_reason(*message); stop && !abort_) {
+        abort_ = *stop;
+        why = *abort_;
+        notify = on_abort_;
       }
+      queue_.push_back(std::move(*message));
     }
     cv_.notify_all();
     if (notify) notify(why);
-    if (!message.ok()) return;
   }
+}
+
+void ControlClient::lose(const Status& why) {
+  std::function<void(const Status&)> notify;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    if (!abort_) {
+      abort_ = why;
+      notify = on_abort_;
+    }
+  }
+  // A coordinator that resumes finds the connection closed, not a rank that
+  // seems alive.
+  link_->shutdown();
+  cv_.notify_all();
+  if (notify) notify(why);
+}
+
+void ControlClient::beat(HeartbeatTiming heartbeats) {
+  std::unique_lock<std::mutex> lock(send_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  // A failed send is not judged here: a broken connection shows up as a
+  // read error, a stalled coordinator as silence.
+  (void)send_message(*link_, RankMessage(Heartbeat{}), Deadline::After(heartbeats.interval));
 }
 
 StatusOr<CoordinatorMessage> ControlClient::wait(Deadline deadline) {
@@ -118,6 +167,16 @@ StatusOr<std::optional<Start>> ControlClient::wait_for_start(Deadline deadline) 
   if (auto* start = std::get_if<Start>(&message)) return std::optional<Start>(*start);
   if (std::holds_alternative<Shutdown>(message)) return std::optional<Start>();
   return InvalidArgument("protocol error: expected 'start' from the coordinator, got '" + message_name(message) + "'");
+}
+
+StatusOr<std::optional<Start>> ControlClient::wait_for_start_while_alive() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!reading_) return Internal("wait_for_start_while_alive before start_reader: nothing checks the coordinator");
+  }
+  // No fixed deadline: the reader's heartbeat deadline closes the client
+  // (and so ends this wait) once the coordinator is silent.
+  return wait_for_start(Deadline::Never());
 }
 
 StatusOr<bool> ControlClient::wait_for_recovery(Deadline deadline) {

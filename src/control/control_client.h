@@ -8,6 +8,13 @@
 // the rank can wake whatever data-plane wait it is blocked in (DESIGN.md: a
 // failure anywhere reaches every rank).
 //
+// Liveness: the same thread sends a heartbeat every HeartbeatTiming::interval
+// and treats a coordinator it heard nothing from for HeartbeatTiming::timeout
+// as lost (stalled, dead or cut off), exactly as a closed connection: every
+// wait() wakes with kUnavailable and on_abort is called. So a wait without a
+// fixed deadline (the next refit's start, which may come hours later) still
+// ends within the heartbeat deadline once the coordinator is gone.
+//
 // Thread safety: send() may be called from any thread; wait() from one
 // thread at a time.
 #pragma once
@@ -24,7 +31,6 @@
 
 #include "control/auth.h"
 #include "control/protocol.h"
-#include "net/link.h"
 #include "control/control_message.h"
 #include "net/link.h"
 
@@ -52,7 +58,8 @@ class ControlClient {
 
   Status send(const RankMessage& message);
 
-  void start_reader(std::function<void(const Status&)> on_abort);
+  // Starts the reader and heartbeat thread (call once, right after join).
+  void start_reader(HeartbeatTiming heartbeats, std::function<void(const Status&)> on_abort);
 
   // The next message. An Abort gives kAborted with the coordinator's
   // reason, a Shutdown with an error that error (the job ended after its
@@ -64,6 +71,10 @@ class ControlClient {
   // The next refit's Start, or nullopt when the coordinator ended the job
   // cleanly (a Shutdown without an error).
   StatusOr<std::optional<Start>> wait_for_start(Deadline deadline);
+  // The same for as long as the coordinator is alive: no fixed deadline (a
+  // trainer step between refits may take hours), only the heartbeat
+  // deadline. REQUIRES: start_reader() was called.
+  StatusOr<std::optional<Start>> wait_for_start_while_alive();
 
   // After a failed refit: the coordinator's next instruction, skipping the
   // Abort that ended the refit: true for Relink (recover: the abort state is
@@ -86,7 +97,12 @@ class ControlClient {
 
  private:
   explicit ControlClient(std::unique_ptr<Link> link) : link_(std::move(link)) {}
-  void read_loop();
+  void read_loop(HeartbeatTiming heartbeats);
+  // The reader's end: the coordinator is lost for `why`.
+  void lose(const Status& why);
+  // One heartbeat, unless another send holds the link (that send is news
+  // enough; a coordinator that reads nothing is found by its silence).
+  void beat(HeartbeatTiming heartbeats);
 
   std::unique_ptr<Link> link_;
   std::mutex send_mu_;
@@ -95,6 +111,7 @@ class ControlClient {
   std::deque<CoordinatorMessage> queue_;
   std::optional<Status> abort_;
   bool closed_ = false;
+  bool reading_ = false;  // start_reader() was called
   std::function<void(const Status&)> on_abort_;
   std::thread reader_;
 };

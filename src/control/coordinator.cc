@@ -88,6 +88,8 @@ class Coordinator {
 
   Status setup(const std::function<void(int)>& on_listening) {
     RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
+    ASSIGN_OR_RETURN(heartbeats_,
+                     heartbeat_timing(options_.heartbeat_interval_s, options_.heartbeat_timeout_s, "coordinator"));
     std::string host;
     int port = 0;
     RETURN_IF_ERROR(split_host_port(options_.listen, &host, &port));
@@ -232,11 +234,14 @@ class Coordinator {
     phase_options.refits = options_.refits;
     phase_options.setup_timeout_s = options_.setup_timeout_s;
     phase_options.refit_timeout_s = options_.refit_timeout_s;
+    phase_options.heartbeats = heartbeats_;
     RefitPhases phases(phase_options);
     members_ = joined();
     all_verified_ = true;
     // Setup's linking shares the deadline the joins had.
-    (void)phases.start(Clock::now() + std::chrono::milliseconds(setup_deadline_.remaining_ms()));
+    std::vector<Lost> lost;
+    for (PhaseAction& action : phases.start(Clock::now(), setup_deadline_.at())) carry_out(action, &lost);
+    for (const Lost& l : lost) feed(phases, l);
     while (!ended_) {
       std::vector<pollfd> fds;
       for (Member* m : members_) fds.push_back({m->closed ? -1 : m->link->fd(), POLLIN, 0});
@@ -289,10 +294,14 @@ class Coordinator {
     if (auto* send = std::get_if<SendAll>(&action)) {
       if (std::holds_alternative<Go>(send->message)) go_time_ = Clock::now();
       const bool ending = std::holds_alternative<Shutdown>(send->message) || std::holds_alternative<Abort>(send->message);
+      // A heartbeat that cannot go out within the heartbeat deadline finds a
+      // rank that reads nothing: lost, like any failed send.
+      const Deadline by = ending ? Deadline::After(std::chrono::seconds(2))
+                          : std::holds_alternative<Heartbeat>(send->message) ? Deadline::After(heartbeats_.timeout)
+                                                                             : Deadline::After(std::chrono::seconds(30));
       for (std::size_t i = 0; i < members_.size(); ++i) {
         if (members_[i]->closed) continue;
-        Status sent = send_message(*members_[i]->link, send->message,
-                                   Deadline::After(std::chrono::seconds(ending ? 2 : 30)));
+        Status sent = send_message(*members_[i]->link, send->message, by);
         if (!sent.ok() && !ending) {
           members_[i]->closed = true;
           lost->push_back(Lost{static_cast<int>(i), sent.message()});
@@ -394,7 +403,9 @@ class Coordinator {
   std::vector<std::optional<Member>> trainers_, engines_;
   std::vector<Member*> members_;  // the machine's numbering
   int joined_ = 0;
+  // Set by setup() before any use; Never() only as the initial value.
   Deadline setup_deadline_ = Deadline::Never();
+  HeartbeatTiming heartbeats_;
   std::uint64_t total_bytes_ = 0;
   const char* memory_path_field_ = nullptr;
   bool all_verified_ = false;

@@ -1,6 +1,7 @@
 #include "control/protocol.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <vector>
 
 #include "control/spec_json.h"
@@ -73,6 +74,7 @@ const std::vector<Schema>& schemas() {
     s.push_back({"progress", {version, {"bytes", kUint}}});
     s.push_back({"failed", {version, error}});
     s.push_back({"finish", {}});
+    s.push_back({"heartbeat", {}});  // both directions
     // Coordinator -> rank.
     s.push_back({"setup",
                  {{"seed", kUint, true},
@@ -334,6 +336,24 @@ Status unknown(const std::string& type, const char* expected) {
 
 }  // namespace
 
+StatusOr<HeartbeatTiming> heartbeat_timing(double interval_s, double timeout_s, const std::string& who) {
+  auto text = [](double s) {
+    char out[32];
+    std::snprintf(out, sizeof out, "%g s", s);
+    return std::string(out);
+  };
+  // Whole milliseconds; the bounds keep the conversions finite.
+  if (!(interval_s >= 0.001 && interval_s <= 3600)) {
+    return InvalidArgument(who + ": --heartbeat-interval " + text(interval_s) + " is outside 0.001..3600 s");
+  }
+  if (!(timeout_s > interval_s && timeout_s <= 86400)) {
+    return InvalidArgument(who + ": --heartbeat-timeout " + text(timeout_s) + " must be above the heartbeat interval (" +
+                           text(interval_s) + ") and at most 86400 s");
+  }
+  auto ms = [](double s) { return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000 + 0.5)); };
+  return HeartbeatTiming{ms(interval_s), ms(timeout_s)};
+}
+
 const char* role_name(Role role) { return role == Role::kTrainer ? "trainer" : "engine"; }
 
 Json encode(const RankMessage& message) {
@@ -366,7 +386,8 @@ Json encode(const RankMessage& message) {
                  return m;
                },
                [](const Request& r) { return versioned("request", r.version); },
-               [](const Finish&) { return typed("finish"); }},
+               [](const Finish&) { return typed("finish"); },
+               [](const Heartbeat&) { return typed("heartbeat"); }},
       message);
 }
 
@@ -387,7 +408,8 @@ Json encode(const CoordinatorMessage& message) {
                                if (s.error) m["error"] = status_to_json(*s.error);
                                return m;
                              },
-                             [](const Refusal& r) { return Json{{"type", "error"}, {"error", status_to_json(r.error)}}; }},
+                             [](const Refusal& r) { return Json{{"type", "error"}, {"error", status_to_json(r.error)}}; },
+                             [](const Heartbeat&) { return typed("heartbeat"); }},
                     message);
 }
 
@@ -440,6 +462,7 @@ StatusOr<RankMessage> decode_rank_message(const Json& m) {
   }
   if (type == "request") return RankMessage(Request{u64(m, "version")});
   if (type == "finish") return RankMessage(Finish{});
+  if (type == "heartbeat") return RankMessage(Heartbeat{});
   return unknown(type, "a rank's message");
 }
 
@@ -458,6 +481,7 @@ StatusOr<CoordinatorMessage> decode_coordinator_message(const Json& m) {
   if (type == "relink") return CoordinatorMessage(Relink{u64(m, "version")});
   if (type == "shutdown") return CoordinatorMessage(Shutdown{status_field(m, "error"), u64(m, "committed_version")});
   if (type == "error") return CoordinatorMessage(Refusal{*status_field(m, "error")});
+  if (type == "heartbeat") return CoordinatorMessage(Heartbeat{});
   return unknown(type, "a coordinator's message");
 }
 

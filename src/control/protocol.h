@@ -28,10 +28,20 @@
 //                          <-     abort(v), relink(v); then linked again
 //                          <-     shutdown (the job's end; with an error
 //                                 when it ended with one after a commit)
+//   heartbeat              <->    heartbeat   (both ways, from setup on)
+//
+// Liveness: from the moment a rank has its setup until the job ends, each
+// side sends a heartbeat every interval, and treats a peer it heard nothing
+// from (no heartbeat, no other message) for the heartbeat deadline as lost,
+// whatever the phase, idle included. A stopped process (SIGSTOP) sends
+// nothing, so a stall is found as fast as a death. Between on-demand refits a
+// trainer step may take hours: those waits have no fixed deadline, only this
+// one (docs/RELIABILITY.md "Liveness").
 //
 // Thread safety: pure functions on values.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -48,7 +58,23 @@ namespace refit {
 // The version of this protocol. A rank sends it in its join; the coordinator
 // refuses a rank of another version, naming both. Bump it whenever a message
 // or a field changes meaning.
-inline constexpr std::uint64_t kControlProtocolVersion = 2;
+// Version 3 added heartbeat.
+inline constexpr std::uint64_t kControlProtocolVersion = 3;
+
+// How often a side sends a heartbeat, and how long it waits for a word from
+// its peer before it treats the peer as lost (stalled, dead or cut off).
+struct HeartbeatTiming {
+  std::chrono::milliseconds interval{1000};
+  std::chrono::milliseconds timeout{10000};
+};
+// The timing of `interval_s` and `timeout_s` seconds; kInvalidArgument
+// naming `who`'s setting when the interval is not positive or the timeout
+// is not above it.
+StatusOr<HeartbeatTiming> heartbeat_timing(double interval_s, double timeout_s, const std::string& who);
+
+// "I am alive"; sent both ways every HeartbeatTiming::interval. It carries
+// nothing: any message from a peer proves it alive.
+struct Heartbeat {};
 
 enum class Role { kTrainer, kEngine };
 const char* role_name(Role role);  // "trainer", "engine"
@@ -133,7 +159,8 @@ struct Request {  // on demand: run refit `version` next
 };
 struct Finish {};  // on demand: this trainer rank asks for no more refits
 
-using RankMessage = std::variant<Join, Linked, Ready, Progress, Sent, Done, Committed, Failed, Request, Finish>;
+using RankMessage =
+    std::variant<Join, Linked, Ready, Progress, Sent, Done, Committed, Failed, Request, Finish, Heartbeat>;
 
 // ---- coordinator -> rank -------------------------------------------------------
 
@@ -176,7 +203,7 @@ struct Shutdown {
   std::uint64_t committed_version = 0;
 };
 
-using CoordinatorMessage = std::variant<Setup, Start, Go, Commit, Abort, Relink, Shutdown, Refusal>;
+using CoordinatorMessage = std::variant<Setup, Start, Go, Commit, Abort, Relink, Shutdown, Refusal, Heartbeat>;
 using AuthMessage = std::variant<AuthChallenge, AuthResponse, AuthOk, Refusal>;
 
 // ---- encode / decode -----------------------------------------------------------

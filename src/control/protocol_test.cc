@@ -258,14 +258,14 @@ TEST(Protocol, EveryMessageRoundTrips) {
   EXPECT_EQ(std::get<Abort>(*abort).error.code(), StatusCode::kDeadlineExceeded);
   for (const RankMessage& m : {RankMessage(Ready{1}), RankMessage(Progress{1, 2}), RankMessage(Sent{1}),
                                RankMessage(Committed{1}), RankMessage(Failed{1, Internal("x")}),
-                               RankMessage(Request{1}), RankMessage(Finish{})}) {
+                               RankMessage(Request{1}), RankMessage(Finish{}), RankMessage(Heartbeat{})}) {
     auto d = decode_rank_message(encode(m));
     ASSERT_TRUE(d.ok()) << message_name(m);
     EXPECT_EQ(d->index(), m.index()) << message_name(m);
   }
   for (const CoordinatorMessage& m : {CoordinatorMessage(Start{1}), CoordinatorMessage(Go{1}),
                                       CoordinatorMessage(Commit{1}), CoordinatorMessage(Relink{1}),
-                                      CoordinatorMessage(Refusal{Internal("no")})}) {
+                                      CoordinatorMessage(Refusal{Internal("no")}), CoordinatorMessage(Heartbeat{})}) {
     auto d = decode_coordinator_message(encode(m));
     ASSERT_TRUE(d.ok()) << message_name(m);
     EXPECT_EQ(d->index(), m.index()) << message_name(m);
@@ -287,6 +287,19 @@ TEST(Protocol, UnknownAndMisdirectedTypesAreRefusedNamingThem) {
   EXPECT_HAS(misdirected.status().message(), "unexpected control message 'ready'");
   auto role = decode_rank_message(Json::parse(R"({"type":"join","role":"spy","rank":0})"));
   EXPECT_HAS(role.status().message(), "unknown role 'spy'");
+}
+
+// Catches: heartbeat settings that let a peer be lost before it could
+// have sent one (a timeout not above the interval), or a zero interval (a
+// busy loop).
+TEST(Protocol, HeartbeatTimingNeedsATimeoutAboveThePositiveInterval) {
+  auto ok = heartbeat_timing(1, 10, "coordinator");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->interval, std::chrono::milliseconds(1000));
+  EXPECT_EQ(ok->timeout, std::chrono::milliseconds(10000));
+  EXPECT_HAS(heartbeat_timing(0, 10, "engine rank 1").status().message(), "engine rank 1: --heartbeat-interval 0 s");
+  EXPECT_HAS(heartbeat_timing(5, 5, "coordinator").status().message(),
+             "--heartbeat-timeout 5 s must be above the heartbeat interval (5 s)");
 }
 
 }  // namespace

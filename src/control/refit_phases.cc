@@ -3,6 +3,7 @@
 #include "control/refit_phases.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace refit {
 
@@ -10,10 +11,19 @@ RefitPhases::RefitPhases(const PhaseOptions& options)
     : options_(options), members_(static_cast<std::size_t>(options.trainer_ranks + options.engine_ranks)) {}
 
 std::vector<PhaseAction> RefitPhases::start(PhaseTime now) {
+  return start(now, now + std::chrono::duration_cast<PhaseClock::duration>(
+                              std::chrono::duration<double>(options_.setup_timeout_s)));
+}
+
+std::vector<PhaseAction> RefitPhases::start(PhaseTime now, PhaseTime linked_by) {
   enter(Phase::kSetup, Step::kLinked);
-  deadline_ = now + std::chrono::duration_cast<PhaseClock::duration>(
-                        std::chrono::duration<double>(options_.setup_timeout_s));
-  return {};
+  deadline_ = linked_by;
+  // Every rank has its Setup: from now on each one heartbeats.
+  heard_.assign(members_.size(), options_.heartbeats ? now : PhaseTime::max());
+  if (options_.heartbeats) next_beat_ = now;
+  out_.clear();
+  beat(now);
+  return std::move(out_);
 }
 
 // ---- the transition function -----------------------------------------------------
@@ -21,10 +31,20 @@ std::vector<PhaseAction> RefitPhases::start(PhaseTime now) {
 std::vector<PhaseAction> RefitPhases::on(const PhaseEvent& event, PhaseTime now) {
   out_.clear();
   if (phase_ == Phase::kEnded) return {};
-  if (const auto* received = std::get_if<Received>(&event)) on_message(received->member, received->message, now);
-  if (const auto* lost = std::get_if<Lost>(&event)) on_lost(lost->member, lost->why);
-  if (phase_ != Phase::kEnded && now >= wake_at()) on_deadline(now);
+  if (const auto* received = std::get_if<Received>(&event)) {
+    // Any message proves its sender alive.
+    auto& heard = heard_[static_cast<std::size_t>(received->member)];
+    if (heard != PhaseTime::max()) heard = std::max(heard, now);
+    on_message(received->member, received->message, now);
+  }
+  if (const auto* lost = std::get_if<Lost>(&event)) {
+    heard_[static_cast<std::size_t>(lost->member)] = PhaseTime::max();
+    on_lost(lost->member, lost->why);
+  }
+  if (phase_ != Phase::kEnded) check_silence(now);
+  if (phase_ != Phase::kEnded && now >= phase_deadline()) on_deadline(now);
   advance(now);
+  if (phase_ != Phase::kEnded) beat(now);
   return std::move(out_);
 }
 
@@ -81,6 +101,7 @@ void RefitPhases::advance(PhaseTime now) {
 
 void RefitPhases::on_message(int member, const RankMessage& message, PhaseTime now) {
   Member& m = members_[static_cast<std::size_t>(member)];
+  if (std::holds_alternative<Heartbeat>(message)) return;  // on() noted it
   if (const auto* progress = std::get_if<Progress>(&message)) {
     if (phase_ != Phase::kTransfer) return;
     m.progress = progress->bytes;
@@ -227,6 +248,27 @@ void RefitPhases::on_deadline(PhaseTime now) {
   fail(DeadlineExceeded(late), now);
 }
 
+// A rank heard nothing from for the heartbeat deadline is lost: stalled
+// (SIGSTOP), dead without a closed connection, or cut off.
+void RefitPhases::check_silence(PhaseTime now) {
+  if (!options_.heartbeats) return;
+  for (std::size_t i = 0; i < heard_.size() && phase_ != Phase::kEnded; ++i) {
+    if (heard_[i] == PhaseTime::max() || now - heard_[i] < options_.heartbeats->timeout) continue;
+    heard_[i] = PhaseTime::max();
+    char limit[32];
+    std::snprintf(limit, sizeof limit, "%g s", static_cast<double>(options_.heartbeats->timeout.count()) / 1000);
+    on_lost(static_cast<int>(i), std::string("heard nothing from it for ") + limit +
+                                     " (the heartbeat deadline, --heartbeat-timeout): it stalled, died or is cut off");
+  }
+}
+
+// Every interval, a heartbeat to every rank (the shell skips lost ones).
+void RefitPhases::beat(PhaseTime now) {
+  if (!options_.heartbeats || now < next_beat_) return;
+  out_.push_back(SendAll{Heartbeat{}});
+  next_beat_ = now + options_.heartbeats->interval;
+}
+
 // ---- decisions -------------------------------------------------------------------
 
 // On demand: once every trainer rank asked, start the refit they agree on,
@@ -350,7 +392,18 @@ bool RefitPhases::all_reached(Step step) const {
   return std::all_of(members_.begin(), members_.end(), [&](const Member& m) { return m.step >= step; });
 }
 
-PhaseTime RefitPhases::wake_at() const { return phase_ == Phase::kBlame ? blame_until_ : deadline_; }
+PhaseTime RefitPhases::phase_deadline() const { return phase_ == Phase::kBlame ? blame_until_ : deadline_; }
+
+PhaseTime RefitPhases::wake_at() const {
+  if (phase_ == Phase::kEnded) return PhaseTime::max();
+  PhaseTime at = std::min(phase_deadline(), next_beat_);
+  if (options_.heartbeats) {
+    for (PhaseTime heard : heard_) {
+      if (heard != PhaseTime::max()) at = std::min(at, heard + options_.heartbeats->timeout);
+    }
+  }
+  return at;
+}
 
 std::string RefitPhases::member_name(int member) const {
   return is_trainer(member) ? "trainer rank " + std::to_string(member)

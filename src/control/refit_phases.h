@@ -21,6 +21,12 @@
 // a rank lost, failed or stalled while the acks come in ends the job with a
 // shutdown that carries the error and v, never an abort of v.
 //
+// Liveness, in every phase (idle included): the machine sends every rank a
+// heartbeat each interval, and a rank it heard nothing from for the
+// heartbeat deadline is lost, named, exactly as if its connection closed.
+// A stopped rank (SIGSTOP) sends nothing, so its stall ends the job within
+// the heartbeat deadline, not after a refit or setup deadline.
+//
 // Members are numbered 0..T-1 (trainer ranks) then T..T+E-1 (engine ranks).
 //
 // Thread safety: none; one thread drives it.
@@ -47,6 +53,9 @@ struct PhaseOptions {
   // A rank's "failed" often comes from a peer that died: the machine waits
   // this long for a lost connection to blame before the failure stands.
   std::chrono::milliseconds blame_grace{500};
+  // Liveness (see above). nullopt: none, for unit tests of the other rules;
+  // the coordinator always sets it (CoordinatorOptions::heartbeat_*).
+  std::optional<HeartbeatTiming> heartbeats;
 };
 
 using PhaseClock = std::chrono::steady_clock;
@@ -109,8 +118,10 @@ class RefitPhases {
 
   explicit RefitPhases(const PhaseOptions& options);
 
-  // Begins setup (the shell sent every rank its Setup): waits for linked.
+  // Begins setup (the shell sent every rank its Setup): waits for linked,
+  // until `linked_by` (the first: setup_timeout_s from now).
   std::vector<PhaseAction> start(PhaseTime now);
+  std::vector<PhaseAction> start(PhaseTime now, PhaseTime linked_by);
   // The machine's one transition function.
   std::vector<PhaseAction> on(const PhaseEvent& event, PhaseTime now);
 
@@ -140,6 +151,9 @@ class RefitPhases {
   void on_failed(int member, const Failed& failed, PhaseTime now);
   void on_lost(int member, const std::string& why);
   void on_deadline(PhaseTime now);
+  void check_silence(PhaseTime now);
+  void beat(PhaseTime now);
+  PhaseTime phase_deadline() const;
   void on_ask(int member, const RankMessage& ask, PhaseTime now);
   void advance(PhaseTime now);
   void decide_idle(PhaseTime now);
@@ -171,6 +185,10 @@ class RefitPhases {
   PhaseTime blame_until_{};
   // kRecovery: the failure being recovered from.
   Status recovering_;
+  // Liveness: when each member was last heard from (PhaseTime::max() once
+  // it is lost: no longer watched), and when the next heartbeat is due.
+  std::vector<PhaseTime> heard_;
+  PhaseTime next_beat_ = PhaseTime::max();
   std::vector<PhaseAction> out_;
 };
 

@@ -19,7 +19,6 @@
 #include "control/spec_json.h"
 #include "net/frames.h"
 #include "aligner/aligner.h"
-#include "aligner/aligner.h"
 #include "refit/content.h"
 #include "cuda/device.h"
 #include "cuda/device_content.h"
@@ -30,6 +29,7 @@
 #include "receiver/receiver.h"
 #include "refit/safetensors.h"
 #include "transport/transport.h"
+#include "runtime/data_links.h"
 #include "runtime/model_choice.h"
 
 namespace refit {
@@ -60,7 +60,7 @@ class EngineRank::Impl {
 
   StatusOr<std::optional<std::uint64_t>> next() {
     recovered_ = false;
-    ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start(Deadline::Never()));
+    ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start_while_alive());
     if (!start) return std::optional<std::uint64_t>();
     const std::uint64_t version = start->version;
     Status status = refit(version);
@@ -88,8 +88,41 @@ class EngineRank::Impl {
   int rank() const { return options_.rank; }
   std::string name() const { return "engine rank " + std::to_string(rank()); }
 
+  // Setup, in steps: check the options and the binding, allocate the
+  // receive pool (or expose the weights), join the coordinator, adopt its
+  // Setup, accept the trainers' data links, say linked.
   Status setup() {
     Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
+    RETURN_IF_ERROR(check_binding());
+    ASSIGN_OR_RETURN(HeartbeatTiming heartbeats,
+                     heartbeat_timing(options_.heartbeat_interval_s, options_.heartbeat_timeout_s, name()));
+    ASSIGN_OR_RETURN(plan_, make_plan(binding_.stream, options_.bucket_size));
+    ASSIGN_OR_RETURN(transport_, make_transport(options_.transport));
+    ASSIGN_OR_RETURN(std::unique_ptr<TargetMemory> pool, make_pool());
+    const std::string descriptor = pool ? pool->descriptor() : "none";
+    RETURN_IF_ERROR(check_listen_without_secret(options_.listen_host, Secret(options_.secret),
+                                                name() + "'s data port", "--listen-host " + options_.listen_host));
+    ASSIGN_OR_RETURN(listener_, Listener::Listen(options_.listen_host, 0));
+
+    ASSIGN_OR_RETURN(client_, ControlClient::Connect(options_.coordinator, Secret(options_.secret), deadline));
+    ASSIGN_OR_RETURN(Setup setup, client_->join(make_join(descriptor), deadline));
+    // From its Setup on, the coordinator and this rank watch each other's
+    // heartbeats; an abort cancels whatever the receiver waits for.
+    client_->start_reader(heartbeats, [this](const Status& why) {
+      std::lock_guard<std::mutex> lock(data_mu_);
+      if (receiver_) receiver_->cancel(why);
+    });
+    if (!pool && !direct_) return Internal("the coordinator accepted a receive pool that was never allocated");
+    RETURN_IF_ERROR(adopt_setup(setup));
+    RETURN_IF_ERROR(make_receiver(std::move(pool)));
+    RETURN_IF_ERROR(accept_links(deadline));
+    // Every trainer has opened the target: remove its name so a crash leaves nothing behind.
+    RETURN_IF_ERROR(receiver_->pool().seal());
+    return client_->send(Linked{});
+  }
+
+  // The options and the binding fit together (before anything is allocated).
+  Status check_binding() {
     RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
     RETURN_IF_ERROR(validate_rank_settings(options_, /*engine=*/true));
     if (rank() < 0 || rank() >= options_.engine_ranks) {
@@ -114,41 +147,31 @@ class EngineRank::Impl {
                                " bytes laid out by weight_arena_offsets), got " + std::to_string(binding_.arena_bytes));
       }
     }
-    const std::vector<TensorSpec>& own = binding_.stream;
-    ASSIGN_OR_RETURN(plan_, make_plan(own, options_.bucket_size));
-    ASSIGN_OR_RETURN(transport_, make_transport(options_.transport));
+    return Status::Ok();
+  }
 
-    std::unique_ptr<TargetMemory> pool;
-    std::string descriptor = "none";
-    if (direct_) {
-      // Direct mode: trainers write into the weights themselves, exposed
-      // as the receiver's one slot; no pool.
-      ASSIGN_OR_RETURN(pool, transport_->expose_memory(binding_.arena, binding_.arena_bytes, binding_.memory,
-                                                       device_));
-      descriptor = pool->descriptor();
-    } else {
-      PoolOptions pool_options;
-      pool_options.slots = options_.pool_slots;
-      pool_options.slot_bytes = options_.bucket_size;
-      pool_options.owner = name();
-      pool_options.memory = binding_.memory;
-      pool_options.device = device_;
-      if (options_.memory_limit != 0 &&
-          static_cast<std::uint64_t>(std::max(options_.pool_slots, 0)) * options_.bucket_size > options_.memory_limit) {
-        // Do not allocate what the coordinator will refuse: join with a tiny
-        // placeholder and let the coordinator name the setting for every rank.
-        pool_options.slots = 0;
-      }
-      if (pool_options.slots >= 2) {
-        ASSIGN_OR_RETURN(pool, transport_->create_target(pool_options));
-        descriptor = pool->descriptor();
-      }
+  // The receive pool (staged) or the engine's weights exposed as the
+  // receiver's one slot (direct: trainers write into the weights
+  // themselves). Null when the pool would exceed --memory-limit: the rank
+  // joins with a placeholder and the coordinator names the setting for
+  // every rank.
+  StatusOr<std::unique_ptr<TargetMemory>> make_pool() {
+    if (direct_) return transport_->expose_memory(binding_.arena, binding_.arena_bytes, binding_.memory, device_);
+    PoolOptions pool_options;
+    pool_options.slots = options_.pool_slots;
+    pool_options.slot_bytes = options_.bucket_size;
+    pool_options.owner = name();
+    pool_options.memory = binding_.memory;
+    pool_options.device = device_;
+    if (options_.memory_limit != 0 &&
+        static_cast<std::uint64_t>(std::max(options_.pool_slots, 0)) * options_.bucket_size > options_.memory_limit) {
+      pool_options.slots = 0;
     }
-    RETURN_IF_ERROR(check_listen_without_secret(options_.listen_host, Secret(options_.secret),
-                                                name() + "'s data port", "--listen-host " + options_.listen_host));
-    ASSIGN_OR_RETURN(listener_, Listener::Listen(options_.listen_host, 0));
+    if (pool_options.slots < 2) return std::unique_ptr<TargetMemory>();
+    return transport_->create_target(pool_options);
+  }
 
-    ASSIGN_OR_RETURN(client_, ControlClient::Connect(options_.coordinator, Secret(options_.secret), deadline));
+  refit::Join make_join(const std::string& descriptor) const {
     refit::Join join;
     join.role = Role::kEngine;
     join.rank = rank();
@@ -169,17 +192,19 @@ class EngineRank::Impl {
     } else {
       join.supported_dtypes = options_.supported_dtypes;
     }
-    join.specs = own;
+    join.specs = binding_.stream;
     if (on_device_) {  // for the coordinator's check of ranks sharing a GPU
       if (auto uuid = cuda_device_uuid(device_); uuid.ok()) join.gpu = *uuid;
     }
-    ASSIGN_OR_RETURN(Setup setup, client_->join(join, deadline));
-    if (!pool && !direct_) return Internal("the coordinator accepted a receive pool that was never allocated");
-    seed_ = setup.seed;
+    return join;
+  }
 
-    // Every rank's stream, as the coordinator validated them: the peers'
-    // plans replay their batch boundaries so that every rank of the engine
-    // computes the same aligned batches without talking to the others.
+  // The coordinator's Setup: the seed, every rank's stream as it validated
+  // them (the peers' plans replay their batch boundaries so that every rank
+  // of the engine computes the same aligned batches without talking to the
+  // others) and the trainer ranks that feed this one, in trainer-index order.
+  Status adopt_setup(const Setup& setup) {
+    seed_ = setup.seed;
     if (setup.streams.size() != static_cast<std::size_t>(options_.engine_ranks)) {
       return InvalidArgument("setup: 'streams' must hold one spec list per engine rank");
     }
@@ -188,7 +213,7 @@ class EngineRank::Impl {
       return FailedPrecondition(name() + ": the engine's ranks disagree on the model: the streams the coordinator "
                                 "collected differ from this rank's sharding of --model " + options_.model);
     }
-    if (streams[static_cast<std::size_t>(rank())] != own) {
+    if (streams[static_cast<std::size_t>(rank())] != binding_.stream) {
       return Internal("setup: the coordinator's copy of this rank's stream differs from the one it sent");
     }
     peer_plans_.resize(streams.size());
@@ -196,21 +221,11 @@ class EngineRank::Impl {
       if (static_cast<int>(r) == rank()) continue;
       ASSIGN_OR_RETURN(peer_plans_[r], make_plan(streams[r], options_.bucket_size));
     }
-
-    // Data-plane links from the trainers that feed this rank, in trainer-index order.
     if (setup.feeders.empty()) {
       return InvalidArgument("setup: 'feeders' must list the trainer ranks that feed this engine rank");
     }
     feeders_ = setup.feeders;
-    RETURN_IF_ERROR(make_receiver(std::move(pool)));
-    RETURN_IF_ERROR(accept_links(deadline));
-    // Every trainer has opened the target: remove its name so a crash leaves nothing behind.
-    RETURN_IF_ERROR(receiver_->pool().seal());
-    client_->start_reader([this](const Status& why) {
-      std::lock_guard<std::mutex> lock(data_mu_);
-      if (receiver_) receiver_->cancel(why);
-    });
-    return client_->send(Linked{});
+    return Status::Ok();
   }
 
   // The receiver over the pool (staged) or the exposed weights (direct):
@@ -226,103 +241,15 @@ class EngineRank::Impl {
     return Status::Ok();
   }
 
-  // Accepts one data-plane link from each trainer rank that feeds this rank
-  // (in trainer-index order) and hands them to the receiver; at setup and at
-  // every recovery.
-  // A connection must authenticate (admit_link) and then send the hello of
-  // a trainer rank still awaited. One that does not (a stranger, a wrong
-  // secret, garbage, silence, a duplicate) is refused and logged on stderr
-  // with its address and why, and this rank goes on accepting until every
-  // feeder linked or `deadline` passes: a stranger never fails the setup.
-  // Connections are handled one at a time; a silent one delays those queued
-  // behind it by at most kDataAuthTimeout.
+  // The data-plane links of the trainer ranks that feed this rank
+  // (data_links.h), handed to the receiver; at setup and at every recovery.
   Status accept_links(Deadline deadline) {
-    std::vector<std::unique_ptr<Link>> links(feeders_.size());
-    std::vector<std::string> addresses(feeders_.size());
-    std::size_t linked = 0;
-    int refused = 0;
-    std::string last_refusal;
-    while (linked < feeders_.size()) {
-      // In slices, so that a job the coordinator ends meanwhile (a trainer
-      // rank that will never link again) ends this wait too.
-      auto accepted = listener_->accept(deadline.min(Deadline::After(std::chrono::milliseconds(200))));
-      if (!accepted.ok() && accepted.status().code() == StatusCode::kDeadlineExceeded && !deadline.expired()) {
-        if (std::optional<Status> why = client_->abort_reason()) {
-          return Status(why->code(), name() + " stopped waiting for its trainer ranks' data links: " + why->message());
-        }
-        continue;
-      }
-      if (!accepted.ok() && accepted.status().code() != StatusCode::kDeadlineExceeded) return accepted.status();
-      if (!accepted.ok() || deadline.expired()) {
-        std::string missing;
-        for (std::size_t i = 0; i < feeders_.size(); ++i) {
-          if (!links[i]) missing += (missing.empty() ? "" : ", ") + std::to_string(feeders_[i]);
-        }
-        return DeadlineExceeded("trainer rank(s) " + missing + " did not link to its data port " +
-                                listener_->address() + " within the setup deadline (--setup-timeout)" +
-                                (refused == 0 ? std::string()
-                                              : "; it refused " + std::to_string(refused) +
-                                                    " data connection(s), the last from " + last_refusal));
-      }
-      std::unique_ptr<Link> link = std::move(*accepted);
-      const std::string address = link->peer();
-      StatusOr<std::size_t> index = admit_link(*link, addresses, deadline);
-      if (!index.ok()) {
-        // authenticate_as_server's refusals already start with "refused <address>: ".
-        std::string why = index.status().message();
-        const std::string prefix = "refused " + address + ": ";
-        if (why.rfind(prefix, 0) == 0) why.erase(0, prefix.size());
-        ++refused;
-        last_refusal = address + ": " + why;
-        std::fprintf(stderr, "%s: refused a data connection from %s\n", name().c_str(), last_refusal.c_str());
-        continue;  // closes it
-      }
-      link->set_peer("trainer rank " + std::to_string(feeders_[*index]));
-      addresses[*index] = address;
-      links[*index] = std::move(link);
-      ++linked;
-    }
+    const DataPort port{name(), rank(), options_.secret, plan_.digest, feeders_};
+    ASSIGN_OR_RETURN(auto links,
+                     accept_data_links(*listener_, port, [this] { return client_->abort_reason(); }, deadline));
     std::lock_guard<std::mutex> lock(data_mu_);
     for (auto& link : links) receiver_->attach_link(std::move(link));
     return Status::Ok();
-  }
-
-  // One data connection: authenticates it with the job's secret in this
-  // rank's data context (auth.h; "none" when the job has no secret) within
-  // kDataAuthTimeout, then reads its hello (an authenticated trainer opens
-  // its transport target first, so the hello may take until `deadline`).
-  // Without a secret "authenticated" proves nothing (anyone answers
-  // "none"), so the hello is due within the same kDataAuthTimeout of the
-  // accept: an idle stranger holds the port at most that long.
-  // Returns the index in feeders_ of the trainer rank it is; an error says
-  // why it is refused. `addresses`: where the trainer ranks already linked
-  // connected from ("" for those still awaited).
-  StatusOr<std::size_t> admit_link(Link& link, const std::vector<std::string>& addresses, Deadline deadline) {
-    const Deadline handshake = deadline.min(Deadline::After(kDataAuthTimeout));
-    RETURN_IF_ERROR(authenticate_as_server(link, Secret(options_.secret), data_auth_context(rank()), handshake));
-    // Without a secret anyone passes the handshake: the hello is then due
-    // within the same window, so an idle stranger cannot hold setup.
-    ASSIGN_OR_RETURN(FrameHeader frame, link.recv_header(options_.secret.empty() ? handshake : deadline, 0));
-    StatusOr<HelloFrame> decoded = decode_hello(frame, link.peer());
-    if (!decoded.ok()) {
-      return InvalidArgument("not a hello from one of its trainer ranks (" + decoded.status().message() + ")");
-    }
-    const HelloFrame& hello = *decoded;
-    auto it = std::find(feeders_.begin(), feeders_.end(), hello.trainer_rank);
-    if (it == feeders_.end() || hello.engine_rank != static_cast<std::uint64_t>(rank())) {
-      return InvalidArgument("not a hello from one of its trainer ranks (trainer rank " +
-                             std::to_string(hello.trainer_rank) + ", engine rank " + std::to_string(hello.engine_rank) +
-                             ")");
-    }
-    if (hello.plan_digest != plan_.digest) {
-      return FailedPrecondition("plan digest mismatch with trainer rank " + std::to_string(hello.trainer_rank));
-    }
-    const std::size_t index = static_cast<std::size_t>(it - feeders_.begin());
-    if (!addresses[index].empty()) {
-      return FailedPrecondition("trainer rank " + std::to_string(hello.trainer_rank) + " is already linked (from " +
-                                addresses[index] + "): a duplicate");
-    }
-    return index;
   }
 
   // After a failed refit (reported): on the coordinator's "relink", drops the
@@ -341,9 +268,10 @@ class EngineRank::Impl {
     }
     RETURN_IF_ERROR(make_receiver(old->release_pool()));
     RETURN_IF_ERROR(accept_links(deadline));
-    std::fprintf(stderr, "%s: recovered: weights at version %llu (%s), relinked for the next refit\n",
-                 name().c_str(), static_cast<unsigned long long>(engine_->weight_version()),
-                 engine_->weights_complete() ? "complete" : "incomplete: the failed refit wrote part of them");
+    log(LogLevel::kInfo, name(),
+        "recovered: weights at version " + std::to_string(engine_->weight_version()) + " (" +
+            (engine_->weights_complete() ? "complete" : "incomplete: the failed refit wrote part of them") +
+            "), relinked for the next refit");
     RETURN_IF_ERROR(client_->send(Linked{engine_->weight_version(), engine_->weights_complete()}));
     return true;
   }

@@ -47,7 +47,7 @@ class TrainerRank::Impl : public BucketProtocol {
     }
     for (;;) {
       recovered_ = false;
-      ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start(Deadline::Never()));
+      ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start_while_alive());
       if (!start) return Status::Ok();
       Status status = refit_or_report(start->version);
       if (!status.ok() && !recovered_) return status;
@@ -64,8 +64,13 @@ class TrainerRank::Impl : public BucketProtocol {
       return InvalidArgument(name() + ": refit version " + std::to_string(version) +
                              " is not above the last committed version " + std::to_string(committed_));
     }
-    RETURN_IF_ERROR(client_->send(Request{version}));
-    ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start(Deadline::Never()));
+    // A job that ended meanwhile (a rank lost while this one was idle)
+    // answers with its reason, not with a failed send.
+    if (std::optional<Status> ended = client_->abort_reason()) return *ended;
+    if (Status asked = client_->send(Request{version}); !asked.ok()) {
+      return client_->await_abort_reason(std::chrono::milliseconds(500)).value_or(asked);
+    }
+    ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start_while_alive());
     if (!start) return Aborted(name() + ": the coordinator shut the job down");
     const std::uint64_t started = start->version;
     if (started != version) {
@@ -95,6 +100,8 @@ class TrainerRank::Impl : public BucketProtocol {
     Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
     RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
     RETURN_IF_ERROR(validate_rank_settings(options_, /*engine=*/false));
+    ASSIGN_OR_RETURN(HeartbeatTiming heartbeats,
+                     heartbeat_timing(options_.heartbeat_interval_s, options_.heartbeat_timeout_s, name()));
     source_on_device_ = source_->memory() == MemoryKind::kCuda;
     direct_ = options_.mode == "direct";
     const Model& model = source_->model();
@@ -127,6 +134,12 @@ class TrainerRank::Impl : public BucketProtocol {
       if (auto uuid = cuda_device_uuid(source_->device()); uuid.ok()) join.gpu = *uuid;
     }
     ASSIGN_OR_RETURN(Setup setup, client_->join(join, deadline));
+    // From its Setup on, the coordinator and this rank watch each other's
+    // heartbeats; an abort closes the data link, waking any wait on it.
+    client_->start_reader(heartbeats, [this](const Status&) {
+      std::lock_guard<std::mutex> lock(link_mu_);
+      if (link_) link_->shutdown();
+    });
     seed_ = setup.seed;
     const std::string address = setup.engine_address, descriptor = setup.descriptor;
     if (setup.feeder_count == 0 || setup.trainer_index >= setup.feeder_count) {
@@ -142,7 +155,11 @@ class TrainerRank::Impl : public BucketProtocol {
     }
 
     engine_address_ = address;
-    ASSIGN_OR_RETURN(link_, connect_to_engine(deadline));
+    ASSIGN_OR_RETURN(auto link, connect_to_engine(deadline));
+    {
+      std::lock_guard<std::mutex> lock(link_mu_);  // the control reader may shut it down
+      link_ = std::move(link);
+    }
     // From the device that writes: the weights' device, or for host weights
     // into a device engine the one that copies (--gpu). Transports that bind
     // a device at open (nccl) send from it; cuda_ipc enables peer access from
@@ -152,10 +169,6 @@ class TrainerRank::Impl : public BucketProtocol {
     RETURN_IF_ERROR(send_hello(deadline));
 
     RETURN_IF_ERROR(make_sender(writer));
-    client_->start_reader([this](const Status&) {
-      std::lock_guard<std::mutex> lock(link_mu_);
-      link_->shutdown();
-    });
     return client_->send(Linked{});
   }
 

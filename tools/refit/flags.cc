@@ -61,6 +61,16 @@ void add_timeout_flags(CLI::App& cmd, double& setup_timeout_s, double& refit_tim
       ->capture_default_str();
 }
 
+void add_heartbeat_flags(CLI::App& cmd, double& interval_s, double& timeout_s) {
+  cmd.add_option("--heartbeat-interval", interval_s, "Seconds between heartbeats to the peer(s)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd.add_option("--heartbeat-timeout", timeout_s,
+                 "Seconds of silence (no heartbeat, no message) after which a peer counts as lost, idle or not")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+
 void add_rank_count_flags(CLI::App& cmd, int& trainer_ranks, const std::string& trainer_help, int& engine_ranks,
                           const std::string& engine_help) {
   cmd.add_option("--trainer-ranks", trainer_ranks, trainer_help)->check(CLI::PositiveNumber)->capture_default_str();
@@ -105,6 +115,7 @@ void add_rank_flags(CLI::App& cmd, RankOptions& o) {
   add_bucket_size_flag(cmd, o.bucket_size);
   add_transport_flag(cmd, o.transport);
   add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
+  add_heartbeat_flags(cmd, o.heartbeat_interval_s, o.heartbeat_timeout_s);
   cmd.add_option("--bucket-timeout", o.bucket_timeout_s,
                  "Seconds a rank waits for the next bucket before it declares its peer stalled")
       ->check(CLI::PositiveNumber)

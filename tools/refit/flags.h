@@ -35,6 +35,10 @@ CLI::Option* add_bucket_size_flag(CLI::App& cmd, std::uint64_t& bytes);
 // --setup-timeout and --timeout (seconds, positive).
 void add_timeout_flags(CLI::App& cmd, double& setup_timeout_s, double& refit_timeout_s);
 
+// --heartbeat-interval and --heartbeat-timeout (seconds, positive): the
+// liveness of the coordinator and the ranks (docs/RELIABILITY.md).
+void add_heartbeat_flags(CLI::App& cmd, double& interval_s, double& timeout_s);
+
 // --trainer-ranks and --engine-ranks, with the help texts given (each
 // command says what the count means to it) and positive counts.
 void add_rank_count_flags(CLI::App& cmd, int& trainer_ranks, const std::string& trainer_help, int& engine_ranks,
