@@ -143,12 +143,27 @@ class Coordinator {
   }
 
   // Admits joins (authenticated and read by the gate) until every rank
-  // joined; refusals are logged and never disturb the ranks already in.
+  // joined; refusals are logged and never disturb the ranks already in. A
+  // rank that joined and is lost before the others did ends setup at once,
+  // named (not only once the last rank joins, or at the setup deadline).
   Status accept_joins(Deadline deadline) {
     while (joined_ < options_.trainer_ranks + options_.engine_ranks) {
-      pollfd gate{gate_->fd(), POLLIN, 0};
-      int ready = ::poll(&gate, 1, std::min(deadline.remaining_ms(), 200));
+      std::vector<pollfd> fds{{gate_->fd(), POLLIN, 0}};
+      std::vector<Member*> members = joined();
+      for (Member* m : members) fds.push_back({m->link->fd(), POLLIN, 0});
+      int ready = ::poll(fds.data(), fds.size(), std::min(deadline.remaining_ms(), 200));
       if (ready < 0 && errno != EINTR) return ErrnoStatus("coordinator poll", errno);
+      for (std::size_t i = 1; ready > 0 && i < fds.size(); ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        Member& m = *members[i - 1];
+        // Nothing is due from a rank before its Setup: a message that arrives
+        // anyway is ignored; a closed connection is a lost rank.
+        auto message = recv_rank_message(*m.link, Deadline::After(std::chrono::milliseconds(1000)));
+        if (!message.ok()) {
+          return Unavailable("lost " + m.name() + " (pid " + std::to_string(m.join.pid) +
+                             ") during setup, before every rank joined: " + message.status().message());
+        }
+      }
       if (deadline.expired()) return DeadlineExceeded(missing_ranks_message());
       while (auto candidate = gate_->take()) {
         Status st = admit(std::move(candidate->link), candidate->join);

@@ -178,10 +178,25 @@ class TrainerRank::Impl : public BucketProtocol {
   // that engine rank (auth.h); then the caller sends the hello. An engine
   // that refuses this side, or cannot prove it knows the secret, fails the
   // call naming it.
+  //
+  // Refused connections are retried in short rounds until `deadline`, and
+  // stop as soon as the coordinator aborted (a dead engine's port refuses
+  // for good; the abort says why).
   StatusOr<std::unique_ptr<Link>> connect_to_engine(Deadline deadline) {
-    ASSIGN_OR_RETURN(auto link, Link::Connect(engine_address_, "engine rank " + std::to_string(engine_rank_) + " at " +
-                                                                   engine_address_,
-                                              deadline));
+    const std::string peer = "engine rank " + std::to_string(engine_rank_) + " at " + engine_address_;
+    StatusOr<std::unique_ptr<Link>> connected = Unavailable("never tried to connect to " + peer);
+    do {
+      if (std::optional<Status> abort = client_->abort_reason()) {
+        return Status(abort->code(), abort->message() + " (while connecting to " + peer + ")");
+      }
+      const Deadline round = deadline.min(Deadline::After(std::chrono::milliseconds(100)));
+      connected = Link::Connect(engine_address_, peer, round);
+    } while (!connected.ok() && connected.status().code() == StatusCode::kUnavailable && !deadline.expired());
+    if (!connected.ok()) {
+      return connected.status().WithContext("retried until the setup deadline (" +
+                                            std::to_string(options_.setup_timeout_s) + " s)");
+    }
+    std::unique_ptr<Link> link = std::move(*connected);
     const Secret secret(options_.debug_data_secret.empty() ? options_.secret : options_.debug_data_secret);
     RETURN_IF_ERROR(authenticate_as_client(*link, secret, data_auth_context(engine_rank_), deadline)
                         .WithContext("authenticating the data link"));

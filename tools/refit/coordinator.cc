@@ -1,6 +1,8 @@
 // `refit coordinator`: the control plane of one job (control/coordinator.h).
 // Prints the JSON report on stdout (or writes it to --report) and fails when
 // the report holds an error.
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -21,8 +23,15 @@ struct CoordinatorFlags {
   std::string report_file;  // "": the report goes to stdout
 };
 
-// Writes `port` to `path` atomically (a reader never sees a partial file).
+// Writes `port` to `path` atomically (a reader never sees a partial file);
+// a path that is not a regular file (a pipe: /dev/fd/N, as the demo passes)
+// is written directly.
 void write_port_file(const std::string& path, int port) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    std::ofstream(path) << port << "\n";
+    return;
+  }
   const std::string tmp = path + ".tmp";
   { std::ofstream(tmp) << port << "\n"; }
   std::rename(tmp.c_str(), path.c_str());

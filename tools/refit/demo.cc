@@ -1,5 +1,9 @@
 #include "demo.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <cstring>
+
 #include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -19,6 +23,8 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "demo_children.h"
+#include "refit/coordinator.h"
 #include "refit/coordinator.h"
 #include "flags.h"
 #include "refit/model.h"
@@ -34,48 +40,12 @@ namespace {
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-struct Child {
-  std::string name;
-  pid_t pid = -1;
-  int exit_code = -1;  // -1 while running
-  bool killed_by_demo = false;
-};
-
 std::string self_path() {
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n <= 0) return "refit";
   buf[n] = '\0';
   return buf;
-}
-
-pid_t spawn(const std::vector<std::string>& args) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    std::perror("refit demo: exec");
-    ::_exit(127);
-  }
-  return pid;
-}
-
-// Removes /dev/shm/refit-<pid>-* of a child that may have died before it
-// could remove its own segments (shm names start with the creator's pid).
-void sweep_shared_memory(pid_t pid) {
-  std::string prefix = "refit-" + std::to_string(pid) + "-";
-  DIR* dir = ::opendir("/dev/shm");
-  if (dir == nullptr) return;
-  while (dirent* e = ::readdir(dir)) {
-    std::string name = e->d_name;
-    if (name.rfind(prefix, 0) == 0) {
-      std::fprintf(stderr, "refit demo: removing /dev/shm/%s left by pid %d\n", name.c_str(), pid);
-      ::unlink(("/dev/shm/" + name).c_str());
-    }
-  }
-  ::closedir(dir);
 }
 
 // ---- soak sampling (--soak-report) ----------------------------------------
@@ -223,24 +193,29 @@ std::string fmt(double v) {
   return s.str();
 }
 
-int exit_code_of(int wait_status) {
-  return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
-}
-
 Json failed_report(const std::string& error) { return Json{{"verified", false}, {"error", error}}; }
 
-// The processes of one demo job and their scratch directory.
+// The processes of one demo job. The coordinator's port and report come
+// back over pipes, so nothing of the job is named in /tmp.
 struct DemoJob {
-  std::string dir, port_file, report_file;
   std::string self = self_path();
   std::vector<std::string> common;  // flags every process takes
   std::vector<Child> children;      // [0]: the coordinator
+  int port_read = -1, report_read = -1;
+  std::string report_text;  // what the coordinator printed on stdout so far
+  int first_failure = -1;   // index in children of the first to exit non-zero
 
   ~DemoJob() {
-    if (dir.empty()) return;
-    std::remove(port_file.c_str());
-    std::remove(report_file.c_str());
-    ::rmdir(dir.c_str());
+    for (int fd : {port_read, report_read}) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+
+  // Appends what the coordinator printed (its report) since the last call.
+  void drain_report() {
+    char buf[65536];
+    ssize_t n;
+    while (report_read >= 0 && (n = ::read(report_read, buf, sizeof buf)) > 0) report_text.append(buf, n);
   }
 };
 
@@ -254,30 +229,55 @@ Status check_settings(const DemoOptions& o, int trainers) {
   return validate_rank_counts(trainers, o.engine_ranks);
 }
 
-// Starts the coordinator and returns the port it listens on, once it wrote
-// it; "" when it exited or did not write it within the setup timeout (then
-// it is killed and reaped).
+// Starts the coordinator and returns the port it listens on, once it said
+// it; "" when it exited or did not say within the setup timeout (then it is
+// killed and reaped). Its port (fd 3) and its report (stdout) come over
+// pipes.
 std::string start_coordinator(const DemoOptions& o, DemoJob& job) {
+  int port_pipe[2], report_pipe[2];
+  if (::pipe2(port_pipe, O_CLOEXEC) != 0) return "";
+  if (::pipe2(report_pipe, O_CLOEXEC) != 0) {
+    ::close(port_pipe[0]);
+    ::close(port_pipe[1]);
+    return "";
+  }
+  job.port_read = port_pipe[0];
+  job.report_read = report_pipe[0];
+  ::fcntl(job.report_read, F_SETFL, O_NONBLOCK);
   std::vector<std::string> args = {job.self, "coordinator", "--listen", "127.0.0.1:0",
                                    "--refits", std::to_string(o.refits), "--seed", std::to_string(o.seed),
-                                   "--port-file", job.port_file, "--report", job.report_file, "--quiet"};
+                                   "--port-file", "/dev/fd/3"};
+  if (!o.debug_log_processes) args.push_back("--quiet");
   args.insert(args.end(), job.common.begin(), job.common.end());
   if (!o.json && ::isatty(2)) args.push_back("--progress");
-  job.children.push_back({"coordinator", spawn(args)});
+  job.children.push_back({"coordinator", spawn_child(args, {{port_pipe[1], 3}, {report_pipe[1], 1}})});
+  ::close(port_pipe[1]);
+  ::close(report_pipe[1]);
   Child& coordinator = job.children[0];
   std::string port;
   for (auto until = Clock::now() + std::chrono::duration<double>(o.setup_timeout_s); Clock::now() < until;) {
-    std::ifstream in(job.port_file);
-    if (in >> port) return port;
+    stop_if_signalled(job.children);
+    pollfd p{job.port_read, POLLIN, 0};
+    if (::poll(&p, 1, 10) > 0) {
+      char buf[32];
+      const ssize_t n = ::read(job.port_read, buf, sizeof buf - 1);
+      if (n > 0) {
+        port.append(buf, static_cast<std::size_t>(n));
+        if (port.find('\n') != std::string::npos) return port.substr(0, port.find('\n'));
+        continue;
+      }
+    }
+    job.drain_report();
     int st = 0;
     if (::waitpid(coordinator.pid, &st, WNOHANG) == coordinator.pid) {
       coordinator.exit_code = exit_code_of(st);
       break;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  if (coordinator.exit_code < 0) ::kill(coordinator.pid, SIGKILL);
-  ::waitpid(coordinator.pid, nullptr, 0);
+  if (coordinator.exit_code < 0) {
+    ::kill(coordinator.pid, SIGKILL);
+    ::waitpid(coordinator.pid, nullptr, 0);
+  }
   return "";
 }
 
@@ -293,12 +293,17 @@ void start_ranks(const DemoOptions& o, int trainers, const std::string& port, De
                                      std::to_string(o.pool_slots), "--memory-limit", std::to_string(o.memory_limit)};
     args.insert(args.end(), rank_common.begin(), rank_common.end());
     if (o.poison_recycled) args.push_back("--poison-recycled");
-    job.children.push_back({"engine rank " + std::to_string(e), spawn(args)});
+    job.children.push_back({"engine rank " + std::to_string(e), spawn_child(args)});
   }
   for (int t = 0; t < trainers; ++t) {
     std::vector<std::string> args = {job.self, "trainer", "--rank", std::to_string(t)};
     args.insert(args.end(), rank_common.begin(), rank_common.end());
-    job.children.push_back({"trainer rank " + std::to_string(t), spawn(args)});
+    job.children.push_back({"trainer rank " + std::to_string(t), spawn_child(args)});
+  }
+  if (o.debug_log_processes) {
+    std::string line = "refit demo: processes:";
+    for (const Child& c : job.children) line += " " + c.name + " pid " + std::to_string(c.pid) + ";";
+    std::fprintf(stderr, "%s\n", line.c_str());
   }
 }
 
@@ -307,20 +312,25 @@ void start_ranks(const DemoOptions& o, int trainers, const std::string& port, De
 // process failed, the others fail on their own within their deadlines; a
 // rank that failed during setup leaves the rest waiting for it, so the demo
 // ends them after a short grace period instead.
-void wait_for_children(const DemoOptions& o, std::vector<Child>& children, SoakSampler* soak) {
+void wait_for_children(const DemoOptions& o, DemoJob& job, SoakSampler* soak) {
+  std::vector<Child>& children = job.children;
   const auto hard_limit = Clock::now() + std::chrono::duration<double>(o.setup_timeout_s + 60 +
                                                                       o.refit_timeout_s * (o.refits + 1));
   std::size_t running = children.size() - (children[0].exit_code >= 0 ? 1 : 0);
   std::optional<Clock::time_point> grace_until;
   while (running > 0) {
+    stop_if_signalled(children);
+    job.drain_report();
     if (soak != nullptr) soak->maybe_sample();
     int st = 0;
     pid_t pid = ::waitpid(-1, &st, WNOHANG);
     if (pid > 0) {
-      for (Child& c : children) {
+      for (std::size_t i = 0; i < children.size(); ++i) {
+        Child& c = children[i];
         if (c.pid == pid && c.exit_code < 0) {
           c.exit_code = exit_code_of(st);
           --running;
+          if (c.exit_code != 0 && job.first_failure < 0) job.first_failure = static_cast<int>(i);
           if (c.exit_code != 0 && !grace_until) grace_until = Clock::now() + std::chrono::seconds(5);
         }
       }
@@ -328,7 +338,7 @@ void wait_for_children(const DemoOptions& o, std::vector<Child>& children, SoakS
     }
     if (Clock::now() > hard_limit || (grace_until && Clock::now() > *grace_until)) {
       for (Child& c : children) {
-        if (c.exit_code < 0) {
+        if (c.exit_code < 0 && !c.killed_by_demo) {
           std::fprintf(stderr, "refit demo: %s (pid %d) still runs after %s; killing it\n", c.name.c_str(), c.pid,
                        grace_until ? "another process failed" : "every deadline");
           c.killed_by_demo = true;
@@ -338,26 +348,38 @@ void wait_for_children(const DemoOptions& o, std::vector<Child>& children, SoakS
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  for (const Child& c : children) sweep_shared_memory(c.pid);
+  job.drain_report();
 }
 
-// The coordinator's report, with the processes that failed added.
+// How a process ended, in words: "exited 1", "was killed by the demo",
+// "died of signal 9 (Killed)".
+std::string how_it_ended(const Child& c) {
+  if (c.killed_by_demo) return "was killed by the demo";
+  if (c.exit_code > 128) {
+    return "died of signal " + std::to_string(c.exit_code - 128) + " (" + ::strsignal(c.exit_code - 128) + ")";
+  }
+  return "exited " + std::to_string(c.exit_code);
+}
+
+// The coordinator's report, with the processes that failed added. Without
+// a report, the error says which process failed first and how: that is the
+// cause; every process's own error is printed above it.
 Json collect_report(const DemoJob& job) {
-  Json report;
-  {
-    std::ifstream in(job.report_file);
-    report = Json::parse(in, nullptr, /*allow_exceptions=*/false);
+  Json report = Json::parse(job.report_text, nullptr, /*allow_exceptions=*/false);
+  std::string failed;
+  for (const Child& c : job.children) {
+    if (c.exit_code != 0) failed += (failed.empty() ? "" : ", ") + c.name + " " + how_it_ended(c);
   }
   if (report.is_discarded() || !report.is_object()) {
     report = Json{{"verified", false}, {"refits", Json::array()}, {"ranks", Json::array()}};
-    report["error"] = "the coordinator wrote no report";
-  }
-  std::string failed;
-  for (const Child& c : job.children) {
-    if (c.exit_code != 0) {
-      failed += (failed.empty() ? "" : ", ") + c.name + " exited " + std::to_string(c.exit_code) +
-                (c.killed_by_demo ? " (killed by the demo)" : "");
+    const Child& coordinator = job.children[0];
+    std::string error = "the coordinator " + how_it_ended(coordinator) + " without a report";
+    if (job.first_failure > 0) {
+      const Child& first = job.children[static_cast<std::size_t>(job.first_failure)];
+      error += "; the first process to fail was " + first.name + " (pid " + std::to_string(first.pid) + "), which " +
+               how_it_ended(first) + " (its error is printed above)";
     }
+    report["error"] = error;
   }
   if (!failed.empty()) {
     report["verified"] = false;
@@ -386,22 +408,23 @@ Json run_demo_report(const DemoOptions& o) {
   if (!model.ok()) return failed_report(model.status().ToString());
   if (Status st = check_settings(o, trainers); !st.ok()) return failed_report(st.ToString());
 
+  catch_stop_signals();
   DemoJob job;
-  char dir_template[] = "/tmp/refit-demo-XXXXXX";
-  if (::mkdtemp(dir_template) == nullptr) return failed_report("mkdtemp failed in /tmp");
-  job.dir = dir_template;
-  job.port_file = job.dir + "/port";
-  job.report_file = job.dir + "/report.json";
   job.common = {"--trainer-ranks", std::to_string(trainers), "--engine-ranks", std::to_string(o.engine_ranks),
                 "--setup-timeout", fmt(o.setup_timeout_s), "--timeout", fmt(o.refit_timeout_s)};
   if (!o.secret_file.empty()) job.common.insert(job.common.end(), {"--secret-file", o.secret_file});
 
   const std::string port = start_coordinator(o, job);
-  if (port.empty()) return failed_report("the coordinator did not start listening");
+  if (port.empty()) {
+    return failed_report("the coordinator " +
+                         (job.children[0].exit_code >= 0 ? how_it_ended(job.children[0]) + " before it listened"
+                                                         : std::string("did not listen within the setup timeout")) +
+                         " (its error is printed above)");
+  }
   start_ranks(o, trainers, port, job);
   std::optional<SoakSampler> soak;
   if (!o.soak_report.empty()) soak.emplace(&job.children);
-  wait_for_children(o, job.children, soak ? &*soak : nullptr);
+  wait_for_children(o, job, soak ? &*soak : nullptr);
 
   Json report = collect_report(job);
   report["model"] = o.model;
@@ -469,6 +492,9 @@ void add_demo_command(CLI::App& app, CommandTable& table) {
   cmd->add_option("--soak-report", o->soak_report,
                   "Soak: sample every process's memory, descriptors and shared memory into this JSON file")
       ->group("");  // hidden: bench/soak.sh
+  cmd->add_flag("--debug-log-processes", o->debug_log_processes,
+                "Debug: print every process's pid once started, and keep the coordinator's log (joins, setup)")
+      ->group("");  // hidden: tests synchronise on these lines
   table.push_back({cmd, [o] { return run_demo(*o); }});
 }
 

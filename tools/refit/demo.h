@@ -38,6 +38,8 @@ struct DemoOptions {
   // Soak (bench/soak.sh): write every process's VmRSS, open descriptors and
   // shared memory at the start and the end of the job to this JSON file.
   std::string soak_report;
+  // Tests: print the processes' pids and keep the coordinator's log.
+  bool debug_log_processes = false;
 };
 
 // The flags `refit demo` and `refit bench` share, bound to `options`

@@ -1,5 +1,6 @@
 #include "transport/shm/shm_transport.h"
 
+#include "transport/shm/fd_handoff.h"
 #include "transport/host_pool.h"
 #include "transport/pool_layout.h"
 
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -18,7 +20,10 @@
 namespace refit {
 namespace {
 
-constexpr std::string_view kUsage = "expected shm:/refit-<pid>-<n>:slots=<S>:slot_bytes=<B>";
+constexpr std::string_view kUsage = "expected shm:@refit-<pid>-<n>:slots=<S>:slot_bytes=<B>";
+
+// How long an initiator waits for the target's process to hand over the segment.
+constexpr std::chrono::seconds kHandoffWait{10};
 
 std::atomic<std::uint64_t> g_segment_counter{0};
 
@@ -37,7 +42,7 @@ Status parse_descriptor(const std::string& text, ShmDescriptor* out) {
                            std::string(kUsage));
   };
   std::string_view s = text;
-  if (!consume_prefix(&s, "shm:/refit-")) return bad("does not start with shm:/refit-");
+  if (!consume_prefix(&s, "shm:@refit-")) return bad("does not start with shm:@refit-");
   auto colon = s.find(':');
   if (colon == std::string_view::npos) return bad("missing :slots=");
   std::string_view id = s.substr(0, colon);  // "<pid>-<n>"
@@ -45,7 +50,7 @@ Status parse_descriptor(const std::string& text, ShmDescriptor* out) {
   std::uint64_t pid = 0, n = 0;
   if (dash == std::string_view::npos || !parse_u64(id.substr(0, dash), &pid) ||
       !parse_u64(id.substr(dash + 1), &n)) {
-    return bad("segment name is not /refit-<pid>-<n>");
+    return bad("segment name is not @refit-<pid>-<n>");
   }
   s.remove_prefix(colon);
   std::uint64_t slots = 0, slot_bytes = 0;
@@ -57,7 +62,7 @@ Status parse_descriptor(const std::string& text, ShmDescriptor* out) {
   if (!checked_pool_size(slots, slot_bytes, kMaxPoolBytes)) {
     return bad("slots and slot_bytes must be positive and their product must fit");
   }
-  out->name = "/refit-" + std::string(id);
+  out->name = "refit-" + std::string(id);
   out->slots = static_cast<int>(slots);
   out->slot_bytes = slot_bytes;
   return Status::Ok();
@@ -67,34 +72,28 @@ Status parse_descriptor(const std::string& text, ShmDescriptor* out) {
 
 class ShmTarget final : public HostPoolTarget {
  public:
-  ShmTarget(std::string name, std::string owner, std::byte* base, SlotShape shape)
-      : HostPoolTarget(std::move(owner), base, shape), name_(std::move(name)) {}
-  ~ShmTarget() override {
-    if (!sealed_.load()) ::shm_unlink(name_.c_str());
-  }
+  ShmTarget(std::string name, std::string owner, std::byte* base, SlotShape shape, std::unique_ptr<FdServer> server)
+      : HostPoolTarget(std::move(owner), base, shape), name_(std::move(name)), server_(std::move(server)) {}
+  ~ShmTarget() override { server_->stop(); }
 
   std::string descriptor() const override {
-    return "shm:" + name_ + ":slots=" + std::to_string(slots()) + ":slot_bytes=" + std::to_string(slot_bytes());
+    return "shm:@" + name_ + ":slots=" + std::to_string(slots()) + ":slot_bytes=" + std::to_string(slot_bytes());
   }
   Status receive_data(Link& link, const FrameHeader& header, Deadline) override {
     return FailedPrecondition("protocol error: kData frame (slot " + std::to_string(header.b) + ", " +
                               std::to_string(header.payload_bytes) + " bytes) from " + link.peer() +
-                              " for " + owner() + "'s shm pool " + name_ +
+                              " for " + owner() + "'s shm pool @" + name_ +
                               ": shm is one-sided and never receives data frames");
   }
+  // Every initiator holds the segment: stop handing it out.
   Status seal() override {
-    if (sealed_.exchange(true)) return Status::Ok();
-    if (::shm_unlink(name_.c_str()) != 0 && errno != ENOENT) {
-      int err = errno;
-      sealed_ = false;
-      return ErrnoStatus("sealing " + owner() + "'s shm pool: shm_unlink(" + name_ + ")", err);
-    }
+    server_->stop();
     return Status::Ok();
   }
 
  private:
   std::string name_;
-  std::atomic<bool> sealed_{false};
+  std::unique_ptr<FdServer> server_;
 };
 
 // ------------------------------------------------------------ initiator side
@@ -124,6 +123,55 @@ class ShmRemote final : public RemoteTarget {
   ImmediateTickets tickets_;
 };
 
+// The pool's memory: an unnamed tmpfs file, so that nothing is ever named in
+// /dev/shm (a kill at any moment leaves nothing). In /dev/shm (O_TMPFILE),
+// so /dev/shm's size limit applies as it did to named segments; a memfd
+// where /dev/shm cannot make unnamed files.
+StatusOr<int> create_unnamed_segment(const std::string& owner) {
+  int fd = ::open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) return fd;
+  int err = errno;
+  if (err == EOPNOTSUPP || err == EISDIR || err == ENOENT) {
+    fd = ::memfd_create("refit-pool", MFD_CLOEXEC);
+    if (fd >= 0) return fd;
+    err = errno;
+  }
+  if (err == ENOSPC) return ResourceExhausted("no space in /dev/shm for " + owner + "'s receive pool");
+  return ErrnoStatus("creating the shm segment of " + owner + "'s receive pool", err);
+}
+
+// Sizes the segment, allocates every page and maps it.
+StatusOr<std::byte*> size_and_map(int fd, std::uint64_t size, const std::string& owner) {
+  auto no_space = [&] {
+    return ResourceExhausted("no space in /dev/shm for " + owner + "'s receive pool (" + std::to_string(size) +
+                             " bytes)");
+  };
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    int err = errno;
+    if (err == ENOSPC || err == EFBIG || err == ENOMEM) return no_space();
+    return ErrnoStatus("sizing the shm segment of " + owner + "'s receive pool", err);
+  }
+  // tmpfs grows lazily: without this a full /dev/shm shows up as SIGBUS at
+  // the first write into a page. Allocate every page now.
+  int rc;
+  do {
+    rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+  } while (rc == EINTR);
+  if (rc != 0) {
+    if (rc == ENOSPC || rc == EFBIG || rc == ENOMEM) return no_space();
+    return ErrnoStatus("allocating the shm segment of " + owner + "'s receive pool", rc);
+  }
+  // No MAP_POPULATE: the pages already exist; populating is what would
+  // fill /dev/shm if the allocation above were ever skipped.
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    int err = errno;
+    if (err == ENOMEM) return no_space();
+    return ErrnoStatus("mapping the shm segment of " + owner + "'s receive pool", err);
+  }
+  return static_cast<std::byte*>(base);
+}
+
 class ShmTransport final : public Transport {
  public:
   std::string name() const override { return "shm"; }
@@ -140,53 +188,31 @@ class ShmTransport final : public Transport {
     const std::string owner = pool_owner(options);
     RETURN_IF_ERROR(require_host_memory("shm", options));
     ASSIGN_OR_RETURN(const std::uint64_t size, validated_pool_bytes(options, kMaxPoolBytes));
-    // Find an unused name; an existing one belongs to someone else.
-    std::string name;
-    int fd = -1;
-    for (int attempt = 0; attempt < 1000 && fd < 0; ++attempt) {
-      name = "/refit-" + std::to_string(::getpid()) + "-" + std::to_string(g_segment_counter.fetch_add(1));
-      fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-      if (fd < 0 && errno != EEXIST) {
-        return ErrnoStatus("creating shm segment " + name + " for " + owner + "'s receive pool", errno);
-      }
-    }
-    if (fd < 0) return ResourceExhausted("no free shm name for " + owner + "'s receive pool (last tried " + name + ")");
-
-    auto fail = [&](Status s) {
+    ASSIGN_OR_RETURN(const int fd, create_unnamed_segment(owner));
+    auto mapped = size_and_map(fd, size, owner);
+    if (!mapped.ok()) {
       ::close(fd);
-      ::shm_unlink(name.c_str());
-      return s;
-    };
-    auto no_space = [&] {
-      return ResourceExhausted("no space in /dev/shm for " + owner + "'s receive pool (" + std::to_string(size) +
-                               " bytes)");
-    };
-    if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
-      int err = errno;
-      if (err == ENOSPC || err == EFBIG || err == ENOMEM) return fail(no_space());
-      return fail(ErrnoStatus("sizing shm segment " + name + " for " + owner, err));
+      return mapped.status();
     }
-    // tmpfs grows lazily: without this a full /dev/shm shows up as SIGBUS at
-    // the first write into a page. Allocate every page now.
-    int rc;
-    do {
-      rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
-    } while (rc == EINTR);
-    if (rc != 0) {
-      if (rc == ENOSPC || rc == EFBIG || rc == ENOMEM) return fail(no_space());
-      return fail(ErrnoStatus("allocating shm segment " + name + " for " + owner, rc));
+    // Find an unused socket name; an existing one belongs to someone else.
+    std::string name;
+    std::unique_ptr<FdServer> server;
+    for (int attempt = 0; attempt < 1000 && !server; ++attempt) {
+      name = "refit-" + std::to_string(::getpid()) + "-" + std::to_string(g_segment_counter.fetch_add(1));
+      auto started = FdServer::Start(name, fd);
+      if (!started.ok()) {  // fd closed by Start
+        ::munmap(*mapped, size);
+        return Status(started.status().code(), started.status().message() + " for " + owner + "'s receive pool");
+      }
+      server = std::move(*started);
     }
-    // No MAP_POPULATE: the pages already exist; populating is what would
-    // fill /dev/shm if the allocation above were ever skipped.
-    void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-      int err = errno;
-      if (err == ENOMEM) return fail(no_space());
-      return fail(ErrnoStatus("mapping shm segment " + name + " for " + owner, err));
+    if (!server) {
+      ::munmap(*mapped, size);
+      ::close(fd);
+      return ResourceExhausted("no free socket name for " + owner + "'s receive pool (last tried @" + name + ")");
     }
-    ::close(fd);
     return std::unique_ptr<TargetMemory>(
-        new ShmTarget(name, owner, static_cast<std::byte*>(base), SlotShape{options.slots, options.slot_bytes}));
+        new ShmTarget(name, owner, *mapped, SlotShape{options.slots, options.slot_bytes}, std::move(server)));
   }
 
   StatusOr<std::unique_ptr<TargetMemory>> expose_memory(std::byte*, std::uint64_t, MemoryKind, int) override {
@@ -197,15 +223,16 @@ class ShmTransport final : public Transport {
     ShmDescriptor d;
     RETURN_IF_ERROR(parse_descriptor(descriptor, &d));
     const std::string whose = link != nullptr ? " of " + link->peer() : std::string();
-    int fd = ::shm_open(d.name.c_str(), O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0) {
-      int err = errno;
-      Status s = ErrnoStatus("opening shm segment " + d.name + whose + " (descriptor \"" + descriptor + "\")", err);
-      if (err == ENOENT) {
+    auto received = receive_fd(d.name, Deadline::After(kHandoffWait));
+    if (!received.ok()) {
+      Status s = received.status().WithContext("opening shm segment @" + d.name + whose + " (descriptor \"" +
+                                              descriptor + "\")");
+      if (s.code() == StatusCode::kNotFound) {
         return NotFound(s.message() + ": the target was sealed before this initiator opened it, or its process exited");
       }
       return s;
     }
+    const int fd = *received;
     const std::uint64_t size = static_cast<std::uint64_t>(d.slots) * d.slot_bytes;
     struct stat st {};
     if (::fstat(fd, &st) != 0) {

@@ -1,27 +1,34 @@
-// shm: a one-sided transport between processes of one host, over one POSIX
-// shared-memory segment per receive pool.
+// shm: a one-sided transport between processes of one host, over one shared
+// memory segment per receive pool that is never named in any file system.
 //
-// The engine side (create_target) creates the segment "/refit-<pid>-<n>"
-// (shm_open O_CREAT|O_EXCL), sizes it to slots * slot_bytes and allocates
-// every page up front (posix_fallocate), so a full /dev/shm fails at setup
-// with kResourceExhausted instead of a SIGBUS at the first write.
+// The engine side (create_target) creates an unnamed tmpfs file in /dev/shm
+// (O_TMPFILE; a memfd where /dev/shm cannot), sizes it to slots * slot_bytes
+// and allocates every page up front (posix_fallocate), so a full /dev/shm
+// fails at setup with kResourceExhausted instead of a SIGBUS at the first
+// write. It then hands the segment's descriptor to initiators over the
+// abstract Unix socket "@refit-<pid>-<n>" (fd_handoff.h; same user only).
 //
-// Names: the pid of the creating process comes first, so a supervisor can
-// sweep the leftovers of a dead process: every /dev/shm/refit-<pid>-* whose
-// <pid> no longer runs (in this pid namespace) is garbage. <n> is a
-// per-process counter; a name that already exists (pid reuse, or another pid
-// namespace sharing /dev/shm) is skipped, never removed.
+// Why unnamed: a named segment is left in /dev/shm when its process is
+// killed before removing the name, and an engine killed during setup, before
+// every trainer had opened it, did just that. An unnamed file and an
+// abstract socket both vanish with the process, so a kill at any moment,
+// setup included, leaves nothing in /dev/shm or /tmp. The cost: both sides
+// must share a network namespace (abstract sockets are per namespace).
 //
-// Lifetime: seal() unlinks the name once every initiator has mapped the
-// segment; the destructor unmaps and unlinks it if it was never sealed.
-// Nothing is left in /dev/shm after a sealed target's process is killed.
+// Names: "@refit-<pid>-<n>", the creating pid first; <n> is a per-process
+// counter; a name already bound (pid reuse, another pid namespace) is
+// skipped.
 //
-// Descriptor: "shm:/refit-<pid>-<n>:slots=<S>:slot_bytes=<B>".
+// Lifetime: seal() stops handing the segment out once every initiator has
+// mapped it; the memory lives until the last mapping goes.
 //
-// The initiator (open_target) maps the segment read-write: mapped_slot gives
-// the slot's address (pack in place), submit is a memcpy that completes at
-// once. Visibility to the target is ordered by the kLanded frame the
-// initiator sends on the data-plane link after writing.
+// Descriptor: "shm:@refit-<pid>-<n>:slots=<S>:slot_bytes=<B>".
+//
+// The initiator (open_target) receives the descriptor and maps the segment
+// read-write: mapped_slot gives the slot's address (pack in place), submit
+// is a memcpy that completes at once. Visibility to the target is ordered by
+// the kLanded frame the initiator sends on the data-plane link after
+// writing.
 #pragma once
 
 #include <memory>
