@@ -4,6 +4,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <string_view>
 
 #include "refit/checkpoint.h"
 #include "refit/dtype.h"
@@ -148,17 +149,20 @@ std::string join_names(const std::vector<std::string>& names) {
 }
 
 WholeNumber::WholeNumber(std::uint64_t min, std::uint64_t max, const std::string& noun, const std::string& plural) {
-  name_ = "UINT";
+  name_ = "WHOLE";
+  // --help: "--version UINT:POSITIVE=1", as CLI11's own checks showed.
+  description(min == 0 ? "NONNEGATIVE" : min == 1 ? "POSITIVE" : "AT LEAST " + std::to_string(min));
   func_ = [=](std::string& text) {
     const std::string refused = text + " is not " + noun + " (";
-    if (!text.empty() && text[0] == '-' && text.find_first_not_of("0123456789", 1) == std::string::npos &&
-        text.size() > 1) {
-      return refused + plural + " start at " + std::to_string(min) + ")";
+    std::string_view digits = text;
+    if (digits.starts_with('+')) digits.remove_prefix(1);
+    if (digits.size() > 1 && digits[0] == '-' && digits.find_first_not_of("0123456789", 1) == std::string_view::npos) {
+      return refused + plural + " start at " + std::to_string(min) + ")";  // a negative whole number
     }
     std::uint64_t value = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
     if (ec == std::errc::result_out_of_range) return refused + "the largest is " + std::to_string(max) + ")";
-    if (ec != std::errc() || end != text.data() + text.size()) {
+    if (ec != std::errc() || end != digits.data() + digits.size()) {
       return refused + plural + " are whole numbers from " + std::to_string(min) + ")";
     }
     if (value < min) return refused + plural + " start at " + std::to_string(min) + ")";
@@ -173,6 +177,7 @@ WholeNumber WholeInt(int min, const std::string& noun, const std::string& plural
 
 PositiveSeconds::PositiveSeconds() {
   name_ = "SECONDS";
+  description("POSITIVE");
   func_ = [](std::string& text) {
     double value = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
