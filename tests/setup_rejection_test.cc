@@ -174,6 +174,11 @@ TEST(SetupRejection, DuplicateEngineRankIsRefusedAndTheJobStillRuns) {
   ASSERT_TRUE(group.wait_all(60)) << group.all_stderr();
   EXPECT_NE(group.exit_code("duplicate"), 0);
   EXPECT_NE(group.err("duplicate").find("duplicate engine rank 0"), std::string::npos) << group.err("duplicate");
+  // The first rank's pid once: it read "already joined from engine rank 0
+  // (pid N) (pid N)" (the link's name already holds the pid). Mutation
+  // tried: the old text in the coordinator's admit().
+  EXPECT_NE(group.err("duplicate").find("already joined (pid "), std::string::npos) << group.err("duplicate");
+  EXPECT_EQ(group.err("duplicate").find(") (pid "), std::string::npos) << group.err("duplicate");
   EXPECT_EQ(group.exit_code("coordinator"), 0) << group.all_stderr();
   EXPECT_EQ(group.exit_code("engine rank 0"), 0) << group.all_stderr();
   EXPECT_NE(group.err("coordinator").find("refused"), std::string::npos) << group.err("coordinator");

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <string>
 
@@ -66,6 +67,36 @@ TEST(HostileFile, AFifoIsRefusedWithoutBlockingEverywhereAFileIsRead) {
   auto secret = without_blocking(fifo, [&] { return Secret::FromFile(fifo); });
   EXPECT_NE(secret.status().message().find("the secret file " + fifo + " is a FIFO"), std::string::npos)
       << secret.status().ToString();
+}
+
+// Catches: ErrnoStatus mapping ELOOP (or ENOTDIR) to kInternal, as it did:
+// a symbolic link loop given as a checkpoint, a shard or a secret file read
+// "internal: ... Too many levels of symbolic links". Mutation tried: the
+// ELOOP case removed from ErrnoStatus (src/core/status.cc).
+TEST(HostileFile, ASymlinkLoopIsTheCallersArgumentNamingThePath) {
+  TempDir dir;
+  const std::string loop = dir.file("model.safetensors");
+  ASSERT_EQ(::symlink(loop.c_str(), loop.c_str()), 0) << std::strerror(errno);
+
+  auto file = SafetensorsFile::Open(loop);
+  EXPECT_EQ(file.status().code(), StatusCode::kInvalidArgument) << file.status().ToString();
+  EXPECT_NE(file.status().message().find("'" + loop + "'"), std::string::npos) << file.status().ToString();
+  EXPECT_NE(file.status().message().find("symbolic links"), std::string::npos) << file.status().ToString();
+
+  auto checkpoint = Checkpoint::Open(loop);
+  EXPECT_EQ(checkpoint.status().code(), StatusCode::kInvalidArgument) << checkpoint.status().ToString();
+  EXPECT_NE(checkpoint.status().message().find(loop), std::string::npos) << checkpoint.status().ToString();
+
+  auto secret = Secret::FromFile(loop);
+  EXPECT_EQ(secret.status().code(), StatusCode::kInvalidArgument) << secret.status().ToString();
+  EXPECT_NE(secret.status().message().find("the secret file " + loop), std::string::npos)
+      << secret.status().ToString();
+
+  // A regular file used as a directory on the way to the path: ENOTDIR.
+  const std::string plain = dir.file("plain");
+  { std::ofstream(plain) << "x"; }
+  auto under_file = SafetensorsFile::Open(plain + "/model.safetensors");
+  EXPECT_EQ(under_file.status().code(), StatusCode::kInvalidArgument) << under_file.status().ToString();
 }
 
 // Catches: a kind check that lets directories or devices through (a

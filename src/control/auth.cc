@@ -32,6 +32,16 @@ Status refuse(Link& link, const Status& why, Deadline deadline) {
   return Status(why.code(), "refused " + link.peer() + ": " + why.message());
 }
 
+}  // namespace
+
+std::string refusal_reason(const Status& refused, const std::string& peer) {
+  const std::string prefix = "refused " + peer + ": ";
+  const std::string& why = refused.message();
+  return why.rfind(prefix, 0) == 0 ? why.substr(prefix.size()) : why;
+}
+
+namespace {
+
 StatusOr<Json> recv_auth(Link& link, Deadline deadline, const char* step) {
   auto message = recv_control(link, deadline, kMaxAuthMessageBytes);
   if (!message.ok()) return message.status().WithContext(std::string("authentication (") + step + ")");

@@ -104,6 +104,12 @@ bool parse_auth_hex(std::string_view text, std::array<unsigned char, N>* out);
 // when the peer left or stalled.
 Status authenticate_as_server(Link& link, const Secret& secret, std::string_view context, Deadline deadline);
 
+// The reason of authenticate_as_server's failure without its leading
+// "refused <peer>: ", for a caller that names the peer itself (so that
+// the log reads "refused a connection from X: wrong secret ...", not
+// "refused a connection from X: refused X: wrong secret ...").
+std::string refusal_reason(const Status& refused, const std::string& peer);
+
 // Client side: answers the server's challenge and checks its proof.
 // OK: the server proved it knows `secret` (or neither side has one).
 // kFailedPrecondition when the server refused us (its reason is quoted), did

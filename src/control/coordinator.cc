@@ -204,7 +204,7 @@ class Coordinator {
     auto& slot = group[static_cast<std::size_t>(join->rank)];
     const std::string name = rank_name(join->role, join->rank), pid = std::to_string(join->pid);
     if (slot) {
-      return refuse("duplicate " + name + ": already joined from " + slot->link->peer() + " (pid " +
+      return refuse("duplicate " + name + ": already joined (pid " +
                     std::to_string(slot->join.pid) + "), now from " + link->peer() + " (pid " + pid + ")");
     }
     const std::string from = link->peer();

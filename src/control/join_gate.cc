@@ -143,7 +143,7 @@ void JoinGate::handshake(Handshake* h, std::unique_ptr<Link> link) {
     if (evicted) evicted_.fetch_add(1);
     refuse(peer, evicted ? "evicted unauthenticated: the oldest of " + std::to_string(options_.max_unauthenticated) +
                                " unauthenticated connections when another arrived"
-                         : auth.message());
+                         : refusal_reason(auth, peer));
     return finish(nullptr, Json());
   }
   if (!options_.secret.empty()) {

@@ -113,6 +113,11 @@ TEST(JoinGate, WrongSecretIsRefusedAndLogged) {
   EXPECT_EQ(g.gate->refused(), 1);
   EXPECT_NE(g.Log().find("refused a connection from 127.0.0.1:"), std::string::npos) << g.Log();
   EXPECT_NE(g.Log().find("wrong secret"), std::string::npos) << g.Log();
+  // The peer is named once: the gate logged "refused a connection from X:
+  // refused X: wrong secret ...". Mutation tried: join_gate.cc passing
+  // auth.message() in place of refusal_reason(auth, peer).
+  EXPECT_EQ(g.Log().find("refused 127.0.0.1:"), std::string::npos) << g.Log();
+  EXPECT_NE(g.Log().find("127.0.0.1:"), std::string::npos) << g.Log();
 }
 
 // A connection whose handshake the gate started: it read the challenge.

@@ -51,7 +51,17 @@ Status ErrnoStatus(std::string_view what, int err) {
     case ENETUNREACH: code = StatusCode::kUnavailable; break;
     case ETIMEDOUT: code = StatusCode::kDeadlineExceeded; break;
     case ENOENT: code = StatusCode::kNotFound; break;
-    case EINVAL: code = StatusCode::kInvalidArgument; break;
+    case EINVAL:
+    // A path that names no file refit can open (a symbolic link loop, a
+    // file used as a directory, a name too long, a socket): the caller's
+    // argument, named in `what`, never an internal error.
+    case ELOOP:
+    case ENOTDIR:
+    case ENAMETOOLONG:
+    case EISDIR:
+    case ENXIO:
+    case ENODEV:
+    case EOVERFLOW: code = StatusCode::kInvalidArgument; break;
     case EEXIST:
     case EADDRINUSE:
     case EACCES:

@@ -104,10 +104,10 @@ void add_ceiling_command(CLI::App& app, CommandTable& table) {
       ->capture_default_str();
   add_byte_size_option(*cmd, "--bytes", f->bytes, "Bytes per copy");
   cmd->add_option("--from", f->from, "peer: local CUDA device copied from")
-      ->check(CLI::NonNegativeNumber)
+      ->check(WholeInt(0, "a device index", "device indices"))
       ->capture_default_str();
   cmd->add_option("--to", f->to, "peer: local CUDA device copied to")
-      ->check(CLI::NonNegativeNumber)
+      ->check(WholeInt(0, "a device index", "device indices"))
       ->capture_default_str();
   cmd->add_flag("--both-ways", f->both_ways, "peer: half the bytes each way at the same time");
   cmd->add_option("--pairs", f->pairs,

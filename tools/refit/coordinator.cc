@@ -63,7 +63,7 @@ void add_coordinator_command(CLI::App& app, CommandTable& table) {
   cmd->add_option("--listen", o.listen, "host:port to listen on (port 0: any)")->capture_default_str();
   add_rank_count_flags(*cmd, o.trainer_ranks, "Trainer ranks expected", o.engine_ranks, "Engine ranks expected");
   cmd->add_option("--refits", o.refits, "Number of refits to run; 0: on demand, as the trainer ranks ask")
-      ->check(CLI::NonNegativeNumber)
+      ->check(WholeInt(0, "a count of refits", "counts"))
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the synthetic weights")->capture_default_str();
   add_timeout_flags(*cmd, o.setup_timeout_s, o.refit_timeout_s);

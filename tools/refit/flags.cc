@@ -1,6 +1,10 @@
 #include "flags.h"
 
+#include <charconv>
+#include <climits>
+#include <cmath>
 #include <cstdlib>
+#include <string_view>
 
 #include "refit/checkpoint.h"
 #include "refit/dtype.h"
@@ -54,10 +58,10 @@ CLI::Option* add_bucket_size_flag(CLI::App& cmd, std::uint64_t& bytes) {
 
 void add_timeout_flags(CLI::App& cmd, double& setup_timeout_s, double& refit_timeout_s) {
   cmd.add_option("--setup-timeout", setup_timeout_s, "Seconds allowed for setup")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveSeconds())
       ->capture_default_str();
   cmd.add_option("--timeout", refit_timeout_s, "Seconds allowed for one refit")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveSeconds())
       ->capture_default_str();
 }
 
@@ -73,8 +77,10 @@ void add_heartbeat_flags(CLI::App& cmd, double& interval_s, double& timeout_s) {
 
 void add_rank_count_flags(CLI::App& cmd, int& trainer_ranks, const std::string& trainer_help, int& engine_ranks,
                           const std::string& engine_help) {
-  cmd.add_option("--trainer-ranks", trainer_ranks, trainer_help)->check(CLI::PositiveNumber)->capture_default_str();
-  cmd.add_option("--engine-ranks", engine_ranks, engine_help)->check(CLI::PositiveNumber)->capture_default_str();
+  cmd.add_option("--trainer-ranks", trainer_ranks, trainer_help)
+      ->check(WholeInt(1, "a count of trainer ranks", "counts"))->capture_default_str();
+  cmd.add_option("--engine-ranks", engine_ranks, engine_help)
+      ->check(WholeInt(1, "a count of engine ranks", "counts"))->capture_default_str();
 }
 
 CLI::Option* add_transport_flag(CLI::App& cmd, std::string& transport) {
@@ -103,7 +109,7 @@ StatusOr<Secret> resolve_secret(const std::string& path) { return Secret::Resolv
 
 void add_rank_flags(CLI::App& cmd, RankOptions& o) {
   cmd.add_option("--coordinator", o.coordinator, "Coordinator address host:port")->required();
-  cmd.add_option("--rank", o.rank, "This process's rank")->required()->check(CLI::NonNegativeNumber);
+  cmd.add_option("--rank", o.rank, "This process's rank")->required()->check(WholeInt(0, "a rank", "ranks"));
   add_rank_count_flags(cmd, o.trainer_ranks, "Number of trainer ranks", o.engine_ranks,
                        "Number of engine ranks (TP size)");
   cmd.add_option("--model", o.model,
@@ -118,7 +124,7 @@ void add_rank_flags(CLI::App& cmd, RankOptions& o) {
   add_heartbeat_flags(cmd, o.heartbeat_interval_s, o.heartbeat_timeout_s);
   cmd.add_option("--bucket-timeout", o.bucket_timeout_s,
                  "Seconds a rank waits for the next bucket before it declares its peer stalled")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveSeconds())
       ->capture_default_str();
   add_device_flag(cmd, o.device);
   add_mode_flag(cmd, o.mode);
@@ -136,7 +142,7 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o, std::string& secret_file)
   cmd.add_option("--dtypes", o.supported_dtypes, "Dtypes this engine supports (default: all)");
   cmd.add_option("--base-gpu-id", o.base_gpu_id,
                  "Engine rank r uses local CUDA device base-gpu-id + r (an index inside CUDA_VISIBLE_DEVICES)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(WholeInt(0, "a device index", "device indices"))
       ->capture_default_str();
 }
 
@@ -151,6 +157,46 @@ std::string join_names(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
   return out;
+}
+
+WholeNumber::WholeNumber(std::uint64_t min, std::uint64_t max, const std::string& noun, const std::string& plural) {
+  name_ = "WHOLE";
+  // --help: "--version UINT:POSITIVE=1", as CLI11's own checks showed.
+  description(min == 0 ? "NONNEGATIVE" : min == 1 ? "POSITIVE" : "AT LEAST " + std::to_string(min));
+  func_ = [=](std::string& text) {
+    const std::string refused = text + " is not " + noun + " (";
+    std::string_view digits = text;
+    if (digits.starts_with('+')) digits.remove_prefix(1);
+    if (digits.size() > 1 && digits[0] == '-' && digits.find_first_not_of("0123456789", 1) == std::string_view::npos) {
+      return refused + plural + " start at " + std::to_string(min) + ")";  // a negative whole number
+    }
+    std::uint64_t value = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (ec == std::errc::result_out_of_range) return refused + "the largest is " + std::to_string(max) + ")";
+    if (ec != std::errc() || end != digits.data() + digits.size()) {
+      return refused + plural + " are whole numbers from " + std::to_string(min) + ")";
+    }
+    if (value < min) return refused + plural + " start at " + std::to_string(min) + ")";
+    if (value > max) return refused + "the largest is " + std::to_string(max) + ")";
+    return std::string();
+  };
+}
+
+WholeNumber WholeInt(int min, const std::string& noun, const std::string& plural) {
+  return WholeNumber(static_cast<std::uint64_t>(min), INT_MAX, noun, plural);
+}
+
+PositiveSeconds::PositiveSeconds() {
+  name_ = "SECONDS";
+  description("POSITIVE");
+  func_ = [](std::string& text) {
+    double value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value) || value <= 0) {
+      return text + " is not a duration (seconds, more than 0)";
+    }
+    return std::string();
+  };
 }
 
 ShardRuleRow::ShardRuleRow() {

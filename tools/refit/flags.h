@@ -75,6 +75,23 @@ Status finish_engine_options(EngineOptions& options, const std::string& secret_f
 // "a, b, c".
 std::string join_names(const std::vector<std::string>& names);
 
+// CLI11 check of a whole number in [min, max] whose refusal names what the
+// number is: "--version: 0 is not a version (versions start at 1)", in
+// place of CLI11's "Value 0 not in range 0.000000 to 1797693...".
+// `noun` with its article ("a version"), `plural` ("versions").
+struct WholeNumber : CLI::Validator {
+  WholeNumber(std::uint64_t min, std::uint64_t max, const std::string& noun, const std::string& plural);
+};
+
+// The same for an int option: max is INT_MAX.
+WholeNumber WholeInt(int min, const std::string& noun, const std::string& plural);
+
+// CLI11 check of a positive count of seconds (--timeout 0: "0 is not a
+// duration (seconds, more than 0)").
+struct PositiveSeconds : CLI::Validator {
+  PositiveSeconds();
+};
+
 // CLI11 check of a shard-rule row ("*.qkv_proj.weight=column").
 struct ShardRuleRow : CLI::Validator {
   ShardRuleRow();

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "flags.h"
 #include "refit/checkpoint.h"
 #include "refit/content.h"
 #include "refit/model.h"
@@ -73,7 +74,9 @@ void add_make_checkpoint_command(CLI::App& app, CommandTable& table) {
   cmd->add_option("--model", o->model, "Model preset")->check(CLI::IsMember(model_presets()))->capture_default_str();
   cmd->add_option("--layers", o->layers, "Keep the first N decoder layers (-1: all)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the synthetic weights")->capture_default_str();
-  cmd->add_option("--files", o->files, "Number of safetensors files")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--files", o->files, "Number of safetensors files")
+      ->check(WholeInt(1, "a count of files", "counts"))
+      ->capture_default_str();
   cmd->add_option("--out", o->out, "Output directory")->required();
   table.push_back({cmd, [o] { return make_checkpoint(*o); }});
 }

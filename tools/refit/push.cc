@@ -9,6 +9,7 @@
 // scheduled one it takes part in every refit the coordinator runs.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -48,6 +49,15 @@ void check_ranks(PushOptions& o) {
                                                            std::to_string(o.rank.trainer_ranks) + ")");
   }
   o.ranks = count;
+  // Versions version .. version + repeat - 1 must all be versions: no wrap
+  // past the largest to 0.
+  const std::uint64_t more = static_cast<std::uint64_t>(std::max(o.repeat, 1) - 1);
+  if (o.version > UINT64_MAX - more) {
+    throw CLI::ValidationError("--version/--repeat", "--version " + std::to_string(o.version) + " with --repeat " +
+                                                         std::to_string(o.repeat) +
+                                                         " would push versions past the largest, " +
+                                                         std::to_string(UINT64_MAX) + " (lower either)");
+  }
 }
 
 // One trainer rank's whole part in the job; its committed version in `version`.
@@ -121,22 +131,22 @@ void add_push_flags(CLI::App& cmd, PushOptions& p) {
                        o.engine_ranks, "Engine ranks (TP size)");
   cmd.get_option("--trainer-ranks")->default_str("");  // its default is the engine ranks (check_ranks)
   cmd.add_option("--first-rank", p.first_rank, "First trainer rank this process runs")
-      ->check(CLI::NonNegativeNumber)
+      ->check(WholeInt(0, "a rank", "ranks"))
       ->capture_default_str();
   cmd.add_option("--ranks", p.ranks, "Trainer ranks this process runs (default: the rest)")
-      ->check(CLI::PositiveNumber);
+      ->check(WholeInt(1, "a count of ranks", "counts"));
   cmd.add_option("--version", p.version, "Weight version to commit (on-demand coordinators)")
-      ->check(CLI::PositiveNumber)
+      ->check(WholeNumber(1, UINT64_MAX, "a version", "versions"))
       ->capture_default_str();
   cmd.add_option("--repeat", p.repeat, "On-demand: push the file this many times, as consecutive versions")
-      ->check(CLI::PositiveNumber)
+      ->check(WholeInt(1, "a repeat count", "counts"))
       ->capture_default_str();
   cmd.add_option("--rule", o.shard_rules, "A TP shard rule GLOB=RULE ahead of the defaults");
   add_bucket_size_flag(cmd, o.bucket_size);
   add_transport_flag(cmd, o.transport);
   add_mode_flag(cmd, o.mode);
   cmd.add_option("--gpu", o.gpu, "Local CUDA device for the copies into device engines")
-      ->check(CLI::NonNegativeNumber)
+      ->check(WholeInt(0, "a device index", "device indices"))
       ->capture_default_str();
   add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
   add_secret_file_flag(cmd, p.secret_file);

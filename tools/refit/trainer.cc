@@ -53,7 +53,7 @@ void add_trainer_command(CLI::App& app, CommandTable& table) {
   add_secret_file_flag(*cmd, f->secret_file);
   add_debug_flags(*cmd, *f);
   cmd->add_option("--gpu", f->options.gpu, "Local CUDA device of this trainer rank (inside CUDA_VISIBLE_DEVICES)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(WholeInt(0, "a device index", "device indices"))
       ->capture_default_str();
   table.push_back({cmd, [f] { return run_trainer_command(*f); }});
 }

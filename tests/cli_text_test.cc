@@ -1,0 +1,88 @@
+// The `refit` command line refuses a bad number, version or path in words a
+// user can act on (issue 16: "Value 0 not in range 0.000000 to
+// 1797693...", a symbolic link loop reported as "internal", a push whose
+// versions wrapped past the largest to 0), and a usage error still exits 2.
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "process_harness.h"
+
+namespace refit {
+namespace {
+
+using testing::RunResult;
+using testing::run_refit;
+
+// `refit push` with a coordinator nobody runs: it must be refused before it
+// dials.
+RunResult push(const std::vector<std::string>& flags) {
+  std::vector<std::string> args = {"push", "model.safetensors", "--coordinator", "127.0.0.1:1"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  return run_refit(args, 30);
+}
+
+void expect_usage_error(const RunResult& r, const std::string& text) {
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(text), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("not in range"), std::string::npos) << r.err;
+}
+
+// Catches: CLI11's PositiveNumber / NonNegativeNumber (doubles) back on a
+// version or a count. Mutation tried: --version checked with
+// CLI::PositiveNumber again (push.cc): "Value 0 not in range 0.000000 to
+// 1797693..." and this test fails.
+TEST(CliText, AVersionOrACountOutOfRangeSaysWhatItIs) {
+  expect_usage_error(push({"--version", "0"}), "--version: 0 is not a version (versions start at 1)");
+  expect_usage_error(push({"--version", "-1"}), "--version: -1 is not a version (versions start at 1)");
+  expect_usage_error(push({"--version", "abc"}), "--version: abc is not a version (versions are whole numbers");
+  expect_usage_error(push({"--version", "18446744073709551616"}),
+                     "is not a version (the largest is 18446744073709551615)");
+  expect_usage_error(push({"--repeat", "0"}), "--repeat: 0 is not a repeat count (counts start at 1)");
+  expect_usage_error(push({"--ranks", "0"}), "--ranks: 0 is not a count of ranks");
+  expect_usage_error(push({"--timeout", "0"}), "--timeout: 0 is not a duration (seconds, more than 0)");
+  expect_usage_error(run_refit({"coordinator", "--refits", "-1"}, 30),
+                     "--refits: -1 is not a count of refits (counts start at 0)");
+  expect_usage_error(run_refit({"trainer", "--coordinator", "127.0.0.1:1", "--rank", "-1"}, 30),
+                     "--rank: -1 is not a rank (ranks start at 0)");
+}
+
+// Catches: versions version .. version + repeat - 1 computed in uint64 and
+// wrapping to 0 (the push then asked for version 0). Mutation tried: the
+// check in push.cc's check_ranks removed: the push gets past the parse
+// (exit 1, it cannot reach the coordinator) and this test fails.
+TEST(CliText, APushWhoseVersionsPassTheLargestIsRefusedAtParse) {
+  expect_usage_error(push({"--version", "18446744073709551615", "--repeat", "2"}),
+                     "--version 18446744073709551615 with --repeat 2 would push versions past the largest");
+  // The largest version itself, once, is a version.
+  RunResult last = push({"--version", "18446744073709551615"});
+  EXPECT_NE(last.exit_code, 2) << last.err;
+}
+
+// Catches: ErrnoStatus mapping ELOOP to internal. Mutation tried: the ELOOP
+// case removed from ErrnoStatus (src/core/status.cc): "internal: ...".
+TEST(CliText, ASymlinkLoopIsNamedAsAnInvalidArgument) {
+  char dir[] = "/tmp/refit-cli-text-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string loop = std::string(dir) + "/loop";
+  ASSERT_EQ(::symlink(loop.c_str(), loop.c_str()), 0) << std::strerror(errno);
+
+  RunResult checkpoint = run_refit({"push", loop, "--coordinator", "127.0.0.1:1"}, 30);
+  RunResult secret = run_refit({"push", "model.safetensors", "--coordinator", "127.0.0.1:1", "--secret-file", loop}, 30);
+  ::unlink(loop.c_str());
+  ::rmdir(dir);
+  for (const RunResult& r : {checkpoint, secret}) {
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("invalid_argument"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(loop), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("Too many levels of symbolic links"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("internal"), std::string::npos) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace refit
