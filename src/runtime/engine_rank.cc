@@ -392,9 +392,9 @@ class EngineRank::Impl {
       ++aligned;
     }
     RETURN_IF_ERROR(client_->send(Sent{version}));
-    if (binding_.verify) RETURN_IF_ERROR(binding_.verify(version, seed_));
+    ASSIGN_OR_RETURN(const bool verified, verify(version));
     ReceiverStats stats = receiver_->stats();
-    return report_and_commit(version, deadline,
+    return report_and_commit(version, deadline, verified,
                              Json{{"buckets", stats.buckets},
                                   {"batches", stats.batches},
                                   {"tensors", stats.tensors},
@@ -411,8 +411,8 @@ class EngineRank::Impl {
     RETURN_IF_ERROR(receiver_->wait_all_landed(deadline));
     const std::uint64_t buckets = plan_.buckets.size(), bytes = receiver_->stats().bytes;
     RETURN_IF_ERROR(client_->send(Sent{version}));
-    if (binding_.verify) RETURN_IF_ERROR(binding_.verify(version, seed_));
-    return report_and_commit(version, deadline,
+    ASSIGN_OR_RETURN(const bool verified, verify(version));
+    return report_and_commit(version, deadline, verified,
                              Json{{"buckets", buckets},
                                   {"batches", 0},
                                   {"tensors", plan_.specs.size()},
@@ -420,13 +420,22 @@ class EngineRank::Impl {
                                   {"aligned_batches", 0}});
   }
 
-  Status report_and_commit(std::uint64_t version, Deadline deadline, Json stats) {
+  // The binding's check of refit `version`: true once every byte was
+  // compared and matched, false when there is no check (an error when a
+  // byte differs). What the Done's `verified` says.
+  StatusOr<bool> verify(std::uint64_t version) {
+    if (!binding_.verify) return false;
+    RETURN_IF_ERROR(binding_.verify(version, seed_));
+    return true;
+  }
+
+  Status report_and_commit(std::uint64_t version, Deadline deadline, bool verified, Json stats) {
     // Where the bytes landed, for the report: "host", "cuda" (device memory
     // the transport writes itself), "host-staged" (through pinned host buffers).
     const char* memory_path = !on_device_                                         ? "host"
                               : transport_->capabilities().device_memory_staged ? "host-staged"
                                                                                 : "cuda";
-    RETURN_IF_ERROR(client_->send(Done{version, static_cast<bool>(binding_.verify), std::move(stats), memory_path}));
+    RETURN_IF_ERROR(client_->send(Done{version, verified, std::move(stats), memory_path}));
     // The coordinator decides the commit once every rank is done; until its
     // Commit arrives nothing here (the weights' version, --save) moves.
     ASSIGN_OR_RETURN(Commit commit, client_->wait_for<Commit>(deadline));
