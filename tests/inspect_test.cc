@@ -59,12 +59,15 @@ class InspectTest : public ::testing::Test {
 // unless said: embed and lm_head (vocab 11: 4/4/3 rows of 512) 4096/4096/3072
 // bytes, the f32 norm 2048 (replicated), q_proj (6 rows: 2 each) and o_proj
 // (6 columns: 2 each) 2048, down_proj (4000 columns: 1334/1333/1333 of 512
-// rows) 1366016/1364992/1364992. With 1 MiB buckets:
-//   bucket 0: embed, q, o (the bf16 group) then the norm, each at a multiple
-//             of 256: 4096+2048+2048+2048 = 10240 bytes (rank 2: 9216);
+// rows) 1366016/1364992/1364992. The stream is the file's storage order:
+// write_safetensors puts 4-byte elements first, so the norm leads, then the
+// bf16 tensors in the order given. With 1 MiB buckets:
+//   bucket 0: the norm (the f32 group), then embed, q, o (the bf16 group),
+//             each at a multiple of 256: 2048+4096+2048+2048 = 10240 bytes
+//             (rank 2: 2048+3072+2048+2048 = 9216);
 //   bucket 1: down_proj's first chunk, 1048576 bytes, completing nothing;
-//   bucket 2: down_proj's last chunk (317440; rank 2: 316416) + lm_head =
-//             321536 bytes (rank 2: 319488).
+//   bucket 2: down_proj's last chunk (317440 / 316416 / 316416) + lm_head
+//             (4096 / 4096 / 3072) = 321536 / 320512 / 319488 bytes.
 // Catches: inspect planning the full tensors instead of each rank's shard,
 // ranks swapped, a bucket size not passed through, rules not taken from the
 // default table, entries not aligned or not grouped by dtype. Tried once:
@@ -90,10 +93,10 @@ TEST_F(InspectTest, JsonReportMatchesHandComputedPlans) {
     std::vector<std::uint64_t> buckets;   // each bucket's bytes used
   };
   const Want want[3] = {{1380352, {10240, 1048576, 321536}},
-                        {1380352, {10240, 1048576, 321536}},
+                        {1379328, {10240, 1048576, 320512}},
                         {1377280, {9216, 1048576, 319488}}};
   const std::vector<std::uint64_t> entries = {4, 1, 2}, completes = {4, 0, 2};
-  const std::vector<std::string> first = {"model.embed_tokens.weight", "model.layers.0.mlp.down_proj.weight",
+  const std::vector<std::string> first = {"model.layers.0.input_layernorm.weight", "model.layers.0.mlp.down_proj.weight",
                                           "model.layers.0.mlp.down_proj.weight"};
   ASSERT_EQ(report["plans"].size(), 3u);
   std::set<std::string> digests;
