@@ -40,10 +40,10 @@ int SavedVersion(const std::string& path) {
 // (--debug-stop-after-bucket) and says so, the victim is killed, and the
 // stopped trainer (when not the victim) is resumed into the abort. So the
 // report must list exactly refits 1..c.refit-1 and every surviving engine's
-// --save file must claim c.refit-1. Tried once: an engine that applies
-// (commits and saves) the refit in flight when it is aborted (engine_->commit
-// in place of engine_->abort in ReferenceEngine's abort path) failed the
-// saved-version check.
+// --save file must claim c.refit-1. Tried once: a coordinator that records
+// the refit in flight as committed when the job ends (a RecordCommit of
+// version_ in RefitPhases::end's in-flight branch) failed every case here;
+// the old check (refits[i].version == i + 1) passed it.
 TEST_P(KillTest, EverySurvivorFailsNamingTheLostRank) {
   const KillCase& c = GetParam();
   JobSpec spec;
