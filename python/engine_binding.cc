@@ -43,8 +43,10 @@ namespace {
 
 class PyEngine {
  public:
-  PyEngine(EngineOptions options, const py::list& params)
-      : name_("engine rank " + std::to_string(options.rank)), direct_(options.mode == "direct") {
+  PyEngine(EngineOptions options, const py::list& params, py::object on_commit)
+      : name_("engine rank " + std::to_string(options.rank)),
+        direct_(options.mode == "direct"),
+        on_commit_(std::move(on_commit)) {
     read_params(params);
     place(options);
     engine_ = std::make_unique<TargetEngine>(options.rank, stream_, memory_, device_);
@@ -127,7 +129,14 @@ class PyEngine {
       }
       throw_status(version.status(), raised ? raised->value() : py::none());
     }
-    if (!version->has_value()) shut_down_ = true;
+    if (!version->has_value()) {
+      shut_down_ = true;
+    } else if (!on_commit_.is_none()) {
+      // DESIGN.md rule 9: the caller's cache flush, once per committed refit,
+      // after its last batch (a failed refit commits nothing and calls none).
+      ++cache_flushes_;
+      on_commit_(**version);
+    }
     return *version;
   }
 
@@ -157,6 +166,7 @@ class PyEngine {
   std::uint64_t weight_version() const { return engine_ ? engine_->weight_version() : 0; }
   bool weights_complete() const { return engine_ && engine_->weights_complete(); }
   std::uint64_t posts() const { return engine_ ? engine_->posts() : 0; }
+  std::uint64_t cache_flushes() const { return cache_flushes_; }
   std::string device() const { return memory_ == MemoryKind::kCuda ? "cuda:" + std::to_string(device_) : "cpu"; }
   py::list specs() const {
     py::list out;
@@ -267,6 +277,8 @@ class PyEngine {
   std::string name_;
   bool direct_;
   bool shut_down_ = false;  // next() returned None once
+  py::object on_commit_;    // on_commit(version), or None
+  std::uint64_t cache_flushes_ = 0;  // on_commit calls made
   std::vector<TensorSpec> stream_;
   std::vector<ImportedTensor> tensors_;
   MemoryKind memory_ = MemoryKind::kHost;
@@ -280,13 +292,15 @@ class PyEngine {
 
 void bind_engine(py::module_& m) {
   py::class_<PyEngine>(m, "Engine")
-      .def(py::init<EngineOptions, const py::list&>(), py::arg("options"), py::arg("params"))
+      .def(py::init<EngineOptions, const py::list&, py::object>(), py::arg("options"), py::arg("params"),
+           py::arg("on_commit") = py::none())
       .def("next", &PyEngine::next, py::arg("load_fn") = py::none())
       .def("weights", &PyEngine::weights)
       .def("close", &PyEngine::close)
       .def_property_readonly("weight_version", &PyEngine::weight_version)
       .def_property_readonly("weights_complete", &PyEngine::weights_complete)
       .def_property_readonly("posts", &PyEngine::posts)
+      .def_property_readonly("cache_flushes", &PyEngine::cache_flushes)
       .def_property_readonly("device", &PyEngine::device)
       .def_property_readonly("specs", &PyEngine::specs);
 }

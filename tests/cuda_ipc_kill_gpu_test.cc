@@ -79,10 +79,12 @@ TEST_P(CudaIpcKillTest, EverySurvivorFailsNamingTheLostRank) {
   job.bucket = "256KiB";
   job.refits = 100000;  // far more than will run: the kill lands mid-job
   job.refit_timeout_s = 15;
+  // The kill lands inside refit 3: trainer rank 0 stops itself there after its first bucket.
+  job.trainer_extra.insert(job.trainer_extra.end(), {"--debug-stop-after-bucket", "3"});
   ProcessGroup group;
   ASSERT_TRUE(Start(group, job)) << group.all_stderr();
-  ASSERT_NO_FATAL_FAILURE(
-      testing::KillMidJobAndExpectEverySurvivorToNameIt(group, c.victim, job.refit_timeout_s + 15));
+  ASSERT_NO_FATAL_FAILURE(testing::KillMidJobAndExpectEverySurvivorToNameIt(group, c.victim, job.refit_timeout_s + 15,
+                                                                            "trainer rank 0", 3));
   const json report = json::parse(group.report());
   ASSERT_GE(report["refits"].size(), 1u) << "no refit committed before the kill: " << report.dump();
   for (std::size_t i = 0; i < report["refits"].size(); ++i) EXPECT_EQ(report["refits"][i]["version"], i + 1);

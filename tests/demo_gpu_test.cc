@@ -73,7 +73,12 @@ TEST(GpuDemo, StagedBucketsAnnouncedBeforeTheirPackFinishedAreReadAfterIt) {
 }
 
 // DESIGN.md rule 7 on the device: an engine rank whose base_gpu_id + rank is
-// not a local index inside CUDA_VISIBLE_DEVICES fails at setup naming it.
+// not a local index inside CUDA_VISIBLE_DEVICES fails at setup naming it,
+// with engine_local_device's own error (run_engine maps through it; the
+// mapping itself is unit-tested on the CPU in src/cuda/device_test.cc,
+// EngineLocalDeviceTest.LocalIndexNotPhysicalId). Catches: run_engine not
+// checking the local index (any later CUDA error would fail the demo too,
+// without this text).
 TEST(GpuDemo, EngineRankBeyondTheVisibleDevicesFailsAtSetup) {
   REFIT_SKIP_WITHOUT_CUDA_DEVICE();
   int visible = *cuda_device_count();
@@ -81,7 +86,13 @@ TEST(GpuDemo, EngineRankBeyondTheVisibleDevicesFailsAtSetup) {
                                std::to_string(visible + 1), "--refits", "1", "--setup-timeout", "20"},
                               120);
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("engine rank " + std::to_string(visible)), std::string::npos) << r.err;
+  const std::string v = std::to_string(visible);
+  EXPECT_NE(r.err.find("engine rank " + v), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("engine device: base_gpu_id + tp_rank = " + v + " is not a visible device (base_gpu_id 0, "
+                       "tp_rank " + v + ", " + v + " visible device(s)); base_gpu_id is a local index inside "
+                       "CUDA_VISIBLE_DEVICES"),
+            std::string::npos)
+      << r.err;
 }
 
 class CudaIpcAcrossGpusTest : public ::testing::TestWithParam<std::string> {};

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "job.h"
 #include "process_harness.h"
 
 namespace refit {
@@ -75,6 +76,26 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param.transport + "_e" + std::to_string(info.param.engine_ranks) + "_t" +
              std::to_string(info.param.trainer_ranks) + "_" + m;
     });
+
+// `verified` means every byte was compared and matched: engines started with
+// --no-verify compare nothing, so the report and each refit say false while
+// the job itself succeeds. Catches: `verified` taken from anything but the
+// check's result. Tried once: the engine's Done built with `verified` true
+// whatever verify() returned made this test fail.
+TEST(VerifiedReport, EnginesThatDoNotVerifyReportVerifiedFalse) {
+  testing::JobSpec spec;
+  spec.refits = 2;
+  spec.extra["engine rank 0"] = {"--no-verify"};
+  spec.extra["engine rank 1"] = {"--no-verify"};
+  testing::ProcessGroup group;
+  ASSERT_TRUE(testing::start_job(group, spec));
+  ASSERT_TRUE(group.wait_all(120)) << group.all_stderr();
+  for (const auto& name : group.names()) EXPECT_EQ(group.exit_code(name), 0) << name << "\n" << group.all_stderr();
+  const json report = json::parse(group.report());
+  EXPECT_FALSE(report["verified"].get<bool>()) << report.dump();
+  ASSERT_EQ(report["refits"].size(), 2u) << report.dump();
+  for (const json& r : report["refits"]) EXPECT_FALSE(r["verified"].get<bool>()) << r.dump();
+}
 
 TEST(DemoCommand, TableOutputAndExitStatus) {
   auto r = run_refit({"demo", "--refits", "2", "--engine-ranks", "2"});

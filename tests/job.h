@@ -3,8 +3,11 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "process_harness.h"
@@ -78,15 +81,38 @@ inline bool start_job(ProcessGroup& group, const JobSpec& spec) {
   return true;
 }
 
-// Waits (at most 60 s) until the coordinator logged that setup completed,
-// so a fault injected after it lands while refits run.
-inline bool wait_for_setup(ProcessGroup& group) {
-  for (int i = 0; i < 12000; ++i) {
-    if (group.err("coordinator").find("setup complete") != std::string::npos) return true;
-    if (group.wait_one("coordinator", 0)) return false;
+// Waits (at most `seconds`) until process `name` wrote `text` to its stderr:
+// polls the captured output for that event, never a fixed sleep. False when
+// the process exited without writing it, or time ran out.
+inline bool wait_for_text(ProcessGroup& group, const std::string& name, const std::string& text,
+                          double seconds = 60) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    const bool exited = group.wait_one(name, 0);
+    if (group.err(name).find(text) != std::string::npos) return true;
+    if (exited || std::chrono::steady_clock::now() > until) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  return false;
+}
+
+// Waits (at most 60 s) until the coordinator logged that setup completed,
+// so a fault injected after it lands while refits run.
+inline bool wait_for_setup(ProcessGroup& group) { return wait_for_text(group, "coordinator", "setup complete"); }
+
+// Makes `trainer` (a process name) stop itself by SIGSTOP right after sending
+// its first bucket of refit `version` (--debug-stop-after-bucket), and its
+// line the proof, for wait_for_refit_under_way, that this refit is in flight.
+inline void stop_mid_refit(JobSpec& spec, const std::string& trainer, std::uint64_t version) {
+  auto& extra = spec.extra[trainer];
+  extra.push_back("--debug-stop-after-bucket");
+  extra.push_back(std::to_string(version));
+}
+
+// Waits until the trainer given to stop_mid_refit stopped inside its refit.
+inline bool wait_for_refit_under_way(ProcessGroup& group, const std::string& trainer, std::uint64_t version,
+                                     double seconds = 60) {
+  return wait_for_text(group, trainer, "of refit " + std::to_string(version) + " (--debug-stop-after-bucket)",
+                       seconds);
 }
 
 }  // namespace refit::testing

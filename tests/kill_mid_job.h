@@ -5,32 +5,29 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <chrono>
+#include <cstdint>
 #include <string>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
-#include "process_harness.h"
+#include "job.h"
 
 namespace refit::testing {
 
-// Waits until the job's coordinator logged "setup complete", lets refits run
-// for 1.5 s, kills `victim` with SIGKILL, then expects every other process
-// to exit non-zero within `exit_within_s` naming the victim, and the report
+// Make the job's trainer `stopped` stop itself inside refit `refit` first
+// (job.h's stop_mid_refit: --debug-stop-after-bucket). Waits for its line
+// saying it sent its first bucket of that refit and stopped, so the kill is
+// sure to land mid-refit; kills `victim` with SIGKILL and resumes `stopped`
+// (unless it is the victim); then expects every other process to exit
+// non-zero within `exit_within_s` naming the victim, and the report
 // unverified with an error naming it. Fatal failures end the helper only:
 // call it inside ASSERT_NO_FATAL_FAILURE.
 inline void KillMidJobAndExpectEverySurvivorToNameIt(ProcessGroup& group, const std::string& victim,
-                                                     double exit_within_s) {
-  bool refitting = false;
-  for (int i = 0; i < 12000 && !refitting; ++i) {
-    refitting = group.err("coordinator").find("setup complete") != std::string::npos;
-    if (group.wait_one("coordinator", 0)) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_TRUE(refitting) << group.all_stderr();
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+                                                     double exit_within_s, const std::string& stopped,
+                                                     std::uint64_t refit) {
+  ASSERT_TRUE(wait_for_refit_under_way(group, stopped, refit)) << group.all_stderr();
   group.kill(victim, SIGKILL);
+  if (stopped != victim) group.kill(stopped, SIGCONT);
   ASSERT_TRUE(group.wait_all(exit_within_s)) << "a survivor hung:\n" << group.all_stderr();
   for (const auto& name : group.names()) {
     if (name == victim) continue;

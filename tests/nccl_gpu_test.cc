@@ -181,10 +181,12 @@ TEST_P(NcclKillTest, EverySurvivorFailsNamingTheLostRank) {
   job.bucket = "256KiB";
   job.refits = 100000;  // far more than will run: the kill lands mid-job
   job.refit_timeout_s = 15;
+  // The kill lands inside refit 3: trainer rank 0 stops itself there after its first bucket.
+  job.trainer_extra.insert(job.trainer_extra.end(), {"--debug-stop-after-bucket", "3"});
   ProcessGroup group;
   ASSERT_TRUE(start(group, job)) << group.all_stderr();
-  ASSERT_NO_FATAL_FAILURE(
-      testing::KillMidJobAndExpectEverySurvivorToNameIt(group, c.victim, job.refit_timeout_s + 15));
+  ASSERT_NO_FATAL_FAILURE(testing::KillMidJobAndExpectEverySurvivorToNameIt(group, c.victim, job.refit_timeout_s + 15,
+                                                                            "trainer rank 0", 3));
 }
 
 INSTANTIATE_TEST_SUITE_P(Roles, NcclKillTest,

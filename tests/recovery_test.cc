@@ -76,7 +76,9 @@ TEST_P(RecoveryTest, AStalledTrainerFailsTheRefitAndTheJobGoesOnOnceItResumes) {
   ASSERT_TRUE(start_job(g, spec));
   ASSERT_TRUE(wait_for_setup(g)) << g.all_stderr();
   g.kill("trainer rank 1", SIGSTOP);
-  std::this_thread::sleep_for(std::chrono::milliseconds(9000));  // refit 1's deadline passes
+  // The refit in flight times out: wait for the coordinator's line saying so
+  // (its deadline passed), not a fixed time.
+  ASSERT_TRUE(wait_for_text(g, "coordinator", " failed: ", 60)) << g.all_stderr();
   g.kill("trainer rank 1", SIGCONT);
   ASSERT_TRUE(g.wait_all(120)) << g.all_stderr();
   Json report = Json::parse(g.report());

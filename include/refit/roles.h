@@ -86,6 +86,11 @@ struct RankOptions {
   // wait behind the delay), then die by SIGKILL, as a trainer killed in the
   // middle of a pack would. Default: 0 (off).
   std::uint64_t debug_die_after_announce = 0;
+  // Fault injection for tests (trainer only): in refit N, after sending its
+  // first bucket, log one line ("... after sending bucket B of refit N") and
+  // stop itself by SIGSTOP, as a trainer stalled mid-refit would; the line
+  // tells a test that the refit is under way. Default: 0 (off).
+  std::uint64_t debug_stop_after_bucket = 0;
   // Fault injection for tests (trainer only): authenticate the data link
   // with this secret instead of `secret`, as a trainer configured with
   // another job's secret would. Default: "" (off).

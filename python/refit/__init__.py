@@ -328,12 +328,17 @@ class Engine:
         Don't read the weights while next() runs.
     device: "cpu" or "cuda" (default: where the tensors are, else "cpu"); gpu:
         the local CUDA index (default: base_gpu_id + rank, DESIGN.md rule 7).
+    on_commit: on_commit(version) is called exactly once per committed refit,
+        after its last batch and before next() returns the version: flush the
+        caches that depend on the weights there (KV cache, DESIGN.md rule 9).
+        A failed refit calls it not at all. An exception it raises comes out of
+        next(); the version stays committed.
     """
 
     def __init__(self, coordinator, params, *, rank=None, trainer_ranks=None, engine_ranks=None, bucket_size=None,
                  transport=None, mode=None, device=None, gpu=None, base_gpu_id=None, pool_slots=None,
                  memory_limit=None, listen_host=None, poison_recycled=None, supported_dtypes=None,
-                 setup_timeout=None, refit_timeout=None, bucket_timeout=None, secret=None):
+                 setup_timeout=None, refit_timeout=None, bucket_timeout=None, secret=None, on_commit=None):
         entries = self._entries(params)
         if device is None:
             device = "cuda" if entries and len(entries[0]) == 2 and _is_cuda(entries[0][1]) else "cpu"
@@ -345,7 +350,7 @@ class Engine:
         _set(options, "listen_host", listen_host)
         _set(options, "poison_recycled", poison_recycled)
         options.supported_dtypes = [_dtype_name(d) for d in (supported_dtypes or [])]
-        self._impl = _refit.Engine(options, entries)
+        self._impl = _refit.Engine(options, entries, on_commit)
 
     @staticmethod
     def _entries(params):
@@ -407,6 +412,11 @@ class Engine:
     def posts(self):
         """Dtype groups applied so far (one load_fn call or copy launch each)."""
         return self._impl.posts
+
+    @property
+    def cache_flushes(self):
+        """on_commit calls made so far (one per committed refit; 0 without on_commit)."""
+        return self._impl.cache_flushes
 
     @property
     def specs(self):

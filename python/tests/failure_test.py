@@ -54,7 +54,8 @@ class Failures(unittest.TestCase):
 
     # Mutations caught: an exception in load_fn swallowed (the refit would commit a partial
     # version); the original exception lost (no __cause__); a mapped class other than
-    # AbortedError; the engine's weights reported complete after the failed refit.
+    # AbortedError; the engine's weights reported complete after the failed refit; on_commit
+    # (the cache flush) called for the failed refit.
     def test_load_fn_raises_fails_the_refit_everywhere(self):
         j, exits = self.run_job(raise_at_version=2)
         for name in ("engine0", "trainer0"):
@@ -66,6 +67,7 @@ class Failures(unittest.TestCase):
         self.assertIn("load_fn raised ValueError: the engine's loader refused the batch", engine["message"])
         self.assertFalse(engine["complete"])
         self.assertEqual(engine["weight_version"], 1)
+        self.assertEqual(engine["flushes"], [1], "on_commit is for committed refits only (rule 9)")
         trainer = j.result("trainer0")
         self.assertEqual(trainer["versions"], [1])
         self.assertIn(trainer.get("error_class"), ("AbortedError",), trainer)

@@ -125,7 +125,7 @@ def run_engine(c):
         nbytes = int(np.prod(shapes[t["name"]], dtype=np.int64)) * np.dtype(t["dtype"]).itemsize
         store[t["name"]] = np.full(nbytes, 0xEE, dtype=np.uint8).view(t["dtype"]).reshape(shapes[t["name"]])
     calls, kept = [], []
-    result = {"versions": [], "calls": calls}
+    result = {"versions": [], "calls": calls, "flushes": []}
     die_at = c.get("die_at_version")
     raise_at = c.get("raise_at_version")
 
@@ -149,7 +149,8 @@ def run_engine(c):
         with refit.Engine(c["address"], params, rank=rank, trainer_ranks=c["trainer_ranks"], engine_ranks=ranks,
                           bucket_size=c.get("bucket_size", 4096), transport=c.get("transport", "shm"),
                           poison_recycled=True, bucket_timeout=c.get("bucket_timeout", 60),
-                          refit_timeout=c.get("refit_timeout", 60), setup_timeout=30) as engine:
+                          refit_timeout=c.get("refit_timeout", 60), setup_timeout=30,
+                          on_commit=result["flushes"].append) as engine:
             try:
                 while True:
                     version = engine.next(load_fn)
@@ -159,6 +160,7 @@ def run_engine(c):
                     np.savez(os.path.join(out, f"engine{rank}_v{version}.npz"), **store)
             finally:
                 result["posts"] = engine.posts
+                result["cache_flushes"] = engine.cache_flushes
                 result["weight_version"] = engine.weight_version
                 result["complete"] = engine.weights_complete
         try:

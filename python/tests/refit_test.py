@@ -85,12 +85,26 @@ class RefitAcrossProcesses(unittest.TestCase):
         engine = j.result("engine0")
         self.assertEqual(engine["versions"], versions)
         self.assertEqual(engine["weight_version"], 3)
+        # Rule 9: on_commit (the cache flush) exactly once per committed refit, with its version.
+        # Tried once: the on_commit call left out of next() in engine_binding.cc failed here.
+        self.assertEqual(engine["flushes"], versions)
+        self.assertEqual(engine["cache_flushes"], len(versions))
         self.check_loader_calls(engine, versions)
         self.assertTrue(engine["expired"], "a staging view was still exportable after its load_fn call")
         self.assertEqual(j.result("trainer0")["committed"], 3)
         report = j.result("coordinator")
         self.assertNotIn("error", report)
         self.assertEqual([r["version"] for r in report["refits"]], versions)
+
+    # `verified` means every byte was compared and matched: a job that ends before its first refit
+    # compared nothing, so its report says false. Mutation caught (tried): the coordinator's
+    # `!report_["refits"].empty()` left out of the report's `verified`.
+    def test_a_job_without_a_refit_is_not_verified(self):
+        j = self.run_job(1, 1, [])
+        report = j.result("coordinator")
+        self.assertNotIn("error", report)
+        self.assertEqual(report["refits"], [])
+        self.assertFalse(report["verified"], report)
 
     # Mutations caught: payload[r] taken from another rank (rule 8: rank 1 would hold rank 0's
     # shards); the row rule sliced along dim 0; uneven splits cut evenly (the 7- and 11-row tensors);

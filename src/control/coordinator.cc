@@ -78,7 +78,9 @@ class Coordinator {
       report_["error"] = status.ToString();
       report_["verified"] = false;
     } else {
-      report_["verified"] = all_verified_ && report_["failures"].empty();
+      // Verified: every committed refit's every byte was compared and
+      // matched on every engine rank; a job without a refit compared nothing.
+      report_["verified"] = all_verified_ && report_["failures"].empty() && !report_["refits"].empty();
     }
     return report_;
   }

@@ -235,7 +235,10 @@ TEST(JoinGate, MalformedJoinIsRefusedAndTheGateStopsPromptly) {
   EXPECT_NE(g.Log().find("field 'rank'"), std::string::npos) << g.Log();
   // A handshake in flight (silent peer) does not hold the destructor.
   auto silent = Link::Connect(g.address, "silent", Deadline::After(5s));
-  std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(silent.ok()) << silent.status().ToString();
+  // Its challenge arrived: the gate's handshake with it is in flight,
+  // waiting for a response that never comes (an event, not a fixed sleep).
+  ASSERT_TRUE((*silent)->recv_header(Deadline::After(5s)).ok());
   auto start = Clock::now();
   g.gate.reset();
   EXPECT_LT(Clock::now() - start, 1s);

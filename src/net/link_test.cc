@@ -1,6 +1,7 @@
 // Tests of Link, Listener and split_host_port over real loopback sockets.
 // Each test says which broken implementation it catches ("Catches: ...").
 #include "net/link.h"
+#include "testing/blocked_thread.h"
 
 #include <gtest/gtest.h>
 #include <pthread.h>
@@ -233,24 +234,27 @@ int FreePort() {
   return (*l)->port();  // closed when l goes away
 }
 
-// Catches: Connect giving up on the first ECONNREFUSED.
+// Catches: Connect giving up on the first ECONNREFUSED. The listener appears
+// only once the connecting thread is asleep between attempts (so at least one
+// attempt was refused), seen in /proc, not after a fixed sleep. Tried once:
+// Connect returning the first refusal made this test fail.
 TEST(LinkTest, ConnectRetriesUntilListenerAppears) {
   const int port = FreePort();
-  std::atomic<bool> accepted{false};
-  std::thread late([&] {
-    std::this_thread::sleep_for(100ms);
-    auto l = Listener::Listen("127.0.0.1", port);
-    if (!l.ok()) return;
-    auto s = (*l)->accept(Deadline::After(5s));
-    accepted = s.ok();
+  std::atomic<pid_t> connector_tid{0};
+  StatusOr<std::unique_ptr<Link>> c = Internal("not run");
+  std::thread connector([&] {
+    connector_tid = testing::ThisThreadId();
+    c = Link::Connect("127.0.0.1:" + std::to_string(port), "late engine", Deadline::After(10s));
   });
-  auto t0 = Clock::now();
-  auto c = Link::Connect("127.0.0.1:" + std::to_string(port), "late engine", Deadline::After(5s));
-  auto took = ms_since(t0);
-  late.join();
+  while (connector_tid == 0) std::this_thread::yield();
+  const bool retrying = testing::WaitUntilBlockedIn(connector_tid, testing::SleepSyscalls(), 5000ms);
+  auto l = Listener::Listen("127.0.0.1", port);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  auto s = (*l)->accept(Deadline::After(5s));
+  connector.join();
+  EXPECT_TRUE(retrying) << "Connect never slept between attempts";
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_TRUE(accepted);
-  EXPECT_GE(took, 90);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ((*c)->peer(), "late engine at 127.0.0.1:" + std::to_string(port));
 }
 
@@ -284,8 +288,14 @@ TEST(LinkTest, ShutdownWakesBlockedRecv) {
   Pair p = Connected();
   StatusOr<FrameHeader> got = Internal("not run");
   auto t0 = Clock::now();
-  std::thread reader([&] { got = p.client->recv_header(Deadline::After(10s)); });
-  std::this_thread::sleep_for(50ms);
+  std::atomic<pid_t> reader_tid{0};
+  std::thread reader([&] {
+    reader_tid = testing::ThisThreadId();
+    got = p.client->recv_header(Deadline::After(10s));
+  });
+  while (reader_tid == 0) std::this_thread::yield();
+  // The reader is blocked in poll before the shutdown, seen in /proc.
+  EXPECT_TRUE(testing::WaitUntilBlockedIn(reader_tid, testing::PollSyscalls()));
   p.client->shutdown();
   p.client->shutdown();  // idempotent
   reader.join();
@@ -304,14 +314,15 @@ TEST(LinkTest, SignalsDoNotBreakABlockedRecv) {
   ASSERT_EQ(::sigaction(SIGUSR1, &sa, &old), 0);
   Pair p = Connected();
   StatusOr<FrameHeader> got = Internal("not run");
-  std::atomic<bool> started{false};
+  std::atomic<pid_t> reader_tid{0};
   std::thread reader([&] {
-    started = true;
+    reader_tid = testing::ThisThreadId();
     got = p.client->recv_header(Deadline::After(5s));
   });
-  while (!started) std::this_thread::yield();
+  while (reader_tid == 0) std::this_thread::yield();
   for (int i = 0; i < 10; ++i) {
-    std::this_thread::sleep_for(10ms);
+    // Each signal lands while the reader is blocked in poll (seen in /proc).
+    EXPECT_TRUE(testing::WaitUntilBlockedIn(reader_tid, testing::PollSyscalls()));
     ::pthread_kill(reader.native_handle(), SIGUSR1);
   }
   FrameHeader h;

@@ -4,6 +4,7 @@
 //
 // Each test that guards a rule names the receiver mutation it catches.
 #include "receiver/receiver.h"
+#include "testing/blocked_thread.h"
 
 #include <gtest/gtest.h>
 
@@ -644,8 +645,11 @@ TEST_P(ReceiverTest, CancelFromAnotherThreadWakesNext) {
   ASSERT_TRUE(rig.setup.ok()) << rig.setup.ToString();
   Receiver& r = *rig.receiver;
   ASSERT_TRUE(r.start(1, Deadline::After(5s)).ok());
+  // The cancel comes once the waiting thread is blocked in next() (a futex
+  // wait, seen in /proc), not after a fixed sleep.
+  const pid_t waiter = testing::ThisThreadId();
   std::thread canceller([&] {
-    std::this_thread::sleep_for(100ms);
+    EXPECT_TRUE(testing::WaitUntilBlockedIn(waiter, testing::FutexSyscalls()));
     r.cancel(Aborted("operator stopped the job"));
   });
   const auto t0 = std::chrono::steady_clock::now();

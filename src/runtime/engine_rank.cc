@@ -31,6 +31,7 @@
 #include "transport/transport.h"
 #include "runtime/data_links.h"
 #include "runtime/model_choice.h"
+#include "runtime/weight_verify.h"
 
 namespace refit {
 namespace {
@@ -319,9 +320,9 @@ class EngineRank::Impl {
       ++aligned;
     }
     RETURN_IF_ERROR(client_->send(Sent{version}));
-    if (binding_.verify) RETURN_IF_ERROR(binding_.verify(version, seed_));
+    ASSIGN_OR_RETURN(const bool verified, verify(version));
     ReceiverStats stats = receiver_->stats();
-    return report_and_commit(version, deadline,
+    return report_and_commit(version, deadline, verified,
                              Json{{"buckets", stats.buckets},
                                   {"batches", stats.batches},
                                   {"tensors", stats.tensors},
@@ -338,8 +339,8 @@ class EngineRank::Impl {
     RETURN_IF_ERROR(receiver_->wait_all_landed(deadline));
     const std::uint64_t buckets = plan_.buckets.size(), bytes = receiver_->stats().bytes;
     RETURN_IF_ERROR(client_->send(Sent{version}));
-    if (binding_.verify) RETURN_IF_ERROR(binding_.verify(version, seed_));
-    return report_and_commit(version, deadline,
+    ASSIGN_OR_RETURN(const bool verified, verify(version));
+    return report_and_commit(version, deadline, verified,
                              Json{{"buckets", buckets},
                                   {"batches", 0},
                                   {"tensors", plan_.specs.size()},
@@ -347,13 +348,22 @@ class EngineRank::Impl {
                                   {"aligned_batches", 0}});
   }
 
-  Status report_and_commit(std::uint64_t version, Deadline deadline, Json stats) {
+  // The binding's check of refit `version`: true once every byte was
+  // compared and matched, false when there is no check (an error when a
+  // byte differs). What the Done's `verified` says.
+  StatusOr<bool> verify(std::uint64_t version) {
+    if (!binding_.verify) return false;
+    RETURN_IF_ERROR(binding_.verify(version, seed_));
+    return true;
+  }
+
+  Status report_and_commit(std::uint64_t version, Deadline deadline, bool verified, Json stats) {
     // Where the bytes landed, for the report: "host", "cuda" (device memory
     // the transport writes itself), "host-staged" (through pinned host buffers).
     const char* memory_path = !on_device_                                         ? "host"
                               : transport_->capabilities().device_memory_staged ? "host-staged"
                                                                                 : "cuda";
-    RETURN_IF_ERROR(client_->send(Done{version, static_cast<bool>(binding_.verify), std::move(stats), memory_path}));
+    RETURN_IF_ERROR(client_->send(Done{version, verified, std::move(stats), memory_path}));
     // The coordinator decides the commit once every rank is done; until its
     // Commit arrives nothing here (the weights' version, --save) moves.
     ASSIGN_OR_RETURN(Commit commit, client_->wait_for<Commit>(deadline));
@@ -420,70 +430,6 @@ StatusOr<std::optional<std::uint64_t>> EngineRank::next() {
 }
 
 namespace {
-
-// Checks every byte of `rank`'s weights in `engine` against the content
-// version `version` must have (DESIGN.md rule 2).
-Status verify_synthetic(const Model& model, const ReferenceEngine& engine, int rank, int ranks, bool on_device,
-                        std::uint64_t version, std::uint64_t seed) {
-  const std::string name = "engine rank " + std::to_string(rank);
-  for (const Weight& w : model.weights) {
-    const std::byte* got = engine.weight(rank, w.spec.name);
-    if (got == nullptr) return Internal(name + " holds no weight '" + w.spec.name + "'");
-    const std::uint64_t key = content_key(seed, version, w.spec.name);
-    ShardRunLayout l = shard_run_layout(w, rank, ranks);
-    if (l.count > 1 && l.run == l.stride) {  // contiguous in the full tensor: one check
-      l.run *= l.count;
-      l.stride = l.run;
-      l.count = 1;
-    }
-    std::int64_t at = -1;  // in the shard
-    if (on_device) {
-      // One launch for every row: a row-sharded tensor has thousands of them.
-      ASSIGN_OR_RETURN(at, first_content_mismatch_device(key, ContentRows{l.base, l.stride, l.run, l.count}, got, nullptr));
-    } else {
-      for (std::uint64_t i = 0; i < l.count && at < 0; ++i) {
-        at = first_content_mismatch(key, l.base + i * l.stride, std::span<const std::byte>(got + i * l.run, l.run));
-        if (at >= 0) at += static_cast<std::int64_t>(i * l.run);
-      }
-    }
-    if (at >= 0) {
-      return DataLoss(name + ": tensor '" + w.spec.name + "' is wrong at byte " + std::to_string(at) +
-                      " of its shard after refit " + std::to_string(version) + " (stale, misplaced or corrupted bytes)");
-    }
-  }
-  return Status::Ok();
-}
-
-// Checks every byte of `rank`'s weights against its shard of the checkpoint's
-// tensors (the bytes a push of that checkpoint must deliver).
-Status verify_checkpoint(const Model& model, const Checkpoint& checkpoint, const ReferenceEngine& engine, int rank,
-                         int ranks, bool on_device, std::uint64_t version) {
-  const std::string name = "engine rank " + std::to_string(rank);
-  std::vector<std::byte> want, got;
-  for (std::size_t i = 0; i < model.weights.size(); ++i) {
-    const Weight& w = model.weights[i];
-    const std::byte* held = engine.weight(rank, w.spec.name);
-    if (held == nullptr) return Internal(name + " holds no weight '" + w.spec.name + "'");
-    const std::uint64_t bytes = shard_spec(w, rank, ranks).nbytes();
-    want.resize(bytes);
-    copy_shard_range(w, rank, ranks, checkpoint.data(i).data(), 0, want);
-    const std::byte* have = held;
-    if (on_device) {
-      got.resize(bytes);
-      RETURN_IF_ERROR(copy_device_to_host(got, held));
-      have = got.data();
-    }
-    if (std::memcmp(have, want.data(), bytes) != 0) {
-      RETURN_IF_ERROR(checkpoint.check_unchanged());  // a file changed under this rank: that is the cause
-      std::uint64_t at = 0;
-      while (at < bytes && have[at] == want[at]) ++at;
-      return DataLoss(name + ": tensor '" + w.spec.name + "' differs from " + checkpoint.path() + " at byte " +
-                      std::to_string(at) + " of its shard after refit " + std::to_string(version));
-    }
-  }
-  // What was compared against is the file as opened (else zeros).
-  return checkpoint.check_unchanged();
-}
 
 // Writes `rank`'s weights (its shards, as the engine holds them) to `path`.
 Status save_shards(const Model& model, const ReferenceEngine& engine, int rank, int ranks, bool on_device,

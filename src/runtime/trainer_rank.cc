@@ -28,6 +28,7 @@
 #include "model/shard_copy.h"
 #include "transport/transport.h"
 #include "runtime/model_choice.h"
+#include "refit/log.h"
 
 namespace refit {
 
@@ -304,6 +305,13 @@ class TrainerRank::Impl : public BucketProtocol {
                      "(--debug-die-after-announce)\n", name().c_str(), static_cast<unsigned long long>(j),
                      static_cast<unsigned long long>(version));
         ::raise(SIGKILL);
+      }
+      if (version == options_.debug_stop_after_bucket && j == trainer_index_) {
+        // The line is the tests' proof that this refit is under way.
+        log(LogLevel::kWarning, name(),
+            "stopping by SIGSTOP after sending bucket " + std::to_string(j) + " of refit " + std::to_string(version) +
+                " (--debug-stop-after-bucket)");
+        ::raise(SIGSTOP);
       }
       if (version == options_.debug_fail_refit) {
         return Internal(name() + ": injected fault in refit " + std::to_string(version) + " (--debug-fail-refit)");

@@ -39,6 +39,9 @@ void add_debug_flags(CLI::App& cmd, TrainerFlags& f) {
   cmd.add_option("--debug-die-after-announce", o.debug_die_after_announce,
                  "Fault injection for tests: in refit N, send a bucket behind a GPU delay, then SIGKILL")
       ->group("");
+  cmd.add_option("--debug-stop-after-bucket", o.debug_stop_after_bucket,
+                 "Fault injection for tests: in refit N, stop by SIGSTOP after sending the first bucket")
+      ->group("");
   cmd.add_option("--debug-data-secret-file", f.debug_data_secret_file,
                  "Fault injection for tests: authenticate the data link with this secret instead")
       ->group("");
