@@ -71,11 +71,14 @@ struct CoordinatorOptions {
 // rank of each role, and at least as many trainer ranks as engine ranks.
 Status validate_rank_counts(int trainer_ranks, int engine_ranks);
 
-// What a job ended with. `status` is OK when every refit committed and
-// verified; otherwise the job's error, with the code it was reported with.
+// What a job ended with. `status` is OK when the job ran to its end (every
+// refit committed), otherwise the job's error, with the code it was reported
+// with; `verified` is true only when, besides, every engine rank compared
+// every byte of every refit and all matched (engines run with --no-verify
+// leave it false).
 struct JobReport {
   Status status;
-  bool verified = false;                // every refit committed, every byte compared and matched
+  bool verified = false;
   std::uint64_t committed_version = 0;  // the last version the coordinator decided to commit
   std::string json;                     // the whole report (JSON text)
 };

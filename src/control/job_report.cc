@@ -24,7 +24,6 @@ JobReport run_coordinator(const CoordinatorOptions& options, const std::function
   out.status = report_error_status(report);
   out.verified = report.value("verified", false);
   out.committed_version = report.value("committed_version", std::uint64_t{0});
-  if (out.status.ok() && !out.verified) out.status = DataLoss("not every refit verified");
   out.json = report.dump(2);
   return out;
 }
