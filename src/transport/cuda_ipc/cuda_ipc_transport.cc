@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "net/frames.h"
 #include "cuda/cuda_check.h"
 #include "cuda/event_pool.h"
 #include "cuda/ticket_queue.h"
@@ -162,8 +163,9 @@ class CudaIpcTarget final : public TargetMemory {
     return base_ + static_cast<std::uint64_t>(i) * slot_bytes_;
   }
   Status receive_data(Link& link, const FrameHeader& header, Deadline) override {
-    return FailedPrecondition("protocol error: kData frame (slot " + std::to_string(header.b) + ", " +
-                              std::to_string(header.payload_bytes) + " bytes) from " + link.peer() + " for " +
+    ASSIGN_OR_RETURN(const DataFrame data, decode_data(header, link.peer()));
+    return FailedPrecondition("protocol error: kData frame (slot " + std::to_string(data.slot) + ", " +
+                              std::to_string(data.payload_bytes) + " bytes) from " + link.peer() + " for " +
                               whose_ + ": cuda_ipc is one-sided and never receives data frames");
   }
   Status seal() override { return Status::Ok(); }  // nothing has a name

@@ -10,6 +10,7 @@
 #include <span>
 #include <utility>
 
+#include "net/frames.h"
 #include "cuda/ticket_queue.h"
 #include "transport/nccl/nccl_communicator.h"
 
@@ -86,14 +87,12 @@ class NcclRemote final : public RemoteTarget {
     // the engine took part. A send that then fails leaves the engine waiting
     // for bytes: the communicator is aborted and the refit fails, which
     // shuts the engine's link down.
-    FrameHeader h;
-    h.type = FrameType::kData;
-    h.a = version;
-    h.b = static_cast<std::uint64_t>(slot);
-    h.c = offset;
-    h.d = bytes.size();
-    h.payload_bytes = 0;
-    Status sent = link_->send(h, {}, deadline);
+    DataFrame frame;  // the bytes travel through NCCL, not the link
+    frame.version = version;
+    frame.slot = static_cast<std::uint64_t>(slot);
+    frame.offset = offset;
+    frame.length = bytes.size();
+    Status sent = link_->send(encode(frame), {}, deadline);
     if (!sent.ok()) return comm_.fail(sent, phase, link_->peer());
     if (!bytes.empty()) {
       ScopedDevice scope(device_);
@@ -140,16 +139,13 @@ class NcclRemote final : public RemoteTarget {
                                                  " (NCCL_SOCKET_IFNAME names the interface its bootstrap listens on)"),
                         phase, link_->peer());
     }
-    FrameHeader h;
-    h.type = FrameType::kData;
-    h.flags = kNewCommunicator;
-    h.a = version;
-    h.b = static_cast<std::uint64_t>(slot);
-    h.c = 0;
-    h.d = 0;
-    h.payload_bytes = kNcclUniqueIdBytes;
+    DataFrame frame;
+    frame.flags = kNewCommunicator;
+    frame.version = version;
+    frame.slot = static_cast<std::uint64_t>(slot);
+    frame.payload_bytes = kNcclUniqueIdBytes;
     Status sent =
-        link_->send(h, std::span<const std::byte>(reinterpret_cast<const std::byte*>(&id), sizeof id), deadline);
+        link_->send(encode(frame), std::span<const std::byte>(reinterpret_cast<const std::byte*>(&id), sizeof id), deadline);
     if (!sent.ok()) return comm_.fail(sent, phase, link_->peer());
     need_new_communicator_ = false;
     return comm_.start(id, kTrainerRank, link_->peer());

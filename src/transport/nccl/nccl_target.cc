@@ -11,6 +11,7 @@
 #include <span>
 #include <utility>
 
+#include "net/frames.h"
 #include "transport/nccl/nccl_communicator.h"
 #include "transport/nccl/nccl_descriptor.h"
 
@@ -63,14 +64,15 @@ class NcclTarget final : public TargetMemory {
                              std::to_string(header.flags) + " (nccl knows 0 and " +
                              std::to_string(kNewCommunicator) + ")");
     }
-    const std::uint64_t slot = header.b, offset = header.c, bytes = header.d;
+    ASSIGN_OR_RETURN(const DataFrame data, decode_data(header, link.peer()));
+    const std::uint64_t slot = data.slot, offset = data.offset, bytes = data.length;
     if (header.payload_bytes != 0) {
       return InvalidArgument("protocol error: kData frame from " + link.peer() + " for " + whose_ + " carries " +
                              std::to_string(header.payload_bytes) +
                              " payload bytes; nccl frames carry none (the bytes travel through NCCL)");
     }
     if (!in_range(slot, offset, bytes, slots_, slot_bytes_)) {
-      return InvalidArgument("bad kData frame from " + link.peer() + " (version " + std::to_string(header.a) +
+      return InvalidArgument("bad kData frame from " + link.peer() + " (version " + std::to_string(data.version) +
                              "): " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
                              " into slot " + std::to_string(slot) + " are outside " + whose_ + " " +
                              pool_shape(slots_, slot_bytes_));
@@ -81,7 +83,7 @@ class NcclTarget final : public TargetMemory {
     if (bytes == 0) return Status::Ok();
     const std::string phase =
         "receiving " + std::to_string(bytes) + " bytes into slot " + std::to_string(slot) + " at offset " +
-        std::to_string(offset) + " (refit " + std::to_string(header.a) + ")";
+        std::to_string(offset) + " (refit " + std::to_string(data.version) + ")";
     {
       ScopedDevice scope(device_);
       RETURN_IF_ERROR(scope.status().WithContext(whose_ + ": " + phase));
@@ -123,12 +125,12 @@ class NcclTarget final : public TargetMemory {
   // by the failed refit, or still alive with nothing pending) is aborted and
   // this side of the new one starts; the next frame's receive waits for it.
   Status new_communicator_locked(Link& link, const FrameHeader& header, Deadline deadline) {
-    if (header.payload_bytes != kNcclUniqueIdBytes || header.d != 0 ||
-        header.b >= static_cast<std::uint64_t>(slots_)) {
+    ASSIGN_OR_RETURN(const DataFrame data, decode_data(header, link.peer()));
+    if (data.payload_bytes != kNcclUniqueIdBytes || data.length != 0 || data.slot >= static_cast<std::uint64_t>(slots_)) {
       return InvalidArgument("protocol error: new-communicator frame from " + link.peer() + " for " + whose_ +
                              " carries " + std::to_string(header.payload_bytes) + " payload bytes (expected " +
-                             std::to_string(kNcclUniqueIdBytes) + "), d " + std::to_string(header.d) +
-                             " (expected 0), slot " + std::to_string(header.b) + " " +
+                             std::to_string(kNcclUniqueIdBytes) + "), length " + std::to_string(data.length) +
+                             " (expected 0), slot " + std::to_string(data.slot) + " " +
                              pool_shape(slots_, slot_bytes_));
     }
     RETURN_IF_ERROR(check_peer_locked(link));
@@ -142,7 +144,7 @@ class NcclTarget final : public TargetMemory {
     ++generation_;
     log(LogLevel::kInfo, "refit nccl",
         whose_ + ": new communicator " + std::to_string(generation_) + " with " + link.peer() +
-            " (after a relink, refit " + std::to_string(header.a) + ")");
+            " (after a relink, refit " + std::to_string(data.version) + ")");
     return comm_.start(id, kEngineRank, link.peer());
   }
 

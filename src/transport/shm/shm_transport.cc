@@ -1,5 +1,6 @@
 #include "transport/shm/shm_transport.h"
 
+#include "net/frames.h"
 #include "transport/shm/fd_handoff.h"
 #include "transport/host_pool.h"
 #include "transport/pool_layout.h"
@@ -80,8 +81,9 @@ class ShmTarget final : public HostPoolTarget {
     return "shm:@" + name_ + ":slots=" + std::to_string(slots()) + ":slot_bytes=" + std::to_string(slot_bytes());
   }
   Status receive_data(Link& link, const FrameHeader& header, Deadline) override {
-    return FailedPrecondition("protocol error: kData frame (slot " + std::to_string(header.b) + ", " +
-                              std::to_string(header.payload_bytes) + " bytes) from " + link.peer() +
+    ASSIGN_OR_RETURN(const DataFrame data, decode_data(header, link.peer()));
+    return FailedPrecondition("protocol error: kData frame (slot " + std::to_string(data.slot) + ", " +
+                              std::to_string(data.payload_bytes) + " bytes) from " + link.peer() +
                               " for " + owner() + "'s shm pool @" + name_ +
                               ": shm is one-sided and never receives data frames");
   }

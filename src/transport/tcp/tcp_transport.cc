@@ -1,5 +1,6 @@
 #include "transport/tcp/tcp_transport.h"
 
+#include "net/frames.h"
 #include "transport/host_pool.h"
 #include "transport/pool_layout.h"
 
@@ -32,9 +33,10 @@ class TcpTarget final : public HostPoolTarget {
       return Internal("receive_data for " + owner() + " called with a frame of type " +
                       std::to_string(static_cast<int>(header.type)) + " from " + link.peer() + " (expected kData)");
     }
-    const std::uint64_t slot = header.b, offset = header.c, bytes = header.payload_bytes;
+    ASSIGN_OR_RETURN(const DataFrame data, decode_data(header, link.peer()));
+    const std::uint64_t slot = data.slot, offset = data.offset, bytes = data.payload_bytes;
     if (!pool().shape().contains(static_cast<std::int64_t>(slot), offset, bytes)) {
-      return InvalidArgument("bad kData frame from " + link.peer() + " (version " + std::to_string(header.a) +
+      return InvalidArgument("bad kData frame from " + link.peer() + " (version " + std::to_string(data.version) +
                              "): " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
                              " into slot " + std::to_string(slot) + " are outside " + owner() +
                              "'s receive pool " + pool().shape().text());
@@ -64,13 +66,12 @@ class TcpRemote final : public RemoteTarget {
     if (!shape_.contains(slot, offset, bytes.size())) {
       return shape_.range_error("tcp target " + link_->peer(), slot, offset, bytes.size());
     }
-    FrameHeader h;
-    h.type = FrameType::kData;
-    h.a = version;
-    h.b = static_cast<std::uint64_t>(slot);
-    h.c = offset;
-    h.payload_bytes = bytes.size();
-    Status s = link_->send(h, bytes, deadline);
+    DataFrame frame;
+    frame.version = version;
+    frame.slot = static_cast<std::uint64_t>(slot);
+    frame.offset = offset;
+    frame.payload_bytes = bytes.size();
+    Status s = link_->send(encode(frame), bytes, deadline);
     if (!s.ok()) {
       return s.WithContext("writing " + std::to_string(bytes.size()) + " bytes into slot " + std::to_string(slot));
     }

@@ -8,6 +8,7 @@
 
 #include <utility>
 
+#include "net/frames.h"
 #include "refit/log.h"
 #include "transport/ucx/ucx_descriptor.h"
 #include "transport/ucx/ucx_requests.h"
@@ -115,8 +116,9 @@ class UcxTarget final : public TargetMemory {
     return base_ + static_cast<std::uint64_t>(i) * slot_bytes_;
   }
   Status receive_data(Link& link, const FrameHeader& header, Deadline) override {
-    return FailedPrecondition("protocol error: kData frame (slot " + std::to_string(header.b) + ", " +
-                              std::to_string(header.payload_bytes) + " bytes) from " + link.peer() + " for " +
+    ASSIGN_OR_RETURN(const DataFrame data, decode_data(header, link.peer()));
+    return FailedPrecondition("protocol error: kData frame (slot " + std::to_string(data.slot) + ", " +
+                              std::to_string(data.payload_bytes) + " bytes) from " + link.peer() + " for " +
                               owner_ + "'s ucx pool: ucx writes by remote memory access and never receives data frames");
   }
   Status seal() override { return Status::Ok(); }  // nothing has a name
