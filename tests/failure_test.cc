@@ -95,8 +95,8 @@ TEST_P(KillTest, EverySurvivorFailsNamingTheLostRank) {
     EXPECT_EQ(SavedVersion(group.dir() + "/engine" + std::to_string(e) + ".safetensors"), c.refit - 1)
         << "engine rank " << e << " saved a version that was not committed";
   }
-  // Nothing left in /dev/shm by any process of the job (the pool's name is
-  // removed once every trainer opened it, so even SIGKILL leaves nothing).
+  // Nothing left in /dev/shm by any process of the job (the pool is an
+  // unnamed file, so even SIGKILL leaves nothing).
   for (pid_t pid : pids) EXPECT_TRUE(group.shm_left_by(pid).empty()) << "leftover shm of pid " << pid;
 }
 

@@ -73,8 +73,9 @@ class ProcessGroup {
 
   const std::string& dir() const { return dir_; }
 
-  // /dev/shm entries that the process with this pid created (refit names its
-  // segments "refit-<pid>-<n>"). Entries that existed before this group was
+  // /dev/shm entries "refit-<pid>-*" of the process with this pid. refit's
+  // shm pools have no name any more (an unnamed tmpfs file handed over a
+  // Unix socket), so any such entry is a regression. Entries that existed before this group was
   // made are not counted: they belong to an earlier process that had the
   // same pid (one killed before it could remove its pool; pids wrap).
   std::vector<std::string> shm_left_by(pid_t pid) const {

@@ -15,9 +15,9 @@
 // increasing t); trainer ranks must be at least as many as engine ranks.
 //
 // The report: run_coordinator returns a JobReport whose `json` is the
-// document `refit coordinator` prints (README "The report": every committed
-// refit with its figures, every rank's stats, warnings) and whose other
-// fields are read from it.
+// document `refit coordinator` prints (the same as `refit demo --json`:
+// every committed refit with its figures, every rank's stats, warnings) and
+// whose other fields are read from it.
 //
 // Thread safety: run_coordinator runs on the calling thread.
 #pragma once

@@ -34,7 +34,7 @@ namespace refit {
 class DeviceBuffer;  // src/cuda/device.h
 
 // The weights of one engine rank in one block, laid out by
-// weight_arena_offsets(stream) (engine.h), so that it can be exposed whole
+// weight_arena_offsets(stream) (reference_engine.h), so that it can be exposed whole
 // for direct mode. Host memory (kPlanAlignment-aligned) or device memory on
 // one local CUDA device. Shared by every view handed out, so it lives until
 // the last tensor made from a view is gone.

@@ -278,8 +278,8 @@ class TrainerRank::Impl : public BucketProtocol {
     if (relinked.ok()) relinked = send_hello(deadline);
     if (relinked.ok()) relinked = client_->send(Linked{committed_, std::nullopt});
     if (!relinked.ok()) return status.WithContext("recovery failed: " + relinked.message());
-    std::fprintf(stderr, "%s: refit %llu failed (%s); relinked, ready for the next refit\n", name().c_str(),
-                 static_cast<unsigned long long>(version), status.message().c_str());
+    log(LogLevel::kWarning, name(),
+        "refit " + std::to_string(version) + " failed (" + status.message() + "); relinked, ready for the next refit");
     recovered_ = true;
     return status;
   }
@@ -301,9 +301,9 @@ class TrainerRank::Impl : public BucketProtocol {
       if (die_after_this) RETURN_IF_ERROR(inject_gpu_delay(stream->device(), stream->handle(), 30000));
       RETURN_IF_ERROR(sender_->send(version, j, deadline));
       if (die_after_this) {
-        std::fprintf(stderr, "%s: bucket %llu of refit %llu sent behind a 30 s GPU delay; dying by SIGKILL "
-                     "(--debug-die-after-announce)\n", name().c_str(), static_cast<unsigned long long>(j),
-                     static_cast<unsigned long long>(version));
+        log(LogLevel::kInfo, name(),
+            "bucket " + std::to_string(j) + " of refit " + std::to_string(version) +
+                " sent behind a 30 s GPU delay; dying by SIGKILL (--debug-die-after-announce)");
         ::raise(SIGKILL);
       }
       if (version == options_.debug_stop_after_bucket && j == trainer_index_) {
