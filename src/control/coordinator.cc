@@ -17,6 +17,7 @@
 #include <optional>
 #include <vector>
 
+#include "net/poll_wait.h"
 #include "control/join_gate.h"
 #include "control/protocol.h"
 #include "control/refit_phases.h"
@@ -153,8 +154,8 @@ class Coordinator {
       std::vector<pollfd> fds{{gate_->fd(), POLLIN, 0}};
       std::vector<Member*> members = joined();
       for (Member* m : members) fds.push_back({m->link->fd(), POLLIN, 0});
-      int ready = ::poll(fds.data(), fds.size(), std::min(deadline.remaining_ms(), 200));
-      if (ready < 0 && errno != EINTR) return ErrnoStatus("coordinator poll", errno);
+      const int ready = poll_until(fds, deadline.min(Deadline::After(std::chrono::milliseconds(200))));
+      if (ready < 0) return ErrnoStatus("coordinator poll", -ready);
       for (std::size_t i = 1; ready > 0 && i < fds.size(); ++i) {
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         Member& m = *members[i - 1];
@@ -266,8 +267,9 @@ class Coordinator {
       const auto wait = std::chrono::ceil<std::chrono::milliseconds>(
           std::max(phases.wake_at(), Clock::now()) - Clock::now());
       const int timeout = static_cast<int>(std::min<std::int64_t>(wait.count(), 100));
-      const int ready = ::poll(fds.data(), fds.size(), phases.wake_at() == PhaseTime::max() ? 100 : timeout);
-      if (ready < 0 && errno != EINTR) return ErrnoStatus("coordinator poll", errno);
+      const int ready =
+          poll_until(fds, Deadline::After(std::chrono::milliseconds(phases.wake_at() == PhaseTime::max() ? 100 : timeout)));
+      if (ready < 0) return ErrnoStatus("coordinator poll", -ready);
       if (ready > 0 && (fds.back().revents & POLLIN)) refuse_latecomers();
       for (std::size_t i = 0; ready > 0 && i < members_.size() && !ended_; ++i) {
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;

@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
+#include "net/poll_wait.h"
 #include "refit/log.h"
 
 namespace refit {
@@ -89,11 +91,14 @@ void FdServer::stop() {
 void FdServer::serve() {
   for (;;) {
     pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_read_, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      log(LogLevel::kError, "shm", "poll on @" + name_ + " failed: " + std::strerror(errno));
+    // Woken by a peer or by stop() (the wake pipe); the second bound only
+    // keeps every wait finite.
+    const int ready = poll_until(fds, Deadline::After(std::chrono::seconds(1)));
+    if (ready < 0) {
+      log(LogLevel::kError, "shm", "poll on @" + name_ + " failed: " + std::strerror(-ready));
       return;
     }
+    if (ready == 0) continue;
     if (fds[1].revents != 0) return;
     const int conn = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (conn < 0) continue;  // the peer gave up already (EAGAIN, ECONNABORTED)
@@ -124,10 +129,7 @@ StatusOr<int> receive_fd(const std::string& name, Deadline deadline) {
     return ErrnoStatus("connecting to @" + name, err);
   }
   pollfd p{s, POLLIN, 0};
-  int ready;
-  do {
-    ready = ::poll(&p, 1, deadline.remaining_ms());
-  } while (ready < 0 && errno == EINTR);
+  const int ready = poll_until(std::span<pollfd>(&p, 1), deadline);
   if (ready <= 0) {
     ::close(s);
     return DeadlineExceeded("no answer from @" + name + " before the deadline");
