@@ -275,7 +275,7 @@ class Coordinator {
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         auto message = recv_rank_message(*members_[i]->link, Deadline::After(std::chrono::milliseconds(5000)));
         if (message.ok()) {
-          const PhaseEvent received(std::in_place_type<Received>, static_cast<int>(i), std::move(*message));
+          const PhaseEvent received(Received{static_cast<int>(i), std::move(*message)});  // clang 14: no parenthesized aggregate init
           feed(phases, received);
         } else {
           members_[i]->closed = true;
