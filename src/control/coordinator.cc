@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "net/poll_wait.h"
+#include "control/auth.h"
 #include "control/join_gate.h"
 #include "control/protocol.h"
 #include "control/refit_phases.h"
@@ -35,16 +36,6 @@ namespace refit {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// 127.0.0.0/8, ::1 or "localhost": only this host's processes can connect.
-bool is_loopback_host(const std::string& host) {
-  if (host == "localhost") return true;
-  in_addr v4{};
-  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
-  in6_addr v6{};
-  if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
-  return false;
-}
 
 // One joined rank as the shell sees it.
 struct Member {
@@ -275,7 +266,10 @@ class Coordinator {
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         auto message = recv_rank_message(*members_[i]->link, Deadline::After(std::chrono::milliseconds(5000)));
         if (message.ok()) {
-          const PhaseEvent received(Received{static_cast<int>(i), std::move(*message)});  // clang 14: no parenthesized aggregate init
+          // Filled in place (clang 14 has no parenthesized aggregate init).
+          PhaseEvent received(std::in_place_type<Received>);
+          std::get<Received>(received).member = static_cast<int>(i);
+          std::get<Received>(received).message = std::move(*message);
           feed(phases, received);
         } else {
           members_[i]->closed = true;
