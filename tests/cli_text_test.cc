@@ -51,6 +51,16 @@ TEST(CliText, AVersionOrACountOutOfRangeSaysWhatItIs) {
                      "--rank: -1 is not a rank (ranks start at 0)");
 }
 
+// Catches: a malformed fault hook accepted (a fault test would then inject
+// nothing and pass) or refused as a runtime error instead of a usage one.
+TEST(CliText, AMalformedFaultHookIsAUsageErrorNamingThePart) {
+  expect_usage_error(run_refit({"engine", "--coordinator", "127.0.0.1:1", "--debug-fault", "comit:2:kill"}, 30),
+                     "unknown step 'comit' (one of start, ready, go, sent, done, commit, committed)");
+  expect_usage_error(run_refit({"trainer", "--coordinator", "127.0.0.1:1", "--debug-fault", "go:0:stop"}, 30),
+                     "the version '0' is not a refit version");
+  expect_usage_error(run_refit({"coordinator", "--debug-fault", "done:2:crash"}, 30), "unknown action 'crash'");
+}
+
 // Catches: versions version .. version + repeat - 1 computed in uint64 and
 // wrapping to 0 (the push then asked for version 0). Mutation tried: the
 // check in push.cc's check_ranks removed: the push gets past the parse

@@ -4,9 +4,10 @@
 // of a committed version. The report, every surviving process's exit
 // message and every engine's saved file (--save writes `refit_version`)
 // agree on the last committed version; no saved file claims a version that
-// was not committed. The fault hooks (--debug-die-at-commit,
-// --debug-stop-at-commit) fire on receiving the commit, before the engine
-// applies or acknowledges it, and announce themselves on stderr first.
+// was not committed. The fault hook (--debug-fault commit:2:kill|stop)
+// fires on receiving the commit, before the engine applies or acknowledges
+// it, and announces itself on stderr first. fault_step_test.cc runs every
+// role x step x action; this test checks the commit step more closely.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -44,7 +45,7 @@ bool WaitForLine(ProcessGroup& group, const std::string& name, const std::string
 }
 
 struct CommitFault {
-  const char* flag;    // the engine's fault hook
+  const char* hook;    // the engine's --debug-fault
   const char* signal;  // what it does, as it says on stderr
 };
 
@@ -65,10 +66,10 @@ TEST_P(CommitStepTest, ReportSurvivorsAndSavedFilesAgreeOnTheCommittedVersion) {
   spec.refits = 3;
   spec.refit_timeout_s = 5;  // how long the coordinator waits for a stalled ack
   const std::string saved0 = group.dir() + "/engine0.safetensors", saved1 = group.dir() + "/engine1.safetensors";
-  spec.extra["engine rank 0"] = {fault.flag, "2", "--save", saved0};
+  spec.extra["engine rank 0"] = {"--debug-fault", fault.hook, "--save", saved0};
   spec.extra["engine rank 1"] = {"--save", saved1};
   ASSERT_TRUE(start_job(group, spec));
-  ASSERT_TRUE(WaitForLine(group, "engine rank 0", std::string("by ") + fault.signal + " at the commit of refit 2"))
+  ASSERT_TRUE(WaitForLine(group, "engine rank 0", std::string("by ") + fault.signal + " at step 'commit' of refit 2"))
       << group.all_stderr();
 
   for (const std::string& name : group.names()) {
@@ -113,8 +114,8 @@ TEST_P(CommitStepTest, ReportSurvivorsAndSavedFilesAgreeOnTheCommittedVersion) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, CommitStepTest,
-                         ::testing::Values(CommitFault{"--debug-die-at-commit", "SIGKILL"},
-                                           CommitFault{"--debug-stop-at-commit", "SIGSTOP"}),
+                         ::testing::Values(CommitFault{"commit:2:kill", "SIGKILL"},
+                                           CommitFault{"commit:2:stop", "SIGSTOP"}),
                          [](const auto& info) { return std::string(info.param.signal); });
 
 }  // namespace

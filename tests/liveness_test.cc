@@ -154,9 +154,9 @@ TEST(Liveness, AnEngineStalledMidRefitEndsEveryOtherProcessNamingIt) {
   spec.refit_timeout_s = 60;
   spec.rank_args = kLiveness;
   spec.coordinator_args = kLiveness;
-  spec.extra["engine rank 0"] = {"--debug-stop-at-commit", "1"};
+  spec.extra["engine rank 0"] = {"--debug-fault", "commit:1:stop"};
   ASSERT_TRUE(start_job(group, spec));
-  ASSERT_TRUE(WaitForLine(group, "engine rank 0", "stopping by SIGSTOP at the commit of refit 1"))
+  ASSERT_TRUE(WaitForLine(group, "engine rank 0", "stopping by SIGSTOP at step 'commit' of refit 1"))
       << group.all_stderr();
   const auto stalled = Clock::now();
   for (const std::string& name : group.names()) {

@@ -26,6 +26,7 @@
 #include <functional>
 #include <string>
 
+#include "refit/fault_hook.h"
 #include "refit/secret.h"
 #include "refit/status.h"
 
@@ -65,6 +66,16 @@ struct CoordinatorOptions {
   // loopback address (a warning is logged once); listening on any other
   // address without a secret is refused at setup. Default: empty.
   Secret secret;
+  // Where the report is kept while the job runs: written (atomically: a
+  // reader sees the old file or the new one) at every commit decision,
+  // before commit(v) goes out, and once more at the job's end. A
+  // coordinator killed mid-job so leaves a report that names the last
+  // committed version. Empty: no file (run_coordinator still returns the
+  // report). Default: empty.
+  std::string report_path;
+  // Fault injection for tests: kill or stop the coordinator at one step of
+  // the control protocol in one refit (refit/fault_hook.h). Default: off.
+  FaultHook debug_fault;
 };
 
 // The topology rule every process checks before anything else: at least one

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "refit/fault_hook.h"
 #include "refit/status.h"
 
 namespace refit {
@@ -91,6 +92,10 @@ struct RankOptions {
   // stop itself by SIGSTOP, as a trainer stalled mid-refit would; the line
   // tells a test that the refit is under way. Default: 0 (off).
   std::uint64_t debug_stop_after_bucket = 0;
+  // Fault injection for tests: kill or stop this rank at one step of the
+  // control protocol in one refit (refit/fault_hook.h; `--debug-fault
+  // commit:2:kill`). Default: off (version 0).
+  FaultHook debug_fault;
   // Fault injection for tests (trainer only): authenticate the data link
   // with this secret instead of `secret`, as a trainer configured with
   // another job's secret would. Default: "" (off).
@@ -125,13 +130,6 @@ struct EngineOptions : RankOptions {
   // After each committed refit, write this rank's weights (its shards) to
   // this safetensors file (`refit save`); empty: never. Default: "".
   std::string save_path;
-  // Fault injection for tests (engine only): in refit N, on receiving the
-  // coordinator's commit and before applying or acknowledging it, log one
-  // line ("... at the commit of refit N") and die by SIGKILL
-  // (debug_die_at_commit) or stop itself by SIGSTOP (debug_stop_at_commit),
-  // as a rank killed or stalled at the commit step would. Default: 0 (off).
-  std::uint64_t debug_die_at_commit = 0;
-  std::uint64_t debug_stop_at_commit = 0;
   // Dtypes this engine supports (dtype names); empty: every dtype.
   // Default: empty.
   std::vector<std::string> supported_dtypes;

@@ -219,6 +219,24 @@ Status ControlClient::report_failure(std::uint64_t version, const Status& local)
   return status;
 }
 
+bool ControlClient::lost() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_;
+}
+
+Status commit_in_doubt(std::uint64_t version, std::uint64_t kept, const Status& lost) {
+  const std::string v = std::to_string(version);
+  return Status(lost.code(), "refit " + v + " is in doubt here: this rank reported it done, then lost the "
+                             "coordinator before the commit decision reached it (the coordinator's report says "
+                             "whether refit " + v + " was committed); this rank keeps refit " + std::to_string(kept) +
+                             ": " + lost.message());
+}
+
+Status with_committed_version(const Status& status, std::uint64_t committed) {
+  if (status.ok()) return status;
+  return Status(status.code(), status.message() + " (last committed here: refit " + std::to_string(committed) + ")");
+}
+
 std::optional<Status> ControlClient::abort_reason() const {
   std::lock_guard<std::mutex> lock(mu_);
   return abort_;

@@ -83,6 +83,10 @@ class ControlClient {
   // kDeadlineExceeded.
   StatusOr<bool> wait_for_recovery(Deadline deadline);
 
+  // The coordinator is lost (its connection closed or its heartbeats
+  // stopped): nothing more will come from it (thread-safe).
+  bool lost() const;
+
   // The reason the refit was aborted, once known (thread-safe).
   std::optional<Status> abort_reason() const;
   // Like abort_reason(), but waits up to `grace` for it: a rank whose data
@@ -115,6 +119,19 @@ class ControlClient {
   std::function<void(const Status&)> on_abort_;
   std::thread reader_;
 };
+
+// A rank that reported refit `version` done and then lost the coordinator
+// (`lost`) before the commit decision reached it cannot know whether the
+// version was committed: the coordinator may have decided it (and written
+// its report) just before it was lost. The status says so, and which
+// version the rank keeps (`kept`: its last applied commit); the caller
+// neither applies `version` nor reports it as failed.
+Status commit_in_doubt(std::uint64_t version, std::uint64_t kept, const Status& lost);
+
+// `status` (a rank's final error, not OK) with the last version committed
+// at this rank appended: every surviving rank's last line names the version
+// it holds, to be compared with the coordinator's report.
+Status with_committed_version(const Status& status, std::uint64_t committed);
 
 template <class T>
 StatusOr<T> ControlClient::wait_for(Deadline deadline) {

@@ -17,6 +17,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "net/poll_wait.h"
 #include "control/auth.h"
 #include "control/join_gate.h"
@@ -28,7 +29,6 @@
 #include "control/gpu_sharing.h"
 #include "control/spec_json.h"
 #include "aligner/aligner.h"
-#include "net/link.h"
 #include "refit/plan.h"
 #include "transport/transport.h"
 
@@ -47,7 +47,7 @@ struct Member {
 
 class Coordinator {
  public:
-  explicit Coordinator(const CoordinatorOptions& options) : options_(options) {
+  explicit Coordinator(const CoordinatorOptions& options) : options_(options), fault_(options.debug_fault) {
     report_["verified"] = false;
     report_["refits"] = Json::array();
     report_["failures"] = Json::array();  // refits that failed and were recovered from
@@ -82,6 +82,8 @@ class Coordinator {
 
   Status setup(const std::function<void(int)>& on_listening) {
     RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
+    // A report file that cannot be written fails now, before any rank joins.
+    RETURN_IF_ERROR(persist_running("at setup, before any refit was committed"));
     ASSIGN_OR_RETURN(heartbeats_,
                      heartbeat_timing(options_.heartbeat_interval_s, options_.heartbeat_timeout_s, "coordinator"));
     std::string host;
@@ -266,6 +268,7 @@ class Coordinator {
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         auto message = recv_rank_message(*members_[i]->link, Deadline::After(std::chrono::milliseconds(5000)));
         if (message.ok()) {
+          fire_received_hook(*message);
           // Filled in place (clang 14 has no parenthesized aggregate init).
           PhaseEvent received(std::in_place_type<Received>);
           std::get<Received>(received).member = static_cast<int>(i);
@@ -305,6 +308,7 @@ class Coordinator {
 
   void carry_out(PhaseAction& action, std::vector<Lost>* lost) {
     if (auto* send = std::get_if<SendAll>(&action)) {
+      fire_send_hook(send->message);
       if (std::holds_alternative<Go>(send->message)) go_time_ = Clock::now();
       const bool ending = std::holds_alternative<Shutdown>(send->message) || std::holds_alternative<Abort>(send->message);
       // A heartbeat that cannot go out within the heartbeat deadline finds a
@@ -322,6 +326,11 @@ class Coordinator {
       }
     } else if (auto* commit = std::get_if<RecordCommit>(&action)) {
       record_commit(*commit);
+      // Written before commit(v) goes out: a coordinator lost from here on
+      // leaves a report that names v committed.
+      Status kept = persist_running("at the commit decision of refit " + std::to_string(commit->version));
+      if (!kept.ok()) note(LogLevel::kWarning, "the report file is not up to date: " + kept.message());
+      fire_fault_hook(fault_, ProtocolStep::kCommit, commit->version, "refit coordinator");
     } else if (auto* failure = std::get_if<RecordFailure>(&action)) {
       note(LogLevel::kWarning, "refit " + std::to_string(failure->version) + " failed: " + failure->error.message() +
                                    "; recovering");
@@ -339,7 +348,44 @@ class Coordinator {
     }
   }
 
+  // ---- fault hooks (refit/fault_hook.h) -------------------------------------------
+
+  // Before start(v) or go(v) goes out.
+  void fire_send_hook(const CoordinatorMessage& message) {
+    if (const auto* start = std::get_if<Start>(&message)) {
+      fire_fault_hook(fault_, ProtocolStep::kStart, start->version, "refit coordinator");
+    } else if (const auto* go = std::get_if<Go>(&message)) {
+      fire_fault_hook(fault_, ProtocolStep::kGo, go->version, "refit coordinator");
+    }
+  }
+
+  // On the first ready(v), sent(v), done(v) or committed(v) from any rank.
+  void fire_received_hook(const RankMessage& message) {
+    if (const auto* ready = std::get_if<Ready>(&message)) {
+      fire_fault_hook(fault_, ProtocolStep::kReady, ready->version, "refit coordinator");
+    } else if (const auto* sent = std::get_if<Sent>(&message)) {
+      fire_fault_hook(fault_, ProtocolStep::kSent, sent->version, "refit coordinator");
+    } else if (const auto* done = std::get_if<Done>(&message)) {
+      fire_fault_hook(fault_, ProtocolStep::kDone, done->version, "refit coordinator");
+    } else if (const auto* committed = std::get_if<Committed>(&message)) {
+      fire_fault_hook(fault_, ProtocolStep::kCommitted, committed->version, "refit coordinator");
+    }
+  }
+
   // ---- the report ------------------------------------------------------------------
+
+  // The report file while the job runs (CoordinatorOptions::report_path):
+  // what was committed so far, marked unfinished; run_coordinator replaces
+  // it with the final report.
+  Status persist_running(const std::string& when) {
+    if (options_.report_path.empty()) return Status::Ok();
+    Json running = report_;
+    running["verified"] = false;
+    running["error"] = "unfinished: the coordinator wrote this report " + when +
+                       " and did not finish the job (it was killed, or is stopped)";
+    return write_file_atomically(options_.report_path, running.dump(2) + "\n")
+        .WithContext("--report " + options_.report_path);
+  }
 
   void record_commit(const RecordCommit& commit) {
     auto with_rank = [](const Done& done, std::size_t rank) {
@@ -411,6 +457,7 @@ class Coordinator {
   void note(LogLevel level, const std::string& line) { log(level, "refit coordinator", line); }
 
   CoordinatorOptions options_;
+  FaultHook fault_;  // options_.debug_fault, disarmed once it fired
   // Accepts, authenticates and reads joins off this thread (join_gate.h).
   std::unique_ptr<JoinGate> gate_;
   std::vector<std::optional<Member>> trainers_, engines_;

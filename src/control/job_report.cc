@@ -3,6 +3,7 @@
 #include <string>
 
 #include "control/coordinate.h"
+#include "core/atomic_file.h"
 
 namespace refit {
 
@@ -25,6 +26,11 @@ JobReport run_coordinator(const CoordinatorOptions& options, const std::function
   out.verified = report.value("verified", false);
   out.committed_version = report.value("committed_version", std::uint64_t{0});
   out.json = report.dump(2);
+  if (!options.report_path.empty()) {
+    // Replaces the file the coordinator kept while the job ran.
+    Status written = write_file_atomically(options.report_path, out.json + "\n");
+    if (!written.ok() && out.status.ok()) out.status = written.WithContext("--report " + options.report_path);
+  }
   return out;
 }
 

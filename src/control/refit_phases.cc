@@ -31,6 +31,7 @@ std::vector<PhaseAction> RefitPhases::start(PhaseTime now, PhaseTime linked_by) 
 std::vector<PhaseAction> RefitPhases::on(const PhaseEvent& event, PhaseTime now) {
   out_.clear();
   if (phase_ == Phase::kEnded) return {};
+  if (stalled_itself(now)) return std::move(out_);
   if (const auto* received = std::get_if<Received>(&event)) {
     // Any message proves its sender alive.
     auto& heard = heard_[static_cast<std::size_t>(received->member)];
@@ -266,7 +267,28 @@ void RefitPhases::check_silence(PhaseTime now) {
 void RefitPhases::beat(PhaseTime now) {
   if (!options_.heartbeats || now < next_beat_) return;
   out_.push_back(SendAll{Heartbeat{}});
+  last_beat_ = now;
   next_beat_ = now + options_.heartbeats->interval;
+}
+
+// The coordinator itself was stopped (SIGSTOP) or starved past the
+// heartbeat deadline: its heartbeats stopped, so every rank has given it up
+// by now. Whatever arrived meanwhile (a rank's done, queued in its socket)
+// must not lead to a decision: the job ends at once, keeping the last
+// committed version (a refit in flight is aborted).
+bool RefitPhases::stalled_itself(PhaseTime now) {
+  if (!options_.heartbeats || now - last_beat_ <= options_.heartbeats->timeout) return false;
+  char text[160];
+  std::snprintf(text, sizeof text,
+                "the coordinator itself was stalled: it sent nothing for %.1f s, past the heartbeat deadline (%g s), "
+                "so every rank has treated it as lost",
+                std::chrono::duration<double>(now - last_beat_).count(),
+                static_cast<double>(options_.heartbeats->timeout.count()) / 1000);
+  const std::string v = std::to_string(version_);
+  end(phase_ == Phase::kCommit ? Unavailable("refit " + v + " was committed, but " + text)
+      : in_flight_            ? Unavailable(std::string(text) + "; refit " + v + " aborted")
+                              : Unavailable(text));
+  return true;
 }
 
 // ---- decisions -------------------------------------------------------------------

@@ -25,7 +25,10 @@
 // heartbeat each interval, and a rank it heard nothing from for the
 // heartbeat deadline is lost, named, exactly as if its connection closed.
 // A stopped rank (SIGSTOP) sends nothing, so its stall ends the job within
-// the heartbeat deadline, not after a refit or setup deadline.
+// the heartbeat deadline, not after a refit or setup deadline. The machine
+// watches itself too: an event that comes more than the heartbeat deadline
+// after its last heartbeat means the coordinator was stalled, every rank
+// has given it up, and the job ends without deciding anything more.
 //
 // Members are numbered 0..T-1 (trainer ranks) then T..T+E-1 (engine ranks).
 //
@@ -153,6 +156,7 @@ class RefitPhases {
   void on_deadline(PhaseTime now);
   void check_silence(PhaseTime now);
   void beat(PhaseTime now);
+  bool stalled_itself(PhaseTime now);
   PhaseTime phase_deadline() const;
   void on_ask(int member, const RankMessage& ask, PhaseTime now);
   void advance(PhaseTime now);
@@ -189,6 +193,7 @@ class RefitPhases {
   // it is lost: no longer watched), and when the next heartbeat is due.
   std::vector<PhaseTime> heard_;
   PhaseTime next_beat_ = PhaseTime::max();
+  PhaseTime last_beat_{};  // the last heartbeat sent: the machine's own sign of life
   std::vector<PhaseAction> out_;
 };
 

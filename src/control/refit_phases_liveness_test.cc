@@ -54,6 +54,26 @@ class LiveJob {
     }
   }
   void Silence(int member) { silent_.insert(member); }
+  // The coordinator itself stops for `d` (SIGSTOP): time passes, no event
+  // reaches the machine, it sends nothing.
+  void Stall(std::chrono::seconds d) { now_ += d; }
+
+  bool Recorded() const {
+    for (const PhaseAction& a : actions_) {
+      if (std::holds_alternative<RecordCommit>(a)) return true;
+    }
+    return false;
+  }
+  // The last message sent to every rank that ends the job or the refit.
+  std::optional<CoordinatorMessage> LastVerdict() const {
+    for (auto it = actions_.rbegin(); it != actions_.rend(); ++it) {
+      const auto* s = std::get_if<SendAll>(&*it);
+      if (s != nullptr && (std::holds_alternative<Abort>(s->message) || std::holds_alternative<Shutdown>(s->message))) {
+        return s->message;
+      }
+    }
+    return std::nullopt;
+  }
 
   std::optional<Status> Ended() const {
     for (const PhaseAction& a : actions_) {
@@ -184,6 +204,46 @@ TEST(Liveness, AnyMessageCountsAsASignOfLife) {
   job.Pass(3s);
   ASSERT_TRUE(job.Ended().has_value());
   EXPECT_HAS(job.Ended()->message(), "lost engine rank 1");
+}
+
+// The coordinator stalled past the heartbeat deadline (every rank gave it
+// up meanwhile: its heartbeats stopped), then resumed with every rank's
+// done queued in its sockets. Catches: a machine that decides the commit on
+// those messages (the report would name refit 1 committed while every rank
+// exited holding version 0), and a stall check that fires on a short pause.
+TEST(Liveness, ACoordinatorStalledPastTheDeadlineDecidesNothingMore) {
+  LiveJob job(2);
+  DriveTo(job, Where::kVerify);
+  job.Stall(9s);  // within the deadline: the job goes on
+  job.Send(0, Done{1, false, Json::object(), ""});
+  ASSERT_FALSE(job.Ended().has_value()) << job.Ended()->ToString();
+  job.Stall(12s);
+  for (int m = 1; m < kMembers; ++m) job.Send(m, Done{1, m >= 2, Json::object(), ""});
+  EXPECT_FALSE(job.Recorded()) << "refit 1 was decided after the coordinator's own stall";
+  ASSERT_TRUE(job.Ended().has_value());
+  EXPECT_EQ(job.Ended()->code(), StatusCode::kUnavailable);
+  EXPECT_HAS(job.Ended()->message(), "the coordinator itself was stalled");
+  EXPECT_HAS(job.Ended()->message(), "refit 1 aborted");
+  ASSERT_TRUE(job.LastVerdict().has_value());
+  EXPECT_TRUE(std::holds_alternative<Abort>(*job.LastVerdict()));
+  EXPECT_EQ(job.phases().committed_version(), 0u);
+}
+
+// The same stall after the decision: refit 1 stays committed, the verdict
+// is a shutdown naming it. Catches: an abort of a decided version.
+TEST(Liveness, ACoordinatorStalledAfterItsDecisionKeepsTheVersionCommitted) {
+  LiveJob job(2);
+  DriveTo(job, Where::kCommit);
+  ASSERT_TRUE(job.Recorded());
+  job.Stall(12s);
+  job.All(Committed{1});
+  ASSERT_TRUE(job.Ended().has_value());
+  EXPECT_HAS(job.Ended()->message(), "refit 1 was committed, but the coordinator itself was stalled");
+  const std::optional<CoordinatorMessage> verdict = job.LastVerdict();
+  ASSERT_TRUE(verdict.has_value());
+  const auto* shutdown = std::get_if<Shutdown>(&*verdict);
+  ASSERT_NE(shutdown, nullptr);
+  EXPECT_EQ(shutdown->committed_version, 1u);
 }
 
 }  // namespace

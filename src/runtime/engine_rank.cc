@@ -58,6 +58,7 @@ class EngineRank::Impl {
   }
 
   bool recovered() const { return recovered_; }
+  std::uint64_t committed_version() const { return engine_ != nullptr ? engine_->weight_version() : 0; }
 
   StatusOr<std::optional<std::uint64_t>> next() {
     recovered_ = false;
@@ -67,6 +68,8 @@ class EngineRank::Impl {
     Status status = refit(version);
     if (!status.ok()) {
       engine_->abort(version, status);  // the version stays at the last committed one
+      // In doubt: the coordinator is lost, nobody to report to or relink with.
+      if (in_doubt_) return status;
       // A broken CUDA context (a sticky error) fails every later refit the
       // same way: report it, and end this process instead of relinking.
       const Status health = on_device_ ? cuda_context_health(device_) : Status::Ok();
@@ -278,14 +281,17 @@ class EngineRank::Impl {
   }
 
   Status refit(std::uint64_t version) {
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kStart, version, name());
     RETURN_IF_ERROR(engine_->begin(version));
     // Direct mode has no credits: trainers announce buckets as soon as they
     // see "go", so the receiver takes this refit's frames before "ready".
     if (direct_) RETURN_IF_ERROR(receiver_->start(version, Deadline::AfterSeconds(options_.refit_timeout_s)));
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kReady, version, name());
     RETURN_IF_ERROR(client_->send(Ready{version}));
     Deadline deadline = Deadline::AfterSeconds(options_.refit_timeout_s);
     ASSIGN_OR_RETURN(Go go, client_->wait_for<Go>(deadline));
     (void)go;
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kGo, version, name());
     if (direct_) return finish_direct(version, deadline);
     RETURN_IF_ERROR(receiver_->start(version, deadline));
 
@@ -319,6 +325,7 @@ class EngineRank::Impl {
       applying += std::chrono::steady_clock::now() - got;
       ++aligned;
     }
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kSent, version, name());
     RETURN_IF_ERROR(client_->send(Sent{version}));
     ASSIGN_OR_RETURN(const bool verified, verify(version));
     ReceiverStats stats = receiver_->stats();
@@ -338,6 +345,7 @@ class EngineRank::Impl {
   Status finish_direct(std::uint64_t version, Deadline deadline) {
     RETURN_IF_ERROR(receiver_->wait_all_landed(deadline));
     const std::uint64_t buckets = plan_.buckets.size(), bytes = receiver_->stats().bytes;
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kSent, version, name());
     RETURN_IF_ERROR(client_->send(Sent{version}));
     ASSIGN_OR_RETURN(const bool verified, verify(version));
     return report_and_commit(version, deadline, verified,
@@ -363,33 +371,28 @@ class EngineRank::Impl {
     const char* memory_path = !on_device_                                         ? "host"
                               : transport_->capabilities().device_memory_staged ? "host-staged"
                                                                                 : "cuda";
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kDone, version, name());
     RETURN_IF_ERROR(client_->send(Done{version, verified, std::move(stats), memory_path}));
     // The coordinator decides the commit once every rank is done; until its
     // Commit arrives nothing here (the weights' version, --save) moves.
-    ASSIGN_OR_RETURN(Commit commit, client_->wait_for<Commit>(deadline));
-    if (commit.version != version) {
-      return InvalidArgument("protocol error: the coordinator committed refit " + std::to_string(commit.version) +
+    auto commit = client_->wait_for<Commit>(deadline);
+    if (!commit.ok()) {
+      in_doubt_ = client_->lost();
+      return in_doubt_ ? commit_in_doubt(version, engine_->weight_version(), commit.status()) : commit.status();
+    }
+    if (commit->version != version) {
+      return InvalidArgument("protocol error: the coordinator committed refit " + std::to_string(commit->version) +
                              " during refit " + std::to_string(version));
     }
-    debug_commit_fault(version);
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kCommit, version, name());
     RETURN_IF_ERROR(engine_->commit(version));
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kCommitted, version, name());
     // From here `version` is committed for this rank whatever the
     // coordinator hears: a lost acknowledgement is a lost coordinator, which
     // the next wait reports.
     Status acked = client_->send(Committed{engine_->weight_version()});
     if (!acked.ok()) log(LogLevel::kWarning, name(), "refit " + std::to_string(version) + " committed; " + acked.message());
     return Status::Ok();
-  }
-
-  // The commit-step fault hooks (roles.h): the line goes out before the
-  // signal, so a test waits for it instead of sleeping.
-  void debug_commit_fault(std::uint64_t version) {
-    const bool die = version == options_.debug_die_at_commit, stop = version == options_.debug_stop_at_commit;
-    if (!die && !stop) return;
-    log(LogLevel::kWarning, name(),
-        std::string(die ? "dying by SIGKILL" : "stopping by SIGSTOP") + " at the commit of refit " +
-            std::to_string(version) + (die ? " (--debug-die-at-commit)" : " (--debug-stop-at-commit)"));
-    ::raise(die ? SIGKILL : SIGSTOP);
   }
 
   EngineOptions options_;
@@ -406,6 +409,7 @@ class EngineRank::Impl {
   std::mutex data_mu_;  // receiver_: the control reader's cancel vs recovery
   std::unique_ptr<Receiver> receiver_;
   bool recovered_ = false;  // the last failed refit was recovered from
+  bool in_doubt_ = false;   // done sent, then the coordinator lost before its commit
   // Declared last, destroyed first: its reader thread calls into receiver_.
   std::unique_ptr<ControlClient> client_;
 };
@@ -419,13 +423,18 @@ StatusOr<std::unique_ptr<EngineRank>> EngineRank::Join(const EngineOptions& opti
   return std::unique_ptr<EngineRank>(new EngineRank(std::move(impl)));
 }
 
-Status EngineRank::serve() { return impl_->serve().WithContext(impl_->name()); }
+Status EngineRank::serve() {
+  const Status status = impl_->serve();  // before reading the version it leaves
+  return with_committed_version(status, impl_->committed_version()).WithContext(impl_->name());
+}
 
 bool EngineRank::recovered() const { return impl_->recovered(); }
 
 StatusOr<std::optional<std::uint64_t>> EngineRank::next() {
   auto version = impl_->next();
-  if (!version.ok()) return version.status().WithContext(impl_->name());
+  if (!version.ok()) {
+    return with_committed_version(version.status(), impl_->committed_version()).WithContext(impl_->name());
+  }
   return version;
 }
 

@@ -251,6 +251,8 @@ class TrainerRank::Impl : public BucketProtocol {
     recovered_ = false;
     Status status = run_refit(version);
     if (status.ok()) return Status::Ok();
+    // In doubt: the coordinator is lost, nobody to report to or relink with.
+    if (in_doubt_) return status;
     // A broken CUDA context (a sticky error) fails every later refit the same
     // way: report it, and end this process instead of relinking.
     const Status health = sender_->stream() != nullptr ? cuda_context_health(sender_->stream()->device()) : Status::Ok();
@@ -285,11 +287,14 @@ class TrainerRank::Impl : public BucketProtocol {
   }
 
   Status run_refit(std::uint64_t version) {
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kStart, version, name());
     RETURN_IF_ERROR(source_->prepare(version, seed_).WithContext(name() + ", preparing the weights of refit " +
                                                                   std::to_string(version)));
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kReady, version, name());
     RETURN_IF_ERROR(client_->send(Ready{version}));
     ASSIGN_OR_RETURN(Go go, client_->wait_for<Go>(Deadline::AfterSeconds(options_.refit_timeout_s)));
     (void)go;
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kGo, version, name());
     Deadline deadline = Deadline::AfterSeconds(options_.refit_timeout_s);
     const Clock::time_point went = Clock::now();
     CudaStream* stream = sender_->stream();  // the sender's copies, or null (host paths)
@@ -338,6 +343,7 @@ class TrainerRank::Impl : public BucketProtocol {
     // Every byte was read: a checkpoint file that changed meanwhile fails the refit.
     RETURN_IF_ERROR(source_->check_unchanged().WithContext(name() + ", refit " + std::to_string(version)));
     RETURN_IF_ERROR(client_->send(Progress{version, bytes}));
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kSent, version, name());
     RETURN_IF_ERROR(client_->send(Sent{version}));
     Json stats{{"buckets", buckets}, {"bytes", bytes}, {"send_ms", send_ms}, {"memory_path", memory_path()}};
     if (gpu_span_) {
@@ -347,15 +353,22 @@ class TrainerRank::Impl : public BucketProtocol {
       ASSIGN_OR_RETURN(float gpu_ms, gpu_span_->second.elapsed_ms_since(gpu_span_->first));
       stats["gpu_span_ms"] = gpu_ms;
     }
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kDone, version, name());
     RETURN_IF_ERROR(client_->send(Done{version, false, std::move(stats), memory_path()}));
     // The coordinator decided refit `version` committed once every rank was
     // done; before its Commit nothing here treats it as committed.
-    ASSIGN_OR_RETURN(Commit commit, client_->wait_for<Commit>(deadline));
-    if (commit.version != version) {
-      return InvalidArgument("protocol error: the coordinator committed refit " + std::to_string(commit.version) +
+    auto commit = client_->wait_for<Commit>(deadline);
+    if (!commit.ok()) {
+      in_doubt_ = client_->lost();
+      return in_doubt_ ? commit_in_doubt(version, committed_, commit.status()) : commit.status();
+    }
+    if (commit->version != version) {
+      return InvalidArgument("protocol error: the coordinator committed refit " + std::to_string(commit->version) +
                              " during refit " + std::to_string(version));
     }
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kCommit, version, name());
     committed_ = version;
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kCommitted, version, name());
     return client_->send(Committed{version});
   }
 
@@ -418,6 +431,7 @@ class TrainerRank::Impl : public BucketProtocol {
   bool source_on_device_ = false, target_on_device_ = false, direct_ = false;
   bool on_demand_ = false, finished_ = false;
   bool recovered_ = false;  // the last failed refit was recovered from
+  bool in_doubt_ = false;   // done sent, then the coordinator lost before its commit
   std::uint64_t committed_ = 0;
   // How this rank's buckets move (chosen once at setup; uses target_ and
   // link_, so declared after them: destroyed first).
@@ -437,8 +451,14 @@ StatusOr<std::unique_ptr<TrainerRank>> TrainerRank::Join(const RankOptions& opti
   return std::unique_ptr<TrainerRank>(new TrainerRank(std::move(impl)));
 }
 
-Status TrainerRank::serve() { return impl_->serve().WithContext(impl_->name()); }
-Status TrainerRank::refit(std::uint64_t version) { return impl_->refit(version).WithContext(impl_->name()); }
+Status TrainerRank::serve() {
+  const Status status = impl_->serve();  // before reading the version it leaves
+  return with_committed_version(status, impl_->committed_version()).WithContext(impl_->name());
+}
+Status TrainerRank::refit(std::uint64_t version) {
+  const Status status = impl_->refit(version);
+  return with_committed_version(status, impl_->committed_version()).WithContext(impl_->name());
+}
 Status TrainerRank::finish() { return impl_->finish().WithContext(impl_->name()); }
 std::uint64_t TrainerRank::committed_version() const { return impl_->committed_version(); }
 bool TrainerRank::on_demand() const { return impl_->on_demand(); }

@@ -20,7 +20,6 @@ struct CoordinatorFlags {
   CoordinatorOptions options;
   std::string secret_file;
   std::string port_file;    // "": say the port on stderr
-  std::string report_file;  // "": the report goes to stdout
 };
 
 // Writes `port` to `path` atomically (a reader never sees a partial file);
@@ -46,11 +45,8 @@ Status run_coordinator_command(CoordinatorFlags& f) {
       std::fprintf(stderr, "refit coordinator: listening on port %d\n", port);
     }
   });
-  if (f.report_file.empty()) {
-    std::printf("%s\n", report.json.c_str());
-  } else {
-    std::ofstream(f.report_file) << report.json << "\n";
-  }
+  // With --report the library kept the file up to date (CoordinatorOptions::report_path).
+  if (f.options.report_path.empty()) std::printf("%s\n", report.json.c_str());
   return report.status;
 }
 
@@ -69,7 +65,10 @@ void add_coordinator_command(CLI::App& app, CommandTable& table) {
   add_timeout_flags(*cmd, o.setup_timeout_s, o.refit_timeout_s);
   add_heartbeat_flags(*cmd, o.heartbeat_interval_s, o.heartbeat_timeout_s);
   cmd->add_option("--port-file", f->port_file, "Write the listening port to this file");
-  cmd->add_option("--report", f->report_file, "Write the JSON report to this file (default: stdout)");
+  cmd->add_option("--report", o.report_path,
+                  "Write the JSON report to this file, at every commit decision and at the end (default: stdout, "
+                  "at the end)");
+  add_fault_hook_flag(*cmd, o.debug_fault);
   cmd->add_flag("--progress", o.progress, "Draw a progress bar on stderr");
   cmd->add_flag("!--quiet", o.log_joins, "Do not log each rank that joins");
   add_secret_file_flag(*cmd, f->secret_file);

@@ -18,10 +18,7 @@ void add_engine_command(CLI::App& app, CommandTable& table) {
   add_engine_flags(*cmd, f->options, f->secret_file);
   cmd->add_option("--save", f->options.save_path,
                   "After each refit, write this rank's shards to this safetensors file");
-  cmd->add_option("--debug-die-at-commit", f->options.debug_die_at_commit,
-                  "Debug: in refit N, die by SIGKILL on receiving the commit, before applying it");
-  cmd->add_option("--debug-stop-at-commit", f->options.debug_stop_at_commit,
-                  "Debug: in refit N, stop (SIGSTOP) on receiving the commit, before applying it");
+  add_fault_hook_flag(*cmd, f->options.debug_fault);
   table.push_back({cmd, [f]() -> Status {
                      RETURN_IF_ERROR(finish_engine_options(f->options, f->secret_file));
                      return run_engine(f->options);

@@ -56,6 +56,20 @@ CLI::Option* add_bucket_size_flag(CLI::App& cmd, std::uint64_t& bytes) {
   return add_byte_size_option(cmd, "--bucket-size", bytes, "Transport bucket size, e.g. 4MiB, 1GiB");
 }
 
+CLI::Option* add_fault_hook_flag(CLI::App& cmd, FaultHook& hook) {
+  return cmd
+      .add_option_function<std::string>(
+          "--debug-fault",
+          [&hook](const std::string& text) {
+            auto parsed = parse_fault_hook(text);
+            if (!parsed.ok()) throw CLI::ValidationError("--debug-fault", parsed.status().message());
+            hook = *parsed;
+          },
+          "Fault injection for tests: at STEP of refit VERSION, ACTION this process "
+          "(STEP:VERSION:ACTION; steps start, ready, go, sent, done, commit, committed; actions kill, stop)")
+      ->type_name("STEP:VERSION:ACTION");
+}
+
 void add_timeout_flags(CLI::App& cmd, double& setup_timeout_s, double& refit_timeout_s) {
   cmd.add_option("--setup-timeout", setup_timeout_s, "Seconds allowed for setup")
       ->check(PositiveSeconds())

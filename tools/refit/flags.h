@@ -51,6 +51,11 @@ CLI::Option* add_device_flag(CLI::App& cmd, std::string& device);
 // --mode: staged or direct.
 CLI::Option* add_mode_flag(CLI::App& cmd, std::string& mode);
 
+// --debug-fault STEP:VERSION:ACTION (refit/fault_hook.h), for tests: kill
+// or stop the process at one protocol step of one refit. A text
+// parse_fault_hook refuses is a usage error naming the wrong part.
+CLI::Option* add_fault_hook_flag(CLI::App& cmd, FaultHook& hook);
+
 // --secret-file: the file holding the job's shared secret. Resolve it with
 // resolve_secret once the command line parsed.
 CLI::Option* add_secret_file_flag(CLI::App& cmd, std::string& path);

@@ -36,6 +36,7 @@ void add_debug_flags(CLI::App& cmd, TrainerFlags& f) {
   cmd.add_option("--debug-cuda-fault-refit", o.debug_cuda_fault_refit,
                  "Fault injection for tests: break the trainer's CUDA context in refit N")
       ->group("");
+  add_fault_hook_flag(cmd, o.debug_fault);
   cmd.add_option("--debug-die-after-announce", o.debug_die_after_announce,
                  "Fault injection for tests: in refit N, send a bucket behind a GPU delay, then SIGKILL")
       ->group("");
