@@ -33,7 +33,10 @@ class Secret {
 
   // `bytes` as a secret, checking its length; `source` names it in errors.
   static StatusOr<Secret> FromBytes(std::string bytes, const std::string& source);
-  // The file's contents without one trailing newline ("\n" or "\r\n").
+  // The file's contents without one trailing newline ("\n" or "\r\n"). A
+  // file that group or others may access (mode & 077) is read, with a
+  // warning through refit::log naming the file and its mode, once per file
+  // and process.
   static StatusOr<Secret> FromFile(const std::string& path);
   // What the CLI takes: --secret-file `file` when not empty, else the value
   // of REFIT_SECRET (`env_value`, read by the caller; nullptr or "" when

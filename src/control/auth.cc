@@ -8,6 +8,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <string>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -16,6 +20,7 @@
 #include "control/control_message.h"
 #include "core/regular_file.h"
 #include "control/protocol.h"
+#include "refit/log.h"
 
 namespace refit {
 namespace {
@@ -61,6 +66,28 @@ StatusOr<AuthMessage> recv_auth_decoded(Link& link, Deadline deadline, const cha
 
 // ---------------------------------------------------------------- Secret
 
+namespace {
+
+// A secret file that group or others may read is a secret shared with them:
+// accepted (the job runs), but said once per file and process (a demo or a
+// process that resolves its secret twice says it once).
+void warn_if_others_may_read(const std::string& path, mode_t mode) {
+  if ((mode & (S_IRWXG | S_IRWXO)) == 0) return;
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!warned.insert(path).second) return;
+  }
+  char octal[8];
+  std::snprintf(octal, sizeof octal, "%04o", static_cast<unsigned>(mode & 07777));
+  log(LogLevel::kWarning, "refit",
+      "warning: the secret file " + path + " has mode " + octal +
+          ": users other than its owner may read it; chmod 600 " + path);
+}
+
+}  // namespace
+
 Secret& Secret::operator=(const Secret& other) {
   if (this != &other) {
     if (!bytes_.empty()) OPENSSL_cleanse(bytes_.data(), bytes_.size());
@@ -87,6 +114,7 @@ StatusOr<Secret> Secret::FromBytes(std::string bytes, const std::string& source)
 StatusOr<Secret> Secret::FromFile(const std::string& path) {
   // A FIFO or a device is refused before it is read, without blocking.
   ASSIGN_OR_RETURN(RegularFile file, open_regular_file(path, "the secret file " + path));
+  warn_if_others_may_read(path, file.st.st_mode);
   const int fd = file.fd.get();
   std::string bytes(kMaxSecretBytes + 2, '\0');  // + "\r\n"
   std::size_t got = 0;

@@ -13,9 +13,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <future>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "control/control_message.h"
+#include "refit/log.h"
 
 namespace refit {
 namespace {
@@ -357,6 +360,29 @@ TEST_F(SecretFile, FileWinsOverTheEnvironmentWhichWinsOverNone) {
   EXPECT_EQ(from_env->bytes(), kOther.bytes());
   EXPECT_TRUE(Secret::Resolve("", nullptr)->empty());
   EXPECT_TRUE(Secret::Resolve("", "")->empty());
+}
+
+// Catches: a secret file that others may read accepted without a word, a
+// warning that names neither the file nor its mode, one said again each time
+// the same process reads the file, and one for a private (0600) file.
+// Mutations tried: the mode check removed from Secret::FromFile (no
+// warning: fails), and the once-per-file set left out (two warnings: fails).
+TEST_F(SecretFile, AFileOthersMayReadIsWarnedAboutOnce) {
+  Write("0123456789abcdef-the-shared-secret\n");
+  std::vector<std::string> warnings;
+  set_log_sink([&](LogLevel level, std::string_view, std::string_view message) {
+    if (level == LogLevel::kWarning) warnings.emplace_back(message);
+  });
+  ASSERT_EQ(::chmod(path_.c_str(), 0600), 0);
+  ASSERT_TRUE(Secret::FromFile(path_).ok());
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  ASSERT_EQ(::chmod(path_.c_str(), 0644), 0);
+  ASSERT_TRUE(Secret::FromFile(path_).ok());
+  ASSERT_TRUE(Secret::Resolve(path_, nullptr).ok());
+  set_log_sink({});
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_HAS(warnings[0], "the secret file " + path_ + " has mode 0644");
+  EXPECT_HAS(warnings[0], "chmod 600 " + path_);
 }
 
 }  // namespace

@@ -263,6 +263,9 @@ Json encode_join(const Join& j) {
   if (j.role == Role::kTrainer) {
     m["engine_rank"] = j.engine_rank;
     m["stream_dtypes"] = j.stream_dtypes;
+    // Its plan of the engine rank's stream: a digest mismatch then names
+    // the first tensor that differs (topology.cc).
+    if (!j.specs.empty()) m["specs"] = specs_to_json(j.specs);
   } else {
     m["data_address"] = j.data_address;
     m["descriptor"] = j.descriptor;

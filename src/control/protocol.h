@@ -123,6 +123,9 @@ struct Join {
   std::string data_address, descriptor;
   std::uint64_t pool_slots = 0, memory_limit = 0;
   std::vector<std::string> supported_dtypes;
+  // Engine: its stream. Trainer (optional): its plan of the stream of the
+  // engine rank it feeds, so that a digest mismatch names the first tensor
+  // that differs; empty: not sent.
   std::vector<TensorSpec> specs;
 };
 // Setup done (every data link up), or after a relink the rank's state.

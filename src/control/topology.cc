@@ -1,6 +1,7 @@
 #include "control/topology.h"
 
 #include "control/gpu_sharing.h"
+#include "control/spec_diff.h"
 #include "control/spec_json.h"
 #include "aligner/aligner.h"
 #include "refit/plan.h"
@@ -54,6 +55,20 @@ Status check_agreement(const std::vector<Join>& trainers, const std::vector<Join
   return Status::Ok();
 }
 
+// Why trainer `t` and engine `e` computed different plans of e's stream:
+// the first tensor that differs (spec_diff.h) when t sent its specs; else,
+// or when the specs agree, the settings to compare.
+std::string why_digests_differ(const Join& t, const Join& e) {
+  const std::string tn = rank_name(Role::kTrainer, t.rank), en = rank_name(Role::kEngine, e.rank);
+  if (t.specs.empty()) {
+    return "the two sides disagree on the tensor specs; compare the --model, --layers and --rule of " + tn +
+           " and " + en;
+  }
+  const std::string diff = first_spec_difference({tn, &t.specs}, {en, &e.specs});
+  if (!diff.empty()) return diff;
+  return "the tensor specs agree, so the two refit builds plan differently; run the same refit build everywhere";
+}
+
 // Engine-local resources, and each trainer against the engine rank it feeds.
 Status check_pairs(const std::vector<Join>& trainers, const std::vector<Join>& engines) {
   for (const Join& e : engines) {
@@ -76,7 +91,7 @@ Status check_pairs(const std::vector<Join>& trainers, const std::vector<Join>& e
       auto shown = [](const std::string& d) { return d.empty() ? std::string("?") : d; };
       return FailedPrecondition("plan digest mismatch: " + tn + " computed " + shown(t.plan_digest) + " for " + en +
                                 "'s stream, " + en + " computed " + shown(e.plan_digest) + " (same bucket_size " +
-                                std::to_string(e.bucket_size) + "; the two sides disagree on the tensor specs)");
+                                std::to_string(e.bucket_size) + "): " + why_digests_differ(t, e));
     }
     for (const auto& [dtype, example] : t.stream_dtypes) {
       bool ok = false;

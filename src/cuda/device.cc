@@ -35,6 +35,12 @@ StatusOr<int> engine_local_device(int base_gpu_id, int tp_rank, int visible_devi
   return static_cast<int>(local);
 }
 
+Status require_cuda_device() {
+  StatusOr<int> count = cuda_device_count();
+  if (count.ok()) return Status::Ok();
+  return FailedPrecondition("no CUDA device (" + count.status().message() + ")");
+}
+
 std::vector<std::string> parse_visible_devices(std::string_view env_value) {
   std::vector<std::string> out;
   std::size_t pos = 0;

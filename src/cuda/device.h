@@ -182,6 +182,15 @@ class HostRegistration {
 };
 
 
+// OK when this process can use a CUDA device: refit was built with CUDA
+// and the runtime sees at least one device. Otherwise kFailedPrecondition
+// "no CUDA device (<why>)", where why is the CUDA error text (a missing or
+// too old driver, no device visible) or "refit was built without CUDA".
+// Every run given --device cuda checks it among its settings
+// (validate_rank_settings in refit/roles.h; the demo and bench through it),
+// before it allocates or measures anything.
+Status require_cuda_device();
+
 // OK while `device`'s CUDA context in this process still works. After a
 // sticky error (an illegal address, a failed launch, a hardware exception,
 // an uncorrectable ECC error) every later CUDA call of the process fails the

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cinttypes>
+#include <cstdio>
 
 #include "control/auth.h"
 #include "net/frames.h"
@@ -10,6 +12,12 @@
 
 namespace refit {
 namespace {
+
+std::string digest_hex(std::uint64_t digest) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016" PRIx64, digest);
+  return text;
+}
 
 // One data connection: authenticates it with the job's secret in this
 // rank's data context (auth.h; "none" when the job has no secret) within
@@ -40,7 +48,12 @@ StatusOr<std::size_t> admit_link(Link& link, const DataPort& port, const std::ve
                            ")");
   }
   if (hello.plan_digest != port.plan_digest) {
-    return FailedPrecondition("plan digest mismatch with trainer rank " + std::to_string(hello.trainer_rank));
+    // Only digests travel here (the coordinator, which has the specs, named
+    // any difference at setup): say which settings make them differ.
+    return FailedPrecondition("plan digest mismatch with trainer rank " + std::to_string(hello.trainer_rank) +
+                              ": its hello carries plan " + digest_hex(hello.plan_digest) + ", " + port.name +
+                              " planned " + digest_hex(port.plan_digest) +
+                              "; compare the two ranks' --model, --layers, --rule and --bucket-size");
   }
   const std::size_t index = static_cast<std::size_t>(it - port.feeders.begin());
   if (!addresses[index].empty()) {

@@ -2,6 +2,7 @@
 // unsupported configurations fail at setup with a message naming the setting).
 #include <functional>
 
+#include "cuda/device.h"
 #include "transport/transport.h"
 #include "refit/roles.h"
 
@@ -38,6 +39,13 @@ Status validate_rank_settings(const RankOptions& o, bool engine) {
                               " feeds each engine rank from exactly one trainer rank, so --trainer-ranks " +
                               std::to_string(o.trainer_ranks) + " must equal --engine-ranks " +
                               std::to_string(o.engine_ranks));
+  }
+  // Without a usable GPU nothing below matters: refuse --device cuda here,
+  // before any rank allocates, joins or measures (no figures follow).
+  if (o.device == "cuda") {
+    if (Status usable = require_cuda_device(); !usable.ok()) {
+      return Status(usable.code(), who + ": --device cuda: " + usable.message());
+    }
   }
   if (o.device == "cuda" && !caps.device_memory) {
     return FailedPrecondition(who + ": --device cuda needs a transport that moves device memory (" +

@@ -43,6 +43,9 @@ double measure_ceiling(const DemoOptions& o, std::uint64_t bytes, Json& report) 
 
 Status run_bench(const DemoOptions& options) {
   RETURN_IF_ERROR(resolve_secret(options.secret_file).status());
+  // Refused settings (--device cuda without a GPU) end here: no ceiling is
+  // measured and no figures are printed.
+  RETURN_IF_ERROR(check_demo_settings(options));
   DemoOptions o = options;
   o.json = true;  // no table from the demo itself
   Json report = run_demo_report(o);

@@ -5,11 +5,13 @@
 #include <cstring>
 
 #include <dirent.h>
+#include <sys/random.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -201,6 +203,7 @@ Json failed_report(const std::string& error) { return Json{{"verified", false}, 
 struct DemoJob {
   std::string self = self_path();
   std::vector<std::string> common;  // flags every process takes
+  std::vector<std::string> env;     // every process's environment (job_environment)
   std::vector<Child> children;      // [0]: the coordinator
   int port_read = -1, report_read = -1;
   std::string report_text;  // what the coordinator printed on stdout so far
@@ -219,6 +222,31 @@ struct DemoJob {
     while (report_read >= 0 && (n = ::read(report_read, buf, sizeof buf)) > 0) report_text.append(buf, n);
   }
 };
+
+// The environment of the job's processes: REFIT_SECRET set to the job's
+// secret, so that every process authenticates with it: the user's
+// (--secret-file, read here once, or REFIT_SECRET), else a fresh one for
+// this run. The demo's coordinator listens on loopback, but no process of
+// the job then runs unauthenticated, and none warns that it does. Empty
+// (this process's environment) for a secret file that holds a NUL byte:
+// each process then reads the file itself.
+StatusOr<std::vector<std::string>> job_environment(const DemoOptions& o) {
+  ASSIGN_OR_RETURN(Secret secret, resolve_secret(o.secret_file));
+  std::string bytes = secret.bytes();
+  if (bytes.find('\0') != std::string::npos) return std::vector<std::string>{};  // not for an environment
+  if (bytes.empty()) {
+    unsigned char random[32];
+    if (::getrandom(random, sizeof random, 0) != static_cast<ssize_t>(sizeof random)) {
+      return ErrnoStatus("drawing the demo's secret (getrandom)", errno);
+    }
+    for (unsigned char c : random) {
+      char hex[3];
+      std::snprintf(hex, sizeof hex, "%02x", c);
+      bytes += hex;
+    }
+  }
+  return environment_with("REFIT_SECRET", bytes);
+}
 
 // Settings that no process could run with: refused before any starts.
 Status check_settings(const DemoOptions& o, int trainers) {
@@ -251,7 +279,7 @@ std::string start_coordinator(const DemoOptions& o, DemoJob& job) {
   if (!o.debug_log_processes) args.push_back("--quiet");
   args.insert(args.end(), job.common.begin(), job.common.end());
   if (!o.json && ::isatty(2)) args.push_back("--progress");
-  job.children.push_back({"coordinator", spawn_child(args, {{port_pipe[1], 3}, {report_pipe[1], 1}})});
+  job.children.push_back({"coordinator", spawn_child(args, {{port_pipe[1], 3}, {report_pipe[1], 1}}, job.env)});
   ::close(port_pipe[1]);
   ::close(report_pipe[1]);
   Child& coordinator = job.children[0];
@@ -294,12 +322,12 @@ void start_ranks(const DemoOptions& o, int trainers, const std::string& port, De
                                      std::to_string(o.pool_slots), "--memory-limit", std::to_string(o.memory_limit)};
     args.insert(args.end(), rank_common.begin(), rank_common.end());
     if (o.poison_recycled) args.push_back("--poison-recycled");
-    job.children.push_back({"engine rank " + std::to_string(e), spawn_child(args)});
+    job.children.push_back({"engine rank " + std::to_string(e), spawn_child(args, {}, job.env)});
   }
   for (int t = 0; t < trainers; ++t) {
     std::vector<std::string> args = {job.self, "trainer", "--rank", std::to_string(t)};
     args.insert(args.end(), rank_common.begin(), rank_common.end());
-    job.children.push_back({"trainer rank " + std::to_string(t), spawn_child(args)});
+    job.children.push_back({"trainer rank " + std::to_string(t), spawn_child(args, {}, job.env)});
   }
   if (o.debug_log_processes) {
     std::string line = "refit demo: processes:";
@@ -402,6 +430,11 @@ void finish_soak(const DemoOptions& o, const SoakSampler& soak, Json& report) {
 
 }  // namespace
 
+Status check_demo_settings(const DemoOptions& o) {
+  RETURN_IF_ERROR(make_model(o.model, o.layers).status());
+  return check_settings(o, o.trainer_ranks > 0 ? o.trainer_ranks : o.engine_ranks);
+}
+
 Json run_demo_report(const DemoOptions& o) {
   const int trainers = o.trainer_ranks > 0 ? o.trainer_ranks : o.engine_ranks;
   // Fail fast on a bad preset or layer count, before any process starts.
@@ -413,7 +446,10 @@ Json run_demo_report(const DemoOptions& o) {
   DemoJob job;
   job.common = {"--trainer-ranks", std::to_string(trainers), "--engine-ranks", std::to_string(o.engine_ranks),
                 "--setup-timeout", fmt(o.setup_timeout_s), "--timeout", fmt(o.refit_timeout_s)};
-  if (!o.secret_file.empty()) job.common.insert(job.common.end(), {"--secret-file", o.secret_file});
+  auto env = job_environment(o);
+  if (!env.ok()) return failed_report(env.status().ToString());
+  job.env = std::move(*env);
+  if (job.env.empty()) job.common.insert(job.common.end(), {"--secret-file", o.secret_file});
 
   const std::string port = start_coordinator(o, job);
   if (port.empty()) {
@@ -471,6 +507,9 @@ Status run_demo(const DemoOptions& o) {
   // Fail before starting any process; the children read the same file or
   // inherit REFIT_SECRET.
   RETURN_IF_ERROR(resolve_secret(o.secret_file).status());
+  // Settings no process could run with (--device cuda without a GPU) end
+  // here, on stderr only: no table.
+  RETURN_IF_ERROR(check_demo_settings(o));
   Json report = run_demo_report(o);
   if (o.json) {
     std::printf("%s\n", report.dump(2).c_str());

@@ -46,6 +46,11 @@ struct DemoOptions {
 // (everything but --refits, whose range differs, and the hidden ones).
 void add_demo_flags(CLI::App& cmd, DemoOptions& options);
 
+// The checks the demo makes before it starts any process: the model preset
+// and layer count, and every rank's settings (validate_rank_settings, which
+// refuses --device cuda without a usable GPU). Errors name the setting.
+Status check_demo_settings(const DemoOptions& options);
+
 // Runs the demo and returns its JSON report (see README); "verified" is true
 // only when every process succeeded and every refit verified.
 nlohmann::json run_demo_report(const DemoOptions& options);

@@ -28,7 +28,21 @@ int exit_code_of(int wait_status) {
   return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
 }
 
-pid_t spawn_child(const std::vector<std::string>& args, const std::vector<std::pair<int, int>>& fds) {
+std::vector<std::string> environment_with(const std::string& name, const std::string& value) {
+  std::vector<std::string> env;
+  const std::string prefix = name + "=";
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, prefix.c_str(), prefix.size()) != 0) env.emplace_back(*e);
+  }
+  env.push_back(prefix + value);
+  return env;
+}
+
+pid_t spawn_child(const std::vector<std::string>& args, const std::vector<std::pair<int, int>>& fds,
+                  const std::vector<std::string>& env) {
+  std::vector<char*> envp;  // built before the fork: the child only execs
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
   const pid_t demo = ::getpid();
   std::fflush(nullptr);  // nothing buffered is written twice
   pid_t pid = ::fork();
@@ -42,7 +56,11 @@ pid_t spawn_child(const std::vector<std::string>& args, const std::vector<std::p
     std::vector<char*> argv;
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
+    if (env.empty()) {
+      ::execv(argv[0], argv.data());
+    } else {
+      ::execve(argv[0], argv.data(), envp.data());
+    }
     std::perror("refit demo: exec");
     ::_exit(127);
   }

@@ -30,8 +30,14 @@ struct Child {
 };
 
 // Starts `args` (args[0]: the binary) as a child tied to this process; in
-// the child, each (from, to) of `fds` is dup2'ed to `to` first.
-pid_t spawn_child(const std::vector<std::string>& args, const std::vector<std::pair<int, int>>& fds = {});
+// the child, each (from, to) of `fds` is dup2'ed to `to` first. `env`: the
+// child's whole environment ("NAME=value" entries); empty: this process's.
+pid_t spawn_child(const std::vector<std::string>& args, const std::vector<std::pair<int, int>>& fds = {},
+                  const std::vector<std::string>& env = {});
+
+// This process's environment with `name` set to `value` (replacing any
+// value it had), for spawn_child.
+std::vector<std::string> environment_with(const std::string& name, const std::string& value);
 
 // Catches SIGTERM, SIGINT and SIGHUP from now on (they set a flag only).
 void catch_stop_signals();

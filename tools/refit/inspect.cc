@@ -19,6 +19,7 @@
 #include "command.h"
 #include "flags.h"
 #include "refit/checkpoint.h"
+#include "refit/format.h"
 #include "refit/plan.h"
 #include "refit/roles.h"
 
@@ -45,12 +46,12 @@ std::string shape_text(const Json& shape) {
 std::string u64(const Json& j, const char* key) { return std::to_string(j.at(key).get<std::uint64_t>()); }
 
 void print_text(const Json& r, bool buckets) {
-  std::printf("checkpoint %s: %zu files, %zu tensors, %s (%s bytes)\n", r["path"].get<std::string>().c_str(),
-              r["files"].size(), r["tensors"].size(), format_bytes(r["total_bytes"].get<std::uint64_t>()).c_str(),
-              u64(r, "total_bytes").c_str());
+  std::printf("checkpoint %s: %s, %s, %s (%s bytes)\n", r["path"].get<std::string>().c_str(),
+              format_count(r["files"].size(), "file").c_str(), format_count(r["tensors"].size(), "tensor").c_str(),
+              format_bytes(r["total_bytes"].get<std::uint64_t>()).c_str(), u64(r, "total_bytes").c_str());
   for (const Json& f : r["files"]) {
-    std::printf("  %s: %zu tensors, %s bytes on disk\n", f["path"].get<std::string>().c_str(),
-                f["tensors"].get<std::size_t>(), u64(f, "file_bytes").c_str());
+    std::printf("  %s: %s, %s bytes on disk\n", f["path"].get<std::string>().c_str(),
+                format_count(f["tensors"].get<std::uint64_t>(), "tensor").c_str(), u64(f, "file_bytes").c_str());
     for (const auto& [k, v] : f["metadata"].items()) {
       std::printf("    metadata %s = %s\n", k.c_str(), v.get<std::string>().c_str());
     }
@@ -76,7 +77,7 @@ void print_text(const Json& r, bool buckets) {
                 format_bytes(d["bytes"].get<std::uint64_t>()).c_str());
   }
 
-  std::printf("\nplan: %d engine ranks, bucket size %s\n", r["engine_ranks"].get<int>(),
+  std::printf("\nplan: %s, bucket size %s\n", format_count(r["engine_ranks"].get<std::uint64_t>(), "engine rank").c_str(),
               format_bytes(r["bucket_size"].get<std::uint64_t>()).c_str());
   std::printf("%11s %8s %14s %8s %8s %16s\n", "engine rank", "tensors", "bytes", "buckets", "chunked", "digest");
   for (const Json& p : r["plans"]) {

@@ -3,6 +3,7 @@
 #include <string>
 #include <string_view>
 
+#include "refit/format.h"
 #include "refit/plan.h"
 
 namespace refit::cli {
@@ -13,12 +14,13 @@ void print_report_table(const nlohmann::json& r, std::FILE* out) {
     std::fprintf(out, "FAILED: %s\n", r["error"].get<std::string>().c_str());
     return;
   }
-  std::fprintf(out, "refit: model %s (%zu tensors, %s), %d trainer ranks -> %d engine ranks, transport %s (%s, %s), bucket %s, pool %d slots\n",
-               r.value("model", std::string("?")).c_str(), static_cast<std::size_t>(u("tensors")),
-               format_bytes(u("model_bytes")).c_str(), r.value("trainer_ranks_count", 0),
-               r.value("engine_ranks_count", 0), r.value("transport", std::string("?")).c_str(),
-               r.value("device", std::string("cpu")).c_str(), r.value("mode", std::string("staged")).c_str(),
-               format_bytes(u("bucket_size")).c_str(), r.value("pool_slots", 0));
+  std::fprintf(out, "refit: model %s (%s, %s), %s -> %s, transport %s (%s, %s), bucket %s, pool %s\n",
+               r.value("model", std::string("?")).c_str(), format_count(u("tensors"), "tensor").c_str(),
+               format_bytes(u("model_bytes")).c_str(), format_count(u("trainer_ranks_count"), "trainer rank").c_str(),
+               format_count(u("engine_ranks_count"), "engine rank").c_str(),
+               r.value("transport", std::string("?")).c_str(), r.value("device", std::string("cpu")).c_str(),
+               r.value("mode", std::string("staged")).c_str(), format_bytes(u("bucket_size")).c_str(),
+               format_count(u("pool_slots"), "slot").c_str());
   std::fprintf(out, "\n%8s %14s %10s %8s %9s\n", "version", "bytes", "seconds", "GB/s", "verified");
   for (const auto& f : r.value("refits", nlohmann::json::array())) {
     std::fprintf(out, "%8llu %14s %10.4f %8.2f %9s\n", static_cast<unsigned long long>(f.value("version", 0ull)),
