@@ -47,12 +47,11 @@ TEST(CudaDeviceCheck, DeviceCudaFailsAtOnceWithNoCudaDevice) {
                          "--trainer-ranks", "1", "--engine-ranks", "1", "--setup-timeout", "5"});
 }
 
-// The trainer role: run_trainer (trainer_rank.cc) makes its weight source,
-// allocating the model on the device, before TrainerRank::Join checks the
-// settings, so it fails in DeviceBuffer::Allocate instead. DISABLED until
-// run_trainer calls validate_rank_settings(options, false) before
-// make_rank_source (lead-owned file).
-TEST(CudaDeviceCheck, DISABLED_TrainerFailsAtOnceWithNoCudaDevice) {
+// The trainer role: run_trainer (trainer_rank.cc) checks its settings
+// before it makes its weight source. Catches: the check after
+// make_rank_source (the model is allocated on the device first and fails
+// in DeviceBuffer::Allocate, or tries to allocate 15 GiB).
+TEST(CudaDeviceCheck, TrainerFailsAtOnceWithNoCudaDevice) {
   if (cuda_device_count().ok()) GTEST_SKIP() << "a CUDA device is usable here: nothing to refuse";
   expect_no_cuda_device({"trainer", "--device", "cuda", "--coordinator", "127.0.0.1:1", "--rank", "0",
                          "--trainer-ranks", "1", "--engine-ranks", "1", "--setup-timeout", "5"});

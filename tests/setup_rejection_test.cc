@@ -71,10 +71,9 @@ TEST(SetupRejection, PlanDigestMismatchNamesBothDigests) {
 // coordinator names the first tensor where the two streams part, as each
 // side has it. Mutation tried: topology.cc's why_digests_differ returning
 // the old words; this test failed.
-// DISABLED until trainer_rank.cc sends its plan's specs in its join (one
-// line, lead-owned: `join.specs = plan_.specs;` beside join.plan_digest);
-// passes with it (tried).
-TEST(SetupRejection, DISABLED_PlanDigestMismatchNamesTheFirstDifferingTensor) {
+// Also catches a trainer that sends no specs in its join (the coordinator
+// could then only name the settings to compare).
+TEST(SetupRejection, PlanDigestMismatchNamesTheFirstDifferingTensor) {
   const Model model = make_model("tiny", -1).value();
   const std::vector<TensorSpec> trainer = engine_stream(make_model("tiny", 2).value(), 1, 2);
   const std::vector<TensorSpec> engine = engine_stream(model, 1, 2);

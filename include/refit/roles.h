@@ -139,7 +139,8 @@ struct EngineOptions : RankOptions {
 };
 
 // Checks the settings of one rank that need no peer: device, mode and
-// transport fit together. Errors name the setting.
+// transport fit together, and --device cuda has a usable CUDA device ("no
+// CUDA device (...)" otherwise). Errors name the setting.
 Status validate_rank_settings(const RankOptions& options, bool engine);
 
 Status run_trainer(const RankOptions& options);

@@ -25,6 +25,7 @@
 #include "control/refit_phases.h"
 #include "control/topology.h"
 #include "net/link.h"
+#include "refit/format.h"
 #include "refit/log.h"
 #include "control/gpu_sharing.h"
 #include "control/spec_json.h"
@@ -177,7 +178,7 @@ class Coordinator {
     for (std::size_t e = 0; e < engines_.size(); ++e) {
       if (!engines_[e]) missing += (missing.empty() ? "" : ", ") + std::string("engine rank ") + std::to_string(e);
     }
-    return "setup timed out after " + std::to_string(options_.setup_timeout_s) + " s: missing " + missing;
+    return "setup timed out after " + format_seconds(options_.setup_timeout_s) + ": missing " + missing;
   }
 
   // Decodes and checks one join (control protocol version, role, rank);
@@ -300,8 +301,8 @@ class Coordinator {
     std::vector<PhaseAction> actions = phases.on(event, Clock::now());
     if (was_setup && phases.phase() != RefitPhases::Phase::kSetup && phases.phase() != RefitPhases::Phase::kEnded &&
         options_.log_joins) {
-      note(LogLevel::kInfo, "setup complete: " + std::to_string(options_.trainer_ranks) + " trainer ranks, " +
-                                std::to_string(options_.engine_ranks) + " engine ranks linked");
+      note(LogLevel::kInfo, "setup complete: " + format_count(options_.trainer_ranks, "trainer rank") + ", " +
+                                format_count(options_.engine_ranks, "engine rank") + " linked");
     }
     for (PhaseAction& action : actions) carry_out(action, lost);
   }

@@ -23,6 +23,7 @@
 #include "cuda/device.h"
 #include "cuda/device_content.h"
 #include "refit/reference_engine.h"
+#include "refit/format.h"
 #include "refit/log.h"
 #include "refit/model.h"
 #include "refit/plan.h"
@@ -34,15 +35,6 @@
 #include "runtime/weight_verify.h"
 
 namespace refit {
-namespace {
-
-std::string seconds_text(double s) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g s", s);
-  return text;
-}
-
-}  // namespace
 
 class EngineRank::Impl {
  public:
@@ -314,7 +306,7 @@ class EngineRank::Impl {
       const auto got = std::chrono::steady_clock::now();
       waiting += got - asked;
       if (!batch.ok() && batch.status().code() == StatusCode::kDeadlineExceeded && !deadline.expired()) {
-        return DeadlineExceeded(name() + " received no bucket for " + seconds_text(options_.bucket_timeout_s) +
+        return DeadlineExceeded(name() + " received no bucket for " + format_seconds(options_.bucket_timeout_s) +
                                 " after " + std::to_string(aligned) + " aligned batches of refit " +
                                 std::to_string(version) + " (a stalled or dead trainer rank; --bucket-timeout): " +
                                 batch.status().message());

@@ -28,6 +28,7 @@
 #include "model/shard_copy.h"
 #include "transport/transport.h"
 #include "runtime/model_choice.h"
+#include "refit/format.h"
 #include "refit/log.h"
 
 namespace refit {
@@ -128,6 +129,7 @@ class TrainerRank::Impl : public BucketProtocol {
     join.transport = options_.transport;
     join.engine_rank = static_cast<std::uint64_t>(engine_rank_);
     join.plan_digest = plan_.digest_hex();
+    join.specs = plan_.specs;  // so that a digest mismatch names the first differing tensor
     for (const TensorSpec& s : plan_.specs) join.stream_dtypes.emplace(std::string(dtype_name(s.dtype)), s.name);
     // Which physical GPU this rank uses (the coordinator warns where two
     // ranks share one); a rank that cannot tell just says nothing.
@@ -195,7 +197,7 @@ class TrainerRank::Impl : public BucketProtocol {
     } while (!connected.ok() && connected.status().code() == StatusCode::kUnavailable && !deadline.expired());
     if (!connected.ok()) {
       return connected.status().WithContext("retried until the setup deadline (" +
-                                            std::to_string(options_.setup_timeout_s) + " s)");
+                                            format_seconds(options_.setup_timeout_s) + ")");
     }
     std::unique_ptr<Link> link = std::move(*connected);
     const Secret secret(options_.debug_data_secret.empty() ? options_.secret : options_.debug_data_secret);
@@ -401,11 +403,6 @@ class TrainerRank::Impl : public BucketProtocol {
 
   std::string peer() const override { return link_->peer(); }
 
-  static std::string format_seconds(double s) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%g s", s);
-    return text;
-  }
 
   // Where this rank's bytes are read from, for the report: "host",
   // "cuda" (device memory the transport reads itself), "host-staged".
@@ -481,6 +478,10 @@ StatusOr<std::unique_ptr<WeightSource>> make_rank_source(const RankOptions& opti
 }
 
 Status run_trainer(const RankOptions& options) {
+  // Before the weights are made: --device cuda without a usable GPU fails
+  // here, not in an allocation.
+  RETURN_IF_ERROR(validate_rank_settings(options, /*engine=*/false).WithContext("trainer rank " +
+                                                                              std::to_string(options.rank)));
   auto source = make_rank_source(options);
   if (!source.ok()) return source.status().WithContext("trainer rank " + std::to_string(options.rank));
   ASSIGN_OR_RETURN(auto rank, TrainerRank::Join(options, std::move(*source)));
