@@ -15,7 +15,8 @@ README's `export PATH="$PWD/build:$PATH"` does. A block whose first line is
 is skipped and counted. The test fails, naming each failed block by its line
 in README.md and its first line, with its exit status and output, when a
 block exits non-zero or runs past the time limit, and when it found no block
-to run. Background processes a block leaves behind are killed when it ends.
+to run. Background processes a block leaves behind are killed when it ends
+(so a block whose foreground command fails reports its status at once).
 
 Mutations caught (tried): a README block with a wrong flag
 (`refit demo --refit 2`: "The following argument was not expected") fails
@@ -83,24 +84,25 @@ def run_block(block, bin_dir, timeout):
     """Runs one block; returns (ok, exit status or None, seconds, output)."""
     env = dict(os.environ)
     env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
-    with tempfile.TemporaryDirectory(prefix="refit-readme-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="refit-readme-") as tmp, \
+            tempfile.TemporaryFile() as output:
         start = time.monotonic()
         proc = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", block.text], cwd=tmp,
-                                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                env=env, stdin=subprocess.DEVNULL, stdout=output,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            # The pipe stays open while a background job of the block runs,
-            # so this also waits for those (up to the limit).
-            out, _ = proc.communicate(timeout=timeout)
-            status = proc.returncode
+            status = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             kill_group(proc.pid)
-            out, _ = proc.communicate()
+            proc.wait()
             status = None
         seconds = time.monotonic() - start
-        if kill_group(proc.pid):
-            out += b"\n(readme_test: killed processes the block left running)\n"
-    return status == 0, status, seconds, out.decode(errors="replace")
+        left = kill_group(proc.pid)  # background jobs the block did not wait for
+        output.seek(0)
+        out = output.read().decode(errors="replace")
+    if left:
+        out += "\n(readme_test: killed processes the block left running)\n"
+    return status == 0, status, seconds, out
 
 
 def main():
