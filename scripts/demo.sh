@@ -15,7 +15,7 @@ Usage: scripts/demo.sh [refit demo flags...]
 
 Installs the missing Debian packages (scripts/setup.sh, sudo when not root),
 builds only the refit command into $build_dir/ (a first build takes about
-9 minutes on 2 cores; later ones only rebuild what changed) and runs
+10 minutes on 2 cores; later ones rebuild only what changed) and runs
 \`$build_dir/refit demo\` with the flags given. Build output: $log.
 
 Settings (environment):

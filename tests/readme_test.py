@@ -113,6 +113,7 @@ def main():
     parser.add_argument("--only", type=int, help="run only the block starting at this README line")
     args = parser.parse_args()
     bin_dir = os.path.abspath(args.bin_dir)
+    name = os.path.basename(args.readme)
     with open(args.readme, encoding="utf-8") as f:
         blocks = shell_blocks(f.read())
 
@@ -123,16 +124,16 @@ def main():
         reason = block.skip_reason()
         if reason is not None:
             skipped.append(f"line {block.line} ({reason})")
-            print(f"skip  README.md:{block.line}: needs or not run: {reason}", flush=True)
+            print(f"skip  {name}:{block.line}: needs or not run: {reason}", flush=True)
             continue
         ok, status, seconds, out = run_block(block, bin_dir, args.timeout)
         ran += 1
-        print(f"{'ok  ' if ok else 'FAIL'}  README.md:{block.line}: {block.first}  ({seconds:.1f} s)",
+        print(f"{'ok  ' if ok else 'FAIL'}  {name}:{block.line}: {block.first}  ({seconds:.1f} s)",
               flush=True)
         if not ok:
             why = f"ran past {args.timeout:g} s" if status is None else f"exit status {status}"
             failed.append(block.line)
-            print(f"README.md line {block.line}, the block starting `{block.first}` failed "
+            print(f"{name} line {block.line}, the block starting `{block.first}` failed "
                   f"({why}); its output:\n{out}", file=sys.stderr, flush=True)
 
     print(f"README shell blocks: ran {ran}, failed {len(failed)}, skipped {len(skipped)}"
@@ -142,7 +143,7 @@ def main():
               file=sys.stderr)
         return 1
     if failed:
-        print("readme_test: failed blocks at README.md lines " + ", ".join(map(str, failed)),
+        print(f"readme_test: failed blocks at {name} lines " + ", ".join(map(str, failed)),
               file=sys.stderr)
         return 1
     return 0
