@@ -48,7 +48,7 @@ run_ctest() {
   local rc=0
   "${ctest_prefix[@]}" ctest --test-dir "$dir" "$@" --output-on-failure --no-tests=error --timeout 900 -j 2 \
     --output-junit "$junit" 2>&1 | tee "$log" || rc=$?
-  local counts
+  local counts p f k
   if [[ -s $junit ]] && counts=$(python3 scripts/ctest_counts.py "$junit" "$dir" "$skips_file"); then
     read -r p f k <<<"$counts"
     passed=$((passed + p))
