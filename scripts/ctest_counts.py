@@ -45,6 +45,13 @@ def skip_reason(output, fallback):
     return rest[-1] if rest else fallback
 
 
+def shorten(reason, limit=120):
+    """The reason cut at a word before `limit` characters (it ends a long line)."""
+    if len(reason) <= limit:
+        return reason
+    return reason[:limit].rsplit(" ", 1)[0] + " ..."
+
+
 def main():
     junit, test_dir, skips_file = sys.argv[1:4]
     root = ET.parse(junit).getroot()
@@ -58,7 +65,7 @@ def main():
                 marker = case.find("skipped")
                 fallback = marker.get("message", "skipped") if marker is not None else "skipped"
                 reason = skip_reason(case.findtext("system-out") or "", fallback)
-                reason = " ".join(reason.replace("\t", " ").split())[:100]
+                reason = shorten(" ".join(reason.replace("\t", " ").split()))
                 skips.write(f"{labels.get(name) or 'no label'}\t{reason}\t{name}\n")
             elif case.find("failure") is not None or case.get("status") == "fail":
                 failed += 1
