@@ -19,8 +19,8 @@ to run. Background processes a block leaves behind are killed when it ends
 (so a block whose foreground command fails reports its status at once).
 
 Mutations caught (tried): a README block with a wrong flag
-(`refit demo --refit 2`: "The following argument was not expected") fails
-naming line and first line; the push block without its wait for the port
+(`--transprt tcp` in the demo block: "The following arguments were not
+expected") fails naming its line and first line; the push block without its wait for the port
 file fails (`cat: port: No such file or directory`); a fence parser that
 finds no block fails ("no shell block ran").
 """
