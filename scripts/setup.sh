@@ -2,6 +2,7 @@
 # Installs the Debian packages refit needs (only the missing ones) and builds
 # it into ./build. CUDA is optional: used when the toolkit is installed.
 # Usage: scripts/setup.sh [extra cmake args...]
+# REFIT_BUILD_TARGETS: the targets to build (default: all; scripts/demo.sh: refit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,4 +24,5 @@ fi
 
 build_dir=${REFIT_BUILD_DIR:-build}
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=${REFIT_BUILD_TYPE:-Release} "$@" >/dev/null
-cmake --build "$build_dir" -j "$(nproc)"
+# shellcheck disable=SC2086 # REFIT_BUILD_TARGETS is a list of target names
+cmake --build "$build_dir" -j "$(nproc)" ${REFIT_BUILD_TARGETS:+--target $REFIT_BUILD_TARGETS}

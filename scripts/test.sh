@@ -18,30 +18,67 @@
 # run too. REFIT_TEST_STAGES picks stages (default: all four, "main asan
 # tsan fuzz", about 55 minutes on the 2-core CI machine; REFIT_TEST_STAGES=main
 # for the normal suite alone, about 9 minutes).
+# The last line counts every stage's tests, skipped ones apart, and names the
+# labels that skipped and why: "N passed, M failed, K skipped (gpu: 73 (no
+# CUDA device: ...))" (scripts/ctest_counts.py reads ctest's JUnit report).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 stages=${REFIT_TEST_STAGES:-main asan tsan fuzz}
 passed=0
 failed=0
+skipped=0
 failures=()
 timing=()
+# One line per skipped test of every stage: label, reason, test
+# (scripts/ctest_counts.py); summed up on the last line.
+skips_file=$(mktemp)
+trap 'rm -f "$skips_file"' EXIT
 
-# Runs ctest (behind ${ctest_prefix[@]}, if set) and adds its counts to
-# the totals; returns ctest's status.
+# Runs ctest (behind ${ctest_prefix[@]}, if set) on the build directory $2 and
+# adds its counts (passed, failed, skipped apart) to the totals; returns
+# ctest's status.
 ctest_prefix=()
 run_ctest() {
-  local log=$1
-  shift
+  local log=$1 dir=$2
+  shift 2
+  local junit=${log%.log}.xml
+  [[ $junit == /* ]] || junit=$PWD/$junit
+  rm -f "$junit"
   local rc=0
-  "${ctest_prefix[@]}" ctest "$@" --output-on-failure --no-tests=error --timeout 900 -j 2 2>&1 | tee "$log" || rc=$?
-  local line
-  line=$(grep -E 'tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -1 || true)
-  if [[ $line =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]; then
-    failed=$((failed + BASH_REMATCH[1]))
-    passed=$((passed + BASH_REMATCH[2] - BASH_REMATCH[1]))
+  "${ctest_prefix[@]}" ctest --test-dir "$dir" "$@" --output-on-failure --no-tests=error --timeout 900 -j 2 \
+    --output-junit "$junit" 2>&1 | tee "$log" || rc=$?
+  local counts p f k
+  if [[ -s $junit ]] && counts=$(python3 scripts/ctest_counts.py "$junit" "$dir" "$skips_file"); then
+    read -r p f k <<<"$counts"
+    passed=$((passed + p))
+    failed=$((failed + f))
+    skipped=$((skipped + k))
+  else
+    # No JUnit report (ctest stopped early): the summary line's counts.
+    local line
+    line=$(grep -E 'tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -1 || true)
+    if [[ $line =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]; then
+      failed=$((failed + BASH_REMATCH[1]))
+      passed=$((passed + BASH_REMATCH[2] - BASH_REMATCH[1]))
+    fi
   fi
   return $rc
+}
+
+# "label: N (reason), M (reason); label: ..." for every skipped test: what
+# the last line lists after the counts.
+skip_summary() {
+  sort "$skips_file" | awk -F'\t' '
+    { n[$1 "\t" $2]++; if (!($1 in seen)) { seen[$1] = 1; labels[++nl] = $1 } }
+    END {
+      for (i = 1; i <= nl; i++) {
+        s = labels[i] ":"; sep = " "
+        for (k in n) { split(k, p, "\t"); if (p[1] == labels[i]) { s = s sep n[k] " (" p[2] ")"; sep = ", " } }
+        out = out (i > 1 ? "; " : "") s
+      }
+      printf "%s", out
+    }'
 }
 
 # Fails (and prints them) when sanitizer reports were written to $1.
@@ -80,7 +117,7 @@ stage() {
 
 main_stage() {
   scripts/setup.sh || return 1
-  run_ctest build/ctest-main.log --test-dir build "$@"
+  run_ctest build/ctest-main.log build "$@"
 }
 
 asan_stage() {
@@ -95,7 +132,7 @@ asan_stage() {
   UCX_MEM_EVENTS=no \
   ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:log_path=$reports/asan" \
   UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan" \
-    run_ctest build-asan/ctest.log --test-dir build-asan -L 'unit|process' || rc=$?
+    run_ctest build-asan/ctest.log build-asan -L 'unit|process' || rc=$?
   no_reports "$reports" || rc=1
   return $rc
 }
@@ -116,7 +153,7 @@ tsan_stage() {
   # would otherwise collide with.
   ctest_prefix=(setarch "$(uname -m)" -R)
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/tsan" \
-    run_ctest build-tsan/ctest.log --test-dir build-tsan -R "$filter" || rc=$?
+    run_ctest build-tsan/ctest.log build-tsan -R "$filter" || rc=$?
   ctest_prefix=()
   no_reports "$reports" || rc=1
   return $rc
@@ -137,9 +174,11 @@ for s in $stages; do
 done
 
 echo "test.sh: ${timing[*]/%/;}" >&2
+counts="$passed passed, $failed failed, $skipped skipped"
+((skipped == 0)) || counts+=" ($(skip_summary))"
 if ((${#failures[@]})); then
   echo "test.sh: FAILED stages: ${failures[*]}" >&2
-  echo "$passed passed, $failed failed"
+  echo "$counts"
   exit 1
 fi
-echo "$passed passed, $failed failed"
+echo "$counts"
