@@ -517,12 +517,14 @@ TEST(DataPlaneAuth, StrangersOnADataPortAreRefusedAndLoggedAndTheJobVerifies) {
 // A trainer rank that holds the control plane's secret but authenticates
 // its data link with another one (--debug-data-secret-file) cannot feed its
 // engine rank: it fails setup naming the refusal, the engine logs it with
-// the address and why and stops when the coordinator ends the setup over
-// the lost trainer rank (its control reader runs from the join on: the
-// liveness change), naming it; nothing is committed.
+// the address and why and stops when the coordinator ends the setup: the
+// trainer reports its failure on its control link (issue 17), so every
+// process names the trainer and the reason; nothing is committed.
 // Catches: an engine that accepts a data link without checking its MAC (the
 // trainer would feed), and a trainer that does not authenticate its data
-// link with its secret (no refusal to name).
+// link with its secret (no refusal to name), and a trainer that exits
+// without telling the coordinator why (the engine would say only "lost
+// trainer rank 0 during setup").
 TEST(DataPlaneAuth, ATrainerWithAnotherDataSecretCannotFeed) {
   ProcessGroup group;
   JobSpec spec;
@@ -540,7 +542,8 @@ TEST(DataPlaneAuth, ATrainerWithAnotherDataSecretCannotFeed) {
   const std::string engine = group.err("engine rank 0");
   EXPECT_HAS(engine, "engine rank 0: refused a data connection from 127.0.0.1:");
   EXPECT_HAS(engine, "wrong secret: the response's MAC does not match");
-  EXPECT_HAS(engine, "lost trainer rank 0 during setup");
+  EXPECT_HAS(engine, "trainer rank 0 failed during setup: authenticating the data link");
+  EXPECT_HAS(group.report(), "trainer rank 0 failed during setup: authenticating the data link");
   EXPECT_NE(group.exit_code("coordinator"), 0);
   auto report = nlohmann::json::parse(group.report(), nullptr, false);
   ASSERT_TRUE(report.is_object()) << group.report();

@@ -33,6 +33,17 @@ StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(const std::strin
   }
 }
 
+void ControlClient::ReportSetupFailure(const std::string& address, const Secret& secret,
+                                       const SetupFailed& failure, Deadline deadline) {
+  auto link = Link::Connect(address, "the coordinator at " + address, deadline);
+  if (!link.ok()) return;
+  if (!authenticate_as_client(**link, secret, kControlAuthContext, deadline).ok()) return;
+  (void)send_message(**link, RankMessage(failure), deadline);
+  // Wait for the coordinator to close (it read the report) or the deadline,
+  // so the message is not lost to a reset.
+  (void)recv_coordinator_message(**link, deadline);
+}
+
 ControlClient::~ControlClient() {
   link_->shutdown();
   if (reader_.joinable()) reader_.join();

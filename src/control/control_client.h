@@ -51,6 +51,14 @@ class ControlClient {
   }
   ~ControlClient();
 
+  // A rank that failed its own setup before joining tells the coordinator
+  // why (SetupFailed in place of a join), so that setup ends at once for
+  // every process instead of at the setup deadline. Best effort, within
+  // `deadline`: a coordinator that cannot be reached or refuses this side
+  // is not told, and nothing is returned.
+  static void ReportSetupFailure(const std::string& address, const Secret& secret, const SetupFailed& failure,
+                                 Deadline deadline);
+
   // Sends `join` and returns the coordinator's Setup; a refusal (duplicate
   // rank, bad settings, another protocol version ...) or an abort becomes
   // its status.

@@ -15,6 +15,8 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "core/atomic_file.h"
@@ -66,6 +68,7 @@ class Coordinator {
       for (Member* m : joined()) {
         (void)send_message(*m->link, CoordinatorMessage(Abort{0, status}), Deadline::After(std::chrono::seconds(2)));
       }
+      answer_latecomers(status);
     }
     if (!status.ok()) {
       report_["error"] = status.ToString();
@@ -166,6 +169,7 @@ class Coordinator {
         Status st = admit(std::move(candidate->link), candidate->join);
         if (!st.ok()) note(LogLevel::kWarning, st.message());
       }
+      if (!setup_failure_.ok()) return setup_failure_;
     }
     return Status::Ok();
   }
@@ -192,6 +196,7 @@ class Coordinator {
     };
     auto message = decode_rank_message(text);
     if (!message.ok()) return refuse(message.status().message());
+    if (const auto* failed = std::get_if<SetupFailed>(&*message)) return take_setup_failure(*failed, link->peer());
     const Join* join = std::get_if<Join>(&*message);
     if (join == nullptr) return refuse("the first message must be a join with role and rank");
     if (Status fits = check_join(*join, options_.trainer_ranks, options_.engine_ranks); !fits.ok()) {
@@ -212,6 +217,57 @@ class Coordinator {
     if (options_.log_joins) note(LogLevel::kInfo, name + " joined from " + from + " (pid " + pid + ")");
     slot = std::move(m);
     ++joined_;
+    return Status::Ok();
+  }
+
+  // Setup failed before every rank joined (a rank's SetupFailed, a rank
+  // lost): the ranks still on their way are told why as they arrive,
+  // instead of finding no coordinator and retrying until their setup
+  // deadline; until every expected rank joined, failed or was told, or the
+  // setup deadline.
+  void answer_latecomers(const Status& why) {
+    if (!gate_ || setup_deadline_.is_never() || setup_deadline_.expired()) return;
+    std::set<std::pair<Role, int>> accounted;
+    for (Member* m : joined()) accounted.insert({m->join.role, m->join.rank});
+    if (failed_rank_) accounted.insert(*failed_rank_);
+    const std::size_t expected = static_cast<std::size_t>(options_.trainer_ranks + options_.engine_ranks);
+    while (accounted.size() < expected && !setup_deadline_.expired()) {
+      std::vector<pollfd> fds{{gate_->fd(), POLLIN, 0}};
+      if (poll_until(fds, setup_deadline_.min(Deadline::After(std::chrono::milliseconds(200)))) < 0) return;
+      while (auto candidate = gate_->take()) {
+        auto message = decode_rank_message(candidate->join);
+        const Join* join = message.ok() ? std::get_if<Join>(&*message) : nullptr;
+        const SetupFailed* failed = message.ok() ? std::get_if<SetupFailed>(&*message) : nullptr;
+        if (join != nullptr && check_join(*join, options_.trainer_ranks, options_.engine_ranks).ok()) {
+          (void)send_message(*candidate->link, CoordinatorMessage(Refusal{why}),
+                             Deadline::After(std::chrono::milliseconds(1000)));
+          accounted.insert({join->role, join->rank});
+        } else if (failed != nullptr) {
+          accounted.insert({failed->role, failed->rank});
+        }
+      }
+    }
+  }
+
+  // A rank of this job that failed its own setup before joining: setup
+  // ends with its reason (accept_joins). One that does not fit this job
+  // (another protocol, a rank out of range) is only logged.
+  Status take_setup_failure(const SetupFailed& failed, const std::string& peer) {
+    Join as_join;
+    as_join.protocol = failed.protocol;
+    as_join.role = failed.role;
+    as_join.rank = failed.rank;
+    if (Status fits = check_join(as_join, options_.trainer_ranks, options_.engine_ranks); !fits.ok()) {
+      return FailedPrecondition("ignored a setup failure from " + peer + ": " + fits.message());
+    }
+    if (joined_ == options_.trainer_ranks + options_.engine_ranks) {
+      return FailedPrecondition("ignored a setup failure from " + peer + " after every rank joined: " +
+                                failed.error.message());
+    }
+    failed_rank_ = std::make_pair(failed.role, failed.rank);
+    setup_failure_ = Status(failed.error.code(), rank_name(failed.role, failed.rank) + " (pid " +
+                                                     std::to_string(failed.pid) + ") failed its setup before joining: " +
+                                                     failed.error.message());
     return Status::Ok();
   }
 
@@ -464,6 +520,8 @@ class Coordinator {
   std::vector<std::optional<Member>> trainers_, engines_;
   std::vector<Member*> members_;  // the machine's numbering
   int joined_ = 0;
+  Status setup_failure_;  // a rank's SetupFailed, ending setup
+  std::optional<std::pair<Role, int>> failed_rank_;  // its sender
   // Set by setup() before any use; Never() only as the initial value.
   Deadline setup_deadline_ = Deadline::Never();
   HeartbeatTiming heartbeats_;

@@ -75,6 +75,12 @@ const std::vector<Schema>& schemas() {
     s.push_back({"failed", {version, error}});
     s.push_back({"finish", {}});
     s.push_back({"heartbeat", {}});  // both directions
+    s.push_back({"setup_failed",
+                 {{"protocol", kUint},
+                  {"role", kStr, true, kMaxNameBytes},
+                  {"rank", kUint, true, kMaxRanks},
+                  {"pid", kInt},
+                  {"error", kObj, true}}});
     // Coordinator -> rank.
     s.push_back({"setup",
                  {{"seed", kUint, true},
@@ -390,7 +396,16 @@ Json encode(const RankMessage& message) {
                },
                [](const Request& r) { return versioned("request", r.version); },
                [](const Finish&) { return typed("finish"); },
-               [](const Heartbeat&) { return typed("heartbeat"); }},
+               [](const Heartbeat&) { return typed("heartbeat"); },
+               [](const SetupFailed& f) {
+                 Json m = typed("setup_failed");
+                 m["protocol"] = f.protocol;
+                 m["role"] = role_name(f.role);
+                 m["rank"] = f.rank;
+                 m["pid"] = f.pid;
+                 m["error"] = status_to_json(f.error);
+                 return m;
+               }},
       message);
 }
 
@@ -466,6 +481,15 @@ StatusOr<RankMessage> decode_rank_message(const Json& m) {
   if (type == "request") return RankMessage(Request{u64(m, "version")});
   if (type == "finish") return RankMessage(Finish{});
   if (type == "heartbeat") return RankMessage(Heartbeat{});
+  if (type == "setup_failed") {
+    SetupFailed f;
+    f.protocol = m.contains("protocol") ? u64(m, "protocol") : 0;
+    ASSIGN_OR_RETURN(f.role, role_field(m));
+    f.rank = static_cast<int>(u64(m, "rank"));
+    f.pid = m.contains("pid") ? m["pid"].get<std::int64_t>() : 0;
+    f.error = status_field(m, "error").value_or(Internal("no error given"));
+    return RankMessage(std::move(f));
+  }
   return unknown(type, "a rank's message");
 }
 

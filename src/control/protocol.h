@@ -58,8 +58,8 @@ namespace refit {
 // The version of this protocol. A rank sends it in its join; the coordinator
 // refuses a rank of another version, naming both. Bump it whenever a message
 // or a field changes meaning.
-// Version 3 added heartbeat.
-inline constexpr std::uint64_t kControlProtocolVersion = 3;
+// Version 3 added heartbeat; version 4 setup_failed.
+inline constexpr std::uint64_t kControlProtocolVersion = 4;
 
 // How often a side sends a heartbeat, and how long it waits for a word from
 // its peer before it treats the peer as lost (stalled, dead or cut off).
@@ -161,9 +161,20 @@ struct Request {  // on demand: run refit `version` next
   std::uint64_t version = 0;
 };
 struct Finish {};  // on demand: this trainer rank asks for no more refits
+// In place of a join: this rank failed its own setup before it could join
+// (a bad setting, a model it cannot open, no device). The coordinator ends
+// setup at once, naming the rank and `error`, so that no process waits out
+// the setup deadline for a rank that will never come.
+struct SetupFailed {
+  std::uint64_t protocol = kControlProtocolVersion;
+  Role role = Role::kTrainer;
+  int rank = 0;
+  std::int64_t pid = 0;
+  Status error;
+};
 
 using RankMessage =
-    std::variant<Join, Linked, Ready, Progress, Sent, Done, Committed, Failed, Request, Finish, Heartbeat>;
+    std::variant<Join, Linked, Ready, Progress, Sent, Done, Committed, Failed, Request, Finish, Heartbeat, SetupFailed>;
 
 // ---- coordinator -> rank -------------------------------------------------------
 

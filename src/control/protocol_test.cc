@@ -256,6 +256,15 @@ TEST(Protocol, EveryMessageRoundTrips) {
   auto abort = decode_coordinator_message(encode(CoordinatorMessage(Abort{6, DeadlineExceeded("late")})));
   ASSERT_TRUE(abort.ok());
   EXPECT_EQ(std::get<Abort>(*abort).error.code(), StatusCode::kDeadlineExceeded);
+  // A setup failure keeps who failed and why (the coordinator names both).
+  auto failed = decode_rank_message(encode(RankMessage(SetupFailed{kControlProtocolVersion, Role::kEngine, 3, 42,
+                                                                   NotFound("no model 'x'")})));
+  ASSERT_TRUE(failed.ok()) << failed.status().ToString();
+  EXPECT_EQ(std::get<SetupFailed>(*failed).role, Role::kEngine);
+  EXPECT_EQ(std::get<SetupFailed>(*failed).rank, 3);
+  EXPECT_EQ(std::get<SetupFailed>(*failed).pid, 42);
+  EXPECT_EQ(std::get<SetupFailed>(*failed).error.code(), StatusCode::kNotFound);
+  EXPECT_EQ(std::get<SetupFailed>(*failed).error.message(), "no model 'x'");
   for (const RankMessage& m : {RankMessage(Ready{1}), RankMessage(Progress{1, 2}), RankMessage(Sent{1}),
                                RankMessage(Committed{1}), RankMessage(Failed{1, Internal("x")}),
                                RankMessage(Request{1}), RankMessage(Finish{}), RankMessage(Heartbeat{})}) {

@@ -32,6 +32,7 @@
 #include "transport/transport.h"
 #include "runtime/data_links.h"
 #include "runtime/model_choice.h"
+#include "runtime/setup_failure.h"
 #include "runtime/weight_verify.h"
 
 namespace refit {
@@ -100,8 +101,10 @@ class EngineRank::Impl {
                                                 name() + "'s data port", "--listen-host " + options_.listen_host));
     ASSIGN_OR_RETURN(listener_, Listener::Listen(options_.listen_host, 0));
 
+    stage_ = SetupStage::kJoining;
     ASSIGN_OR_RETURN(client_, ControlClient::Connect(options_.coordinator, Secret(options_.secret), deadline));
     ASSIGN_OR_RETURN(Setup setup, client_->join(make_join(descriptor), deadline));
+    stage_ = SetupStage::kJoined;
     // From its Setup on, the coordinator and this rank watch each other's
     // heartbeats; an abort cancels whatever the receiver waits for.
     client_->start_reader(heartbeats, [this](const Status& why) {
@@ -115,6 +118,14 @@ class EngineRank::Impl {
     // Every trainer has opened the target: remove its name so a crash leaves nothing behind.
     RETURN_IF_ERROR(receiver_->pool().seal());
     return client_->send(Linked{});
+  }
+
+  // Tells the coordinator why setup failed (runtime/setup_failure.h): by a
+  // SetupFailed before joining, a Failed after; not while joining (the
+  // coordinator refused this rank, or cannot be reached).
+  void report_setup_failure(const Status& error) {
+    if (stage_ == SetupStage::kLocal) refit::report_setup_failure(options_, Role::kEngine, error);
+    if (stage_ == SetupStage::kJoined) (void)client_->send(Failed{0, error});
   }
 
   // The options and the binding fit together (before anything is allocated).
@@ -402,6 +413,7 @@ class EngineRank::Impl {
   std::unique_ptr<Receiver> receiver_;
   bool recovered_ = false;  // the last failed refit was recovered from
   bool in_doubt_ = false;   // done sent, then the coordinator lost before its commit
+  SetupStage stage_ = SetupStage::kLocal;
   // Declared last, destroyed first: its reader thread calls into receiver_.
   std::unique_ptr<ControlClient> client_;
 };
@@ -411,7 +423,10 @@ EngineRank::~EngineRank() = default;
 
 StatusOr<std::unique_ptr<EngineRank>> EngineRank::Join(const EngineOptions& options, EngineBinding binding) {
   auto impl = std::make_unique<Impl>(options, std::move(binding));
-  RETURN_IF_ERROR(impl->setup().WithContext(impl->name()));
+  if (Status setup = impl->setup(); !setup.ok()) {
+    impl->report_setup_failure(setup);
+    return setup.WithContext(impl->name());
+  }
   return std::unique_ptr<EngineRank>(new EngineRank(std::move(impl)));
 }
 
@@ -457,20 +472,28 @@ Status save_shards(const Model& model, const ReferenceEngine& engine, int rank, 
       .WithContext("engine rank " + std::to_string(rank) + " saving refit " + std::to_string(version));
 }
 
-}  // namespace
 
-Status run_engine(const EngineOptions& options) {
+// What `refit engine` builds before it joins: the device, the model and
+// the reference engine holding this rank's weights.
+struct LocalEngine {
+  bool on_device = false;
+  int device = -1;  // local CUDA index
+  ModelChoice choice;
+  std::vector<std::vector<TensorSpec>> streams;  // every engine rank's, sharded alike
+  std::unique_ptr<ReferenceEngine> engine;
+};
+
+Status make_local_engine(const EngineOptions& options, LocalEngine& local) {
   const std::string name = "engine rank " + std::to_string(options.rank);
   RETURN_IF_ERROR(validate_rank_settings(options, /*engine=*/true).WithContext(name));
-  const bool on_device = options.device == "cuda";
-  int device = -1;
-  if (on_device) {
+  local.on_device = options.device == "cuda";
+  if (local.on_device) {
     // DESIGN.md rule 7: a local index inside CUDA_VISIBLE_DEVICES.
     auto visible = cuda_device_count();
     if (!visible.ok()) return visible.status().WithContext(name);
-    auto local = engine_local_device(options.base_gpu_id, options.rank, *visible);
-    if (!local.ok()) return local.status().WithContext(name);
-    device = *local;
+    auto device = engine_local_device(options.base_gpu_id, options.rank, *visible);
+    if (!device.ok()) return device.status().WithContext(name);
+    local.device = *device;
   }
   if (options.rank < 0 || options.rank >= options.engine_ranks) {
     return InvalidArgument(name + ": --rank " + std::to_string(options.rank) + " is outside 0.." +
@@ -479,36 +502,54 @@ Status run_engine(const EngineOptions& options) {
   }
   auto choice = open_model_choice(options.model, options.layers, options.shard_rules);
   if (!choice.ok()) return choice.status().WithContext(name);
-  const Model* model = &choice->model;
-  const Checkpoint* checkpoint = choice->checkpoint.get();
+  local.choice = std::move(*choice);
   // The weights, allocated once: every rank's stream is this rank's model
   // sharded the same way (checked against the coordinator's at setup).
-  std::vector<std::vector<TensorSpec>> streams;
-  for (int r = 0; r < options.engine_ranks; ++r) streams.push_back(engine_stream(*model, r, options.engine_ranks));
-
+  for (int r = 0; r < options.engine_ranks; ++r) {
+    local.streams.push_back(engine_stream(local.choice.model, r, options.engine_ranks));
+  }
   ReferenceEngineOptions engine_options;
-  engine_options.memory = on_device ? MemoryKind::kCuda : MemoryKind::kHost;
-  engine_options.device = device;
-  auto engine = ReferenceEngine::Create(streams, std::vector<int>{options.rank}, engine_options);
+  engine_options.memory = local.on_device ? MemoryKind::kCuda : MemoryKind::kHost;
+  engine_options.device = local.device;
+  auto engine = ReferenceEngine::Create(local.streams, std::vector<int>{options.rank}, engine_options);
   if (!engine.ok()) return engine.status().WithContext(name);
+  local.engine = std::move(*engine);
+  return Status::Ok();
+}
 
+EngineBinding bind_local_engine(const EngineOptions& options, const LocalEngine& local) {
   EngineBinding binding;
-  binding.stream = streams[static_cast<std::size_t>(options.rank)];
-  binding.expected_streams = streams;
-  binding.engine = engine->get();
-  binding.arena = (*engine)->arena(options.rank);
-  binding.arena_bytes = (*engine)->arena_bytes(options.rank);
-  binding.memory = engine_options.memory;
-  binding.device = device;
+  binding.stream = local.streams[static_cast<std::size_t>(options.rank)];
+  binding.expected_streams = local.streams;
+  binding.engine = local.engine.get();
+  binding.arena = local.engine->arena(options.rank);
+  binding.arena_bytes = local.engine->arena_bytes(options.rank);
+  binding.memory = local.on_device ? MemoryKind::kCuda : MemoryKind::kHost;
+  binding.device = local.device;
   if (options.verify) {
-    binding.verify = [&, e = engine->get()](std::uint64_t version, std::uint64_t seed) {
-      if (checkpoint != nullptr) {
-        return verify_checkpoint(*model, *checkpoint, *e, options.rank, options.engine_ranks, on_device, version);
+    binding.verify = [&options, &local](std::uint64_t version, std::uint64_t seed) {
+      const Model& model = local.choice.model;
+      if (local.choice.checkpoint != nullptr) {
+        return verify_checkpoint(model, *local.choice.checkpoint, *local.engine, options.rank, options.engine_ranks,
+                                 local.on_device, version);
       }
-      return verify_synthetic(*model, *e, options.rank, options.engine_ranks, on_device, version, seed);
+      return verify_synthetic(model, *local.engine, options.rank, options.engine_ranks, local.on_device, version,
+                              seed);
     };
   }
-  ASSIGN_OR_RETURN(auto rank, EngineRank::Join(options, std::move(binding)));
+  return binding;
+}
+
+}  // namespace
+
+Status run_engine(const EngineOptions& options) {
+  LocalEngine local;
+  if (Status made = make_local_engine(options, local); !made.ok()) {
+    // The coordinator and the other ranks hear why now, not at the setup deadline.
+    report_setup_failure(options, Role::kEngine, made);
+    return made;
+  }
+  ASSIGN_OR_RETURN(auto rank, EngineRank::Join(options, bind_local_engine(options, local)));
   for (;;) {
     auto next = rank->next();
     if (!next.ok() && rank->recovered()) continue;  // reported and recovered: serve the next refit
@@ -516,8 +557,8 @@ Status run_engine(const EngineOptions& options) {
     const std::optional<std::uint64_t> version = *next;
     if (!version) return Status::Ok();
     if (!options.save_path.empty()) {
-      RETURN_IF_ERROR(save_shards(*model, **engine, options.rank, options.engine_ranks, on_device, *version,
-                                  options.save_path));
+      RETURN_IF_ERROR(save_shards(local.choice.model, *local.engine, options.rank, options.engine_ranks,
+                                  local.on_device, *version, options.save_path));
     }
   }
 }

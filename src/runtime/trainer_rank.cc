@@ -28,6 +28,7 @@
 #include "model/shard_copy.h"
 #include "transport/transport.h"
 #include "runtime/model_choice.h"
+#include "runtime/setup_failure.h"
 #include "refit/format.h"
 #include "refit/log.h"
 
@@ -98,6 +99,14 @@ class TrainerRank::Impl : public BucketProtocol {
 
   std::string name() const { return "trainer rank " + std::to_string(options_.rank); }
 
+  // Tells the coordinator why setup failed (runtime/setup_failure.h): by a
+  // SetupFailed before joining, a Failed after; not while joining (the
+  // coordinator refused this rank, or cannot be reached).
+  void report_setup_failure(const Status& error) {
+    if (stage_ == SetupStage::kLocal) refit::report_setup_failure(options_, Role::kTrainer, error);
+    if (stage_ == SetupStage::kJoined) (void)client_->send(Failed{0, error});
+  }
+
   Status setup() {
     Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
     RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
@@ -116,6 +125,7 @@ class TrainerRank::Impl : public BucketProtocol {
                                 " moves host memory");
     }
 
+    stage_ = SetupStage::kJoining;
     ASSIGN_OR_RETURN(client_, ControlClient::Connect(options_.coordinator, Secret(options_.secret), deadline));
     refit::Join join;
     join.role = Role::kTrainer;
@@ -137,6 +147,7 @@ class TrainerRank::Impl : public BucketProtocol {
       if (auto uuid = cuda_device_uuid(source_->device()); uuid.ok()) join.gpu = *uuid;
     }
     ASSIGN_OR_RETURN(Setup setup, client_->join(join, deadline));
+    stage_ = SetupStage::kJoined;
     // From its Setup on, the coordinator and this rank watch each other's
     // heartbeats; an abort closes the data link, waking any wait on it.
     client_->start_reader(heartbeats, [this](const Status&) {
@@ -429,6 +440,7 @@ class TrainerRank::Impl : public BucketProtocol {
   bool on_demand_ = false, finished_ = false;
   bool recovered_ = false;  // the last failed refit was recovered from
   bool in_doubt_ = false;   // done sent, then the coordinator lost before its commit
+  SetupStage stage_ = SetupStage::kLocal;
   std::uint64_t committed_ = 0;
   // How this rank's buckets move (chosen once at setup; uses target_ and
   // link_, so declared after them: destroyed first).
@@ -444,7 +456,10 @@ StatusOr<std::unique_ptr<TrainerRank>> TrainerRank::Join(const RankOptions& opti
                                                          std::unique_ptr<WeightSource> source) {
   if (!source) return InvalidArgument("trainer rank " + std::to_string(options.rank) + ": no weight source");
   auto impl = std::make_unique<Impl>(options, std::move(source));
-  RETURN_IF_ERROR(impl->setup().WithContext(impl->name()));
+  if (Status setup = impl->setup(); !setup.ok()) {
+    impl->report_setup_failure(setup);
+    return setup.WithContext(impl->name());
+  }
   return std::unique_ptr<TrainerRank>(new TrainerRank(std::move(impl)));
 }
 
@@ -478,12 +493,18 @@ StatusOr<std::unique_ptr<WeightSource>> make_rank_source(const RankOptions& opti
 }
 
 Status run_trainer(const RankOptions& options) {
+  const std::string name = "trainer rank " + std::to_string(options.rank);
   // Before the weights are made: --device cuda without a usable GPU fails
   // here, not in an allocation.
-  RETURN_IF_ERROR(validate_rank_settings(options, /*engine=*/false).WithContext("trainer rank " +
-                                                                              std::to_string(options.rank)));
-  auto source = make_rank_source(options);
-  if (!source.ok()) return source.status().WithContext("trainer rank " + std::to_string(options.rank));
+  // (validate_rank_settings names the rank itself.)
+  const Status settings = validate_rank_settings(options, /*engine=*/false);
+  StatusOr<std::unique_ptr<WeightSource>> source =
+      settings.ok() ? make_rank_source(options) : StatusOr<std::unique_ptr<WeightSource>>(settings);
+  if (!source.ok()) {
+    // The coordinator and the other ranks hear why now, not at the setup deadline.
+    report_setup_failure(options, Role::kTrainer, source.status());
+    return settings.ok() ? source.status().WithContext(name) : settings;
+  }
   ASSIGN_OR_RETURN(auto rank, TrainerRank::Join(options, std::move(*source)));
   return rank->serve();
 }

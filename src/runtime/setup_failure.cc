@@ -1,0 +1,23 @@
+#include "runtime/setup_failure.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "control/control_client.h"
+
+namespace refit {
+
+void report_setup_failure(const RankOptions& options, Role role, const Status& error) {
+  if (options.coordinator.empty() || error.ok()) return;
+  SetupFailed failure;
+  failure.role = role;
+  failure.rank = options.rank;
+  failure.pid = ::getpid();
+  failure.error = error;
+  const double seconds = std::min(options.setup_timeout_s, 3.0);
+  ControlClient::ReportSetupFailure(options.coordinator, Secret(options.secret), failure,
+                                    Deadline::AfterSeconds(seconds));
+}
+
+}  // namespace refit

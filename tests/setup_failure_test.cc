@@ -1,0 +1,67 @@
+// A rank that fails during setup tells the coordinator why (issue 17;
+// runtime/setup_failure.h): before it joined, by a SetupFailed in place of
+// a join; after, by a Failed on its control link. Every process then stops
+// within seconds naming that rank and its reason, instead of waiting out
+// the setup deadline (30 s here) and saying only "missing trainer rank 0".
+// After joining: DataPlaneAuth.ATrainerWithAnotherDataSecretCannotFeed
+// (tests/fault_test.cc) checks that the reason reaches every process.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "job.h"
+
+namespace refit {
+namespace {
+
+using testing::JobSpec;
+using testing::ProcessGroup;
+using testing::start_job;
+
+#define EXPECT_HAS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "expected \"" << (needle) << "\" in:\n" << (haystack)
+
+using Clock = std::chrono::steady_clock;
+constexpr double kSetupTimeout = 30;
+constexpr double kWithin = 10;  // far below the setup deadline
+
+// Runs the job with `broken`'s extra flags and checks that every process
+// ends within kWithin seconds, non-zero, and that the coordinator and every
+// other rank name `broken` and `reason`.
+void ExpectEveryProcessStopsNaming(const std::string& broken, const std::vector<std::string>& flags,
+                                   const std::string& reason) {
+  ProcessGroup group;
+  JobSpec spec;
+  spec.setup_timeout_s = kSetupTimeout;
+  spec.extra[broken] = flags;
+  const auto started = Clock::now();
+  ASSERT_TRUE(start_job(group, spec));
+  ASSERT_TRUE(group.wait_all(kSetupTimeout + 20)) << group.all_stderr();
+  const double took = std::chrono::duration<double>(Clock::now() - started).count();
+  EXPECT_LT(took, kWithin) << "the job waited for the setup deadline\n" << group.all_stderr();
+  for (const std::string& name : group.names()) {
+    EXPECT_NE(group.exit_code(name), 0) << name;
+    if (name == broken) continue;
+    EXPECT_HAS(group.err(name), broken);
+    EXPECT_HAS(group.err(name), reason);
+  }
+  EXPECT_HAS(group.report(), broken);
+}
+
+// Catches: run_trainer without report_setup_failure (the others wait 30 s
+// and say "missing trainer rank 0"); a coordinator that ignores a
+// setup_failed (the same).
+TEST(SetupFailure, ATrainerThatCannotOpenItsModelStopsEveryProcessNamingIt) {
+  ExpectEveryProcessStopsNaming("trainer rank 0", {"--model", "/nonexistent/model.safetensors"},
+                                "/nonexistent/model.safetensors");
+}
+
+// Catches: run_engine without report_setup_failure.
+TEST(SetupFailure, AnEngineThatCannotOpenItsModelStopsEveryProcessNamingIt) {
+  ExpectEveryProcessStopsNaming("engine rank 1", {"--model", "/nonexistent/model.safetensors"},
+                                "/nonexistent/model.safetensors");
+}
+
+}  // namespace
+}  // namespace refit
