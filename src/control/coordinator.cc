@@ -165,6 +165,8 @@ class Coordinator {
         }
       }
       if (deadline.expired()) return DeadlineExceeded(missing_ranks_message());
+      draw_setup_progress(std::to_string(joined_) + " of " +
+                          format_count(options_.trainer_ranks + options_.engine_ranks, "rank") + " joined");
       while (auto candidate = gate_->take()) {
         Status st = admit(std::move(candidate->link), candidate->join);
         if (!st.ok()) note(LogLevel::kWarning, st.message());
@@ -337,6 +339,7 @@ class Coordinator {
         }
       }
       if (!ended_) feed(phases, Tick{});
+      if (phases.phase() == RefitPhases::Phase::kSetup) draw_setup_progress("every rank joined, linking data paths");
     }
     return end_status_;
   }
@@ -355,6 +358,7 @@ class Coordinator {
   void step(RefitPhases& phases, const PhaseEvent& event, std::vector<Lost>* lost) {
     const bool was_setup = phases.phase() == RefitPhases::Phase::kSetup;
     std::vector<PhaseAction> actions = phases.on(event, Clock::now());
+    if (was_setup && phases.phase() != RefitPhases::Phase::kSetup) end_setup_progress();
     if (was_setup && phases.phase() != RefitPhases::Phase::kSetup && phases.phase() != RefitPhases::Phase::kEnded &&
         options_.log_joins) {
       note(LogLevel::kInfo, "setup complete: " + format_count(options_.trainer_ranks, "trainer rank") + ", " +
@@ -511,7 +515,36 @@ class Coordinator {
     log(LogLevel::kProgress, "refit coordinator", line);
   }
 
-  void note(LogLevel level, const std::string& line) { log(level, "refit coordinator", line); }
+  // Setup longer than a second shows where it is (with --progress): how
+  // many ranks joined, then linking; redrawn in place every 200 ms.
+  void draw_setup_progress(const std::string& where) {
+    const auto now = Clock::now();
+    if (!options_.progress || now - setup_started_ < std::chrono::seconds(1) ||
+        now - last_draw_ < std::chrono::milliseconds(200)) {
+      return;
+    }
+    last_draw_ = now;
+    setup_drawn_ = true;
+    log(LogLevel::kProgress, "refit coordinator",
+        "\rsetup: " + where + ", " + format_seconds(std::chrono::duration<double>(now - setup_started_).count()) +
+            "        ");
+  }
+  void end_setup_progress() {
+    if (!setup_drawn_) return;
+    setup_drawn_ = false;
+    log(LogLevel::kProgress, "refit coordinator",
+        "\rsetup: done in " +
+            format_seconds(std::chrono::duration<double>(Clock::now() - setup_started_).count()) +
+            "                                        \n");
+  }
+
+  void note(LogLevel level, const std::string& line) {
+    if (setup_drawn_) {  // a line of its own, not the rest of the progress line
+      setup_drawn_ = false;
+      log(LogLevel::kProgress, "refit coordinator", "\n");
+    }
+    log(level, "refit coordinator", line);
+  }
 
   CoordinatorOptions options_;
   FaultHook fault_;  // options_.debug_fault, disarmed once it fired
@@ -531,6 +564,8 @@ class Coordinator {
   bool ended_ = false;
   Status end_status_;
   Clock::time_point go_time_{}, last_draw_{};
+  Clock::time_point setup_started_ = Clock::now();
+  bool setup_drawn_ = false;  // a setup progress line is on screen
   Json report_;
 };
 

@@ -32,6 +32,7 @@
 #include "transport/transport.h"
 #include "runtime/data_links.h"
 #include "runtime/model_choice.h"
+#include "runtime/refit_tally.h"
 #include "runtime/setup_failure.h"
 #include "runtime/weight_verify.h"
 
@@ -550,12 +551,18 @@ Status run_engine(const EngineOptions& options) {
     return made;
   }
   ASSIGN_OR_RETURN(auto rank, EngineRank::Join(options, bind_local_engine(options, local)));
+  RefitTally tally;
   for (;;) {
     auto next = rank->next();
     if (!next.ok() && rank->recovered()) continue;  // reported and recovered: serve the next refit
     if (!next.ok()) return next.status();
     const std::optional<std::uint64_t> version = *next;
-    if (!version) return Status::Ok();
+    if (!version) {
+      log(LogLevel::kInfo, "engine rank " + std::to_string(options.rank),
+          tally.summary("received", options.verify ? "committed and verified" : "committed (not verified)"));
+      return Status::Ok();
+    }
+    tally.add(*version, stream_bytes(local.streams[static_cast<std::size_t>(options.rank)]));
     if (!options.save_path.empty()) {
       RETURN_IF_ERROR(save_shards(local.choice.model, *local.engine, options.rank, options.engine_ranks,
                                   local.on_device, *version, options.save_path));
