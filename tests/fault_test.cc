@@ -25,6 +25,7 @@
 #include "control/control_message.h"
 #include "control/protocol.h"
 #include "job.h"
+#include "listening_ports.h"
 #include "net/link.h"
 #include "testing/status_matchers.h"
 #include "net/link.h"
@@ -369,47 +370,7 @@ TEST(SecretFault, RanksRefuseACoordinatorWithoutTheSecret) {
 
 // ---- data plane --------------------------------------------------------------
 
-// TCP ports `pid` listens on (its sockets in LISTEN state, from /proc).
-std::vector<int> ListeningPorts(pid_t pid) {
-  std::set<std::string> inodes;
-  const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
-  if (DIR* dir = ::opendir(fd_dir.c_str())) {
-    while (dirent* e = ::readdir(dir)) {
-      char target[256];
-      ssize_t n = ::readlink((fd_dir + "/" + e->d_name).c_str(), target, sizeof target - 1);
-      if (n <= 0) continue;
-      target[n] = '\0';
-      std::string t = target;
-      if (t.rfind("socket:[", 0) == 0) inodes.insert(t.substr(8, t.size() - 9));
-    }
-    ::closedir(dir);
-  }
-  std::vector<int> ports;
-  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    std::ifstream in(table);
-    std::string line;
-    std::getline(in, line);  // header
-    while (std::getline(in, line)) {
-      std::istringstream f(line);
-      std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
-      f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
-      if (state != "0A" || !inodes.count(inode)) continue;  // 0A: LISTEN
-      ports.push_back(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
-    }
-  }
-  return ports;
-}
-
-// Engine rank `name`'s data port (an engine listens for data before it
-// joins); 0 when it did not listen within 10 s.
-int DataPort(const ProcessGroup& group, const std::string& name) {
-  for (int i = 0; i < 1000; ++i) {
-    std::vector<int> ports = ListeningPorts(group.proc(name).pid);
-    if (ports.size() == 1) return ports[0];
-    std::this_thread::sleep_for(10ms);
-  }
-  return 0;
-}
+int DataPort(const ProcessGroup& group, const std::string& name) { return testing::data_port(group, name); }
 
 // A connection to a data port made by the test itself.
 std::unique_ptr<Link> DialData(int port) {

@@ -27,6 +27,7 @@
 #include "control/auth.h"
 #include "control/control_message.h"
 #include "job.h"
+#include "listening_ports.h"
 #include "refit/content.h"
 #include "net/link.h"
 #include "refit/safetensors.h"
@@ -223,36 +224,6 @@ INSTANTIATE_TEST_SUITE_P(HostilePeers, Flood, ::testing::Bool(),
 
 // ---- an engine's data port -----------------------------------------------------
 
-// TCP ports `pid` listens on (its sockets in LISTEN state, from /proc).
-std::vector<int> ListeningPorts(pid_t pid) {
-  std::set<std::string> inodes;
-  const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
-  if (DIR* dir = ::opendir(fd_dir.c_str())) {
-    while (dirent* e = ::readdir(dir)) {
-      char target[256];
-      const ssize_t n = ::readlink((fd_dir + "/" + e->d_name).c_str(), target, sizeof target - 1);
-      if (n <= 0) continue;
-      target[n] = '\0';
-      const std::string t = target;
-      if (t.rfind("socket:[", 0) == 0) inodes.insert(t.substr(8, t.size() - 9));
-    }
-    ::closedir(dir);
-  }
-  std::vector<int> ports;
-  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    std::ifstream in(table);
-    std::string line;
-    std::getline(in, line);  // header
-    while (std::getline(in, line)) {
-      std::istringstream f(line);
-      std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
-      f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
-      if (state == "0A" && inodes.count(inode)) ports.push_back(std::stoi(local.substr(local.find(':') + 1), nullptr, 16));
-    }
-  }
-  return ports;
-}
-
 // A job without a secret: a stranger reaches engine rank 0's data port
 // before its trainer ranks, answers the challenge with "none" (anyone can)
 // and then sends nothing. The engine refuses it within kDataAuthTimeout
@@ -267,12 +238,7 @@ TEST(HostilePeers, AnIdleStrangerHoldsADataPortWithoutASecretAtMostFiveSeconds) 
                                                        "30"});
   ASSERT_FALSE(address.empty());
   for (int r = 0; r < 2; ++r) group.spawn("engine rank " + std::to_string(r), RankArgs("engine", r, address, {}));
-  int port = 0;
-  for (int i = 0; i < 1000 && port == 0; ++i) {
-    std::vector<int> ports = ListeningPorts(group.proc("engine rank 0").pid);
-    if (ports.size() == 1) port = ports[0];
-    else std::this_thread::sleep_for(10ms);  // polling /proc until the port appears
-  }
+  const int port = testing::data_port(group, "engine rank 0");
   ASSERT_NE(port, 0) << group.all_stderr();
   auto stranger = Link::Connect("127.0.0.1:" + std::to_string(port), "stranger", Deadline::After(5s));
   ASSERT_TRUE(stranger.ok());
