@@ -19,21 +19,17 @@
 #include <utility>
 #include <vector>
 
-#include "core/atomic_file.h"
 #include "net/poll_wait.h"
 #include "control/auth.h"
 #include "control/join_gate.h"
 #include "control/protocol.h"
+#include "control/progress_line.h"
 #include "control/refit_phases.h"
+#include "control/report_builder.h"
 #include "control/topology.h"
 #include "net/link.h"
 #include "refit/format.h"
 #include "refit/log.h"
-#include "control/gpu_sharing.h"
-#include "control/spec_json.h"
-#include "aligner/aligner.h"
-#include "refit/plan.h"
-#include "transport/transport.h"
 
 namespace refit {
 namespace {
@@ -50,14 +46,9 @@ struct Member {
 
 class Coordinator {
  public:
-  explicit Coordinator(const CoordinatorOptions& options) : options_(options), fault_(options.debug_fault) {
-    report_["verified"] = false;
-    report_["refits"] = Json::array();
-    report_["failures"] = Json::array();  // refits that failed and were recovered from
-    report_["ranks"] = Json::array();
-    report_["trainer_ranks"] = Json::array();
-    report_["committed_version"] = 0;
-  }
+  explicit Coordinator(const CoordinatorOptions& options)
+      : options_(options), fault_(options.debug_fault), report_(options.report_path),
+        progress_(options.progress, options.refits) {}
 
   Json run(const std::function<void(int)>& on_listening) {
     Status status = setup(on_listening);
@@ -70,15 +61,7 @@ class Coordinator {
       }
       answer_latecomers(status);
     }
-    if (!status.ok()) {
-      report_["error"] = status.ToString();
-      report_["verified"] = false;
-    } else {
-      // Verified: every committed refit's every byte was compared and
-      // matched on every engine rank; a job without a refit compared nothing.
-      report_["verified"] = all_verified_ && report_["failures"].empty() && !report_["refits"].empty();
-    }
-    return report_;
+    return report_.finish(status);
   }
 
  private:
@@ -87,7 +70,7 @@ class Coordinator {
   Status setup(const std::function<void(int)>& on_listening) {
     RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
     // A report file that cannot be written fails now, before any rank joins.
-    RETURN_IF_ERROR(persist_running("at setup, before any refit was committed"));
+    RETURN_IF_ERROR(report_.persist_running("at setup, before any refit was committed"));
     ASSIGN_OR_RETURN(heartbeats_,
                      heartbeat_timing(options_.heartbeat_interval_s, options_.heartbeat_timeout_s, "coordinator"));
     std::string host;
@@ -120,16 +103,7 @@ class Coordinator {
     ASSIGN_OR_RETURN(Topology topology,
                      plan_topology(trainer_joins, engine_joins, options_.seed, options_.refits == 0));
     for (const std::string& warning : topology.warnings) note(LogLevel::kWarning, warning);
-    const Join& first = engine_joins[0];
-    report_["transport"] = first.transport;
-    report_["mode"] = first.mode;
-    report_["device"] = first.device;
-    report_["bucket_size"] = first.bucket_size;
-    report_["aligned_batches"] = topology.aligned_batches;
-    report_["divergent_boundaries"] = topology.divergent_boundaries;
-    report_["bytes_per_refit"] = topology.bytes_per_refit;
-    total_bytes_ = topology.bytes_per_refit;
-    memory_path_field_ = transport_topology(first.transport).memory_path_report_field;
+    report_.set_topology(engine_joins[0], topology);
     for (std::size_t e = 0; e < engines_.size(); ++e) {
       RETURN_IF_ERROR(send_message(*engines_[e]->link, CoordinatorMessage(topology.engine_setups[e]), setup_deadline_)
                           .WithContext("setup of " + engines_[e]->name()));
@@ -165,7 +139,7 @@ class Coordinator {
         }
       }
       if (deadline.expired()) return DeadlineExceeded(missing_ranks_message());
-      draw_setup_progress(std::to_string(joined_) + " of " +
+      progress_.setup(std::to_string(joined_) + " of " +
                           format_count(options_.trainer_ranks + options_.engine_ranks, "rank") + " joined");
       while (auto candidate = gate_->take()) {
         Status st = admit(std::move(candidate->link), candidate->join);
@@ -307,7 +281,6 @@ class Coordinator {
     phase_options.heartbeats = heartbeats_;
     RefitPhases phases(phase_options);
     members_ = joined();
-    all_verified_ = true;
     // Setup's linking shares the deadline the joins had.
     std::vector<Lost> lost;
     for (PhaseAction& action : phases.start(Clock::now(), setup_deadline_.at())) carry_out(action, &lost);
@@ -339,7 +312,7 @@ class Coordinator {
         }
       }
       if (!ended_) feed(phases, Tick{});
-      if (phases.phase() == RefitPhases::Phase::kSetup) draw_setup_progress("every rank joined, linking data paths");
+      if (phases.phase() == RefitPhases::Phase::kSetup) progress_.setup("every rank joined, linking data paths");
     }
     return end_status_;
   }
@@ -358,7 +331,7 @@ class Coordinator {
   void step(RefitPhases& phases, const PhaseEvent& event, std::vector<Lost>* lost) {
     const bool was_setup = phases.phase() == RefitPhases::Phase::kSetup;
     std::vector<PhaseAction> actions = phases.on(event, Clock::now());
-    if (was_setup && phases.phase() != RefitPhases::Phase::kSetup) end_setup_progress();
+    if (was_setup && phases.phase() != RefitPhases::Phase::kSetup) progress_.setup_done();
     if (was_setup && phases.phase() != RefitPhases::Phase::kSetup && phases.phase() != RefitPhases::Phase::kEnded &&
         options_.log_joins) {
       note(LogLevel::kInfo, "setup complete: " + format_count(options_.trainer_ranks, "trainer rank") + ", " +
@@ -370,7 +343,7 @@ class Coordinator {
   void carry_out(PhaseAction& action, std::vector<Lost>* lost) {
     if (auto* send = std::get_if<SendAll>(&action)) {
       fire_send_hook(send->message);
-      if (std::holds_alternative<Go>(send->message)) go_time_ = Clock::now();
+      if (std::holds_alternative<Go>(send->message)) progress_.go();
       const bool ending = std::holds_alternative<Shutdown>(send->message) || std::holds_alternative<Abort>(send->message);
       // A heartbeat that cannot go out within the heartbeat deadline finds a
       // rank that reads nothing: lost, like any failed send.
@@ -386,21 +359,24 @@ class Coordinator {
         }
       }
     } else if (auto* commit = std::get_if<RecordCommit>(&action)) {
-      record_commit(*commit);
+      report_.record_commit(*commit);
       // Written before commit(v) goes out: a coordinator lost from here on
       // leaves a report that names v committed.
-      Status kept = persist_running("at the commit decision of refit " + std::to_string(commit->version));
+      Status kept = report_.persist_running("at the commit decision of refit " + std::to_string(commit->version));
       if (!kept.ok()) note(LogLevel::kWarning, "the report file is not up to date: " + kept.message());
       fire_fault_hook(fault_, ProtocolStep::kCommit, commit->version, "refit coordinator");
     } else if (auto* failure = std::get_if<RecordFailure>(&action)) {
       note(LogLevel::kWarning, "refit " + std::to_string(failure->version) + " failed: " + failure->error.message() +
                                    "; recovering");
-      report_["failures"].push_back(Json{{"version", failure->version}, {"error", failure->error.ToString()}});
-      if (!report_.contains("error")) report_["error"] = failure->error.ToString();
+      report_.record_failure(*failure);
     } else if (auto* recovery = std::get_if<RecordRecovery>(&action)) {
-      record_recovery(*recovery);
+      report_.record_recovery(*recovery);
+      note(LogLevel::kInfo, "recovered from the failed refit " + std::to_string(recovery->version) +
+                                ": every rank relinked, engine weights at version " +
+                                std::to_string(report_.committed_version()) +
+                                " (incomplete until the next refit commits)");
     } else if (auto* progress = std::get_if<ShowProgress>(&action)) {
-      draw_progress(*progress);
+      progress_.refit(*progress, report_.bytes_per_refit());
     } else if (auto* line = std::get_if<Note>(&action)) {
       note(LogLevel::kInfo, line->line);
     } else if (auto* end = std::get_if<EndJob>(&action)) {
@@ -433,116 +409,8 @@ class Coordinator {
     }
   }
 
-  // ---- the report ------------------------------------------------------------------
-
-  // The report file while the job runs (CoordinatorOptions::report_path):
-  // what was committed so far, marked unfinished; run_coordinator replaces
-  // it with the final report.
-  Status persist_running(const std::string& when) {
-    if (options_.report_path.empty()) return Status::Ok();
-    Json running = report_;
-    running["verified"] = false;
-    running["error"] = "unfinished: the coordinator wrote this report " + when +
-                       " and did not finish the job (it was killed, or is stopped)";
-    return write_file_atomically(options_.report_path, running.dump(2) + "\n")
-        .WithContext("--report " + options_.report_path);
-  }
-
-  void record_commit(const RecordCommit& commit) {
-    auto with_rank = [](const Done& done, std::size_t rank) {
-      Json stats = done.stats;
-      stats["rank"] = rank;
-      return stats;
-    };
-    Json ranks = Json::array(), trainer_stats = Json::array();
-    for (std::size_t e = 0; e < commit.engines.size(); ++e) ranks.push_back(with_rank(commit.engines[e], e));
-    for (std::size_t t = 0; t < commit.trainers.size(); ++t) trainer_stats.push_back(with_rank(commit.trainers[t], t));
-    report_["ranks"] = ranks;
-    report_["trainer_ranks"] = trainer_stats;
-    if (memory_path_field_ != nullptr) {
-      // Which memory path the transport took (issue 5): "host-staged" when
-      // any rank's device memory went through pinned host buffers, else
-      // "cuda" when any rank's device memory was written directly, else "host".
-      std::string path = "host";
-      for (const auto* list : {&commit.engines, &commit.trainers}) {
-        for (const Done& done : *list) {
-          const std::string p = done.memory_path.empty() ? "host" : done.memory_path;
-          if (p == "host-staged" || (p == "cuda" && path == "host")) path = p;
-        }
-      }
-      report_[memory_path_field_] = path;
-    }
-    const double seconds = commit.seconds;
-    report_["refits"].push_back(Json{{"version", commit.version},
-                                     {"bytes", total_bytes_},
-                                     {"seconds", seconds},
-                                     {"gbps", seconds > 0 ? static_cast<double>(total_bytes_) / seconds / 1e9 : 0.0},
-                                     {"verified", commit.verified}});
-    report_["committed_version"] = commit.version;
-    if (!commit.verified) all_verified_ = false;
-  }
-
-  void record_recovery(const RecordRecovery& recovery) {
-    Json engines = Json::array();
-    for (std::size_t e = 0; e < recovery.engines.size(); ++e) {
-      engines.push_back(Json{{"rank", e},
-                             {"version", recovery.engines[e].version.value_or(0)},
-                             {"weights_complete", recovery.engines[e].weights_complete.value_or(false)}});
-    }
-    report_["failures"].back()["engines_after"] = engines;
-    note(LogLevel::kInfo, "recovered from the failed refit " + std::to_string(recovery.version) +
-                              ": every rank relinked, engine weights at version " +
-                              report_["committed_version"].dump() + " (incomplete until the next refit commits)");
-  }
-
-  void draw_progress(const ShowProgress& progress) {
-    if (!options_.progress) return;
-    auto now = Clock::now();
-    if (!progress.final && now - last_draw_ < std::chrono::milliseconds(100)) return;
-    last_draw_ = now;
-    const std::uint64_t sent = progress.final ? total_bytes_ : progress.bytes;
-    double frac = total_bytes_ ? std::min(1.0, static_cast<double>(sent) / static_cast<double>(total_bytes_)) : 1.0;
-    double secs = std::chrono::duration<double>(now - go_time_).count();
-    int width = 30, filled = static_cast<int>(frac * width);
-    char line[256];
-    std::snprintf(line, sizeof line, "\rrefit %llu%s [%s%s] %3d%% %s %.2f GB/s%s",
-                  static_cast<unsigned long long>(progress.version),
-                  options_.refits > 0 ? ("/" + std::to_string(options_.refits)).c_str() : "",
-                  std::string(static_cast<std::size_t>(filled), '#').c_str(),
-                  std::string(static_cast<std::size_t>(width - filled), ' ').c_str(), static_cast<int>(frac * 100),
-                  format_bytes(sent).c_str(), secs > 0 ? static_cast<double>(sent) / secs / 1e9 : 0.0,
-                  progress.final ? "\n" : "");
-    log(LogLevel::kProgress, "refit coordinator", line);
-  }
-
-  // Setup longer than a second shows where it is (with --progress): how
-  // many ranks joined, then linking; redrawn in place every 200 ms.
-  void draw_setup_progress(const std::string& where) {
-    const auto now = Clock::now();
-    if (!options_.progress || now - setup_started_ < std::chrono::seconds(1) ||
-        now - last_draw_ < std::chrono::milliseconds(200)) {
-      return;
-    }
-    last_draw_ = now;
-    setup_drawn_ = true;
-    log(LogLevel::kProgress, "refit coordinator",
-        "\rsetup: " + where + ", " + format_seconds(std::chrono::duration<double>(now - setup_started_).count()) +
-            "        ");
-  }
-  void end_setup_progress() {
-    if (!setup_drawn_) return;
-    setup_drawn_ = false;
-    log(LogLevel::kProgress, "refit coordinator",
-        "\rsetup: done in " +
-            format_seconds(std::chrono::duration<double>(Clock::now() - setup_started_).count()) +
-            "                                        \n");
-  }
-
   void note(LogLevel level, const std::string& line) {
-    if (setup_drawn_) {  // a line of its own, not the rest of the progress line
-      setup_drawn_ = false;
-      log(LogLevel::kProgress, "refit coordinator", "\n");
-    }
+    progress_.break_line();  // a line of its own, not the rest of a setup line
     log(level, "refit coordinator", line);
   }
 
@@ -558,15 +426,10 @@ class Coordinator {
   // Set by setup() before any use; Never() only as the initial value.
   Deadline setup_deadline_ = Deadline::Never();
   HeartbeatTiming heartbeats_;
-  std::uint64_t total_bytes_ = 0;
-  const char* memory_path_field_ = nullptr;
-  bool all_verified_ = false;
   bool ended_ = false;
   Status end_status_;
-  Clock::time_point go_time_{}, last_draw_{};
-  Clock::time_point setup_started_ = Clock::now();
-  bool setup_drawn_ = false;  // a setup progress line is on screen
-  Json report_;
+  ReportBuilder report_;
+  ProgressLine progress_;
 };
 
 }  // namespace

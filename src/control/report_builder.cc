@@ -1,0 +1,110 @@
+#include "control/report_builder.h"
+
+#include <utility>
+
+#include "core/atomic_file.h"
+#include "transport/transport.h"
+
+namespace refit {
+
+ReportBuilder::ReportBuilder(std::string path) : path_(std::move(path)) {
+  report_["verified"] = false;
+  report_["refits"] = Json::array();
+  report_["failures"] = Json::array();  // refits that failed and were recovered from
+  report_["ranks"] = Json::array();
+  report_["trainer_ranks"] = Json::array();
+  report_["committed_version"] = 0;
+}
+
+void ReportBuilder::set_topology(const Join& first, const Topology& topology) {
+  report_["transport"] = first.transport;
+  report_["mode"] = first.mode;
+  report_["device"] = first.device;
+  report_["bucket_size"] = first.bucket_size;
+  report_["aligned_batches"] = topology.aligned_batches;
+  report_["divergent_boundaries"] = topology.divergent_boundaries;
+  report_["bytes_per_refit"] = topology.bytes_per_refit;
+  bytes_per_refit_ = topology.bytes_per_refit;
+  memory_path_field_ = transport_topology(first.transport).memory_path_report_field;
+}
+
+namespace {
+
+// Which memory path the transport took (issue 5): "host-staged" when any
+// rank's device memory went through pinned host buffers, else "cuda" when
+// any rank's device memory was written directly, else "host".
+std::string memory_path(const RecordCommit& commit) {
+  std::string path = "host";
+  for (const auto* list : {&commit.engines, &commit.trainers}) {
+    for (const Done& done : *list) {
+      const std::string p = done.memory_path.empty() ? "host" : done.memory_path;
+      if (p == "host-staged" || (p == "cuda" && path == "host")) path = p;
+    }
+  }
+  return path;
+}
+
+Json rank_stats(const std::vector<Done>& done) {
+  Json out = Json::array();
+  for (std::size_t r = 0; r < done.size(); ++r) {
+    Json stats = done[r].stats;
+    stats["rank"] = r;
+    out.push_back(std::move(stats));
+  }
+  return out;
+}
+
+}  // namespace
+
+void ReportBuilder::record_commit(const RecordCommit& commit) {
+  report_["ranks"] = rank_stats(commit.engines);
+  report_["trainer_ranks"] = rank_stats(commit.trainers);
+  if (memory_path_field_ != nullptr) report_[memory_path_field_] = memory_path(commit);
+  const double seconds = commit.seconds;
+  report_["refits"].push_back(
+      Json{{"version", commit.version},
+           {"bytes", bytes_per_refit_},
+           {"seconds", seconds},
+           {"gbps", seconds > 0 ? static_cast<double>(bytes_per_refit_) / seconds / 1e9 : 0.0},
+           {"verified", commit.verified}});
+  report_["committed_version"] = commit.version;
+  if (!commit.verified) all_verified_ = false;
+}
+
+void ReportBuilder::record_failure(const RecordFailure& failure) {
+  report_["failures"].push_back(Json{{"version", failure.version}, {"error", failure.error.ToString()}});
+  if (!report_.contains("error")) report_["error"] = failure.error.ToString();
+}
+
+void ReportBuilder::record_recovery(const RecordRecovery& recovery) {
+  Json engines = Json::array();
+  for (std::size_t e = 0; e < recovery.engines.size(); ++e) {
+    engines.push_back(Json{{"rank", e},
+                           {"version", recovery.engines[e].version.value_or(0)},
+                           {"weights_complete", recovery.engines[e].weights_complete.value_or(false)}});
+  }
+  report_["failures"].back()["engines_after"] = engines;
+}
+
+std::uint64_t ReportBuilder::committed_version() const { return report_["committed_version"].get<std::uint64_t>(); }
+
+Status ReportBuilder::persist_running(const std::string& when) const {
+  if (path_.empty()) return Status::Ok();
+  Json running = report_;
+  running["verified"] = false;
+  running["error"] =
+      "unfinished: the coordinator wrote this report " + when + " and did not finish the job (it was killed, or is stopped)";
+  return write_file_atomically(path_, running.dump(2) + "\n").WithContext("--report " + path_);
+}
+
+Json ReportBuilder::finish(const Status& status) {
+  if (!status.ok()) {
+    report_["error"] = status.ToString();
+    report_["verified"] = false;
+  } else {
+    report_["verified"] = all_verified_ && report_["failures"].empty() && !report_["refits"].empty();
+  }
+  return report_;
+}
+
+}  // namespace refit

@@ -1,0 +1,58 @@
+// The job's report document as the coordinator builds it (refit/coordinator.h,
+// "The report"): the topology at setup, every committed refit with its
+// figures and every rank's stats, every failure recovered from, and at the
+// end the error or the verdict. With a path it keeps the report file up to
+// date while the job runs: written atomically at setup and at every commit
+// decision (before commit(v) goes out), marked unfinished, so a coordinator
+// killed at any moment leaves a file naming the last committed version.
+//
+// Thread safety: none; the coordinator's thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "control/control_message.h"
+#include "control/protocol.h"
+#include "control/refit_phases.h"
+#include "control/topology.h"
+#include "refit/status.h"
+
+namespace refit {
+
+class ReportBuilder {
+ public:
+  // `path`: the report file kept while the job runs ("": none).
+  explicit ReportBuilder(std::string path);
+
+  // What setup decided: transport, mode, device, bucket size (of `first`,
+  // every engine rank agreeing), batches and bytes per refit.
+  void set_topology(const Join& first, const Topology& topology);
+  // The commit decision (refit_phases.h RecordCommit): the refit's figures,
+  // every rank's stats, the transport's memory path.
+  void record_commit(const RecordCommit& commit);
+  void record_failure(const RecordFailure& failure);
+  void record_recovery(const RecordRecovery& recovery);
+
+  std::uint64_t committed_version() const;
+  std::uint64_t bytes_per_refit() const { return bytes_per_refit_; }
+
+  // Rewrites the report file (when there is one) as it stands, marked
+  // unfinished: "the coordinator wrote this report <when> and did not
+  // finish the job". An error names the file.
+  Status persist_running(const std::string& when) const;
+
+  // The final document: `status`'s error, or (OK) verified when every byte
+  // of every committed refit was compared and matched, no refit failed and
+  // at least one committed.
+  Json finish(const Status& status);
+
+ private:
+  std::string path_;
+  Json report_;
+  std::uint64_t bytes_per_refit_ = 0;
+  const char* memory_path_field_ = nullptr;  // the transport's (transport.h), or none
+  bool all_verified_ = true;
+};
+
+}  // namespace refit
