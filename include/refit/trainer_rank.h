@@ -9,6 +9,9 @@
 //                    once this rank's weights are ready, takes part, and
 //                    returns once every rank committed it
 //   finish()         on-demand: this rank asks for no more refits
+// After each committed refit, last_refit() says what it took on this rank
+// (bytes, seconds, GB/s, the waits): a TrainerRefitReport for a training
+// loop's log.
 //
 // What is sent comes from a WeightSource (weight_source.h). Host sources may
 // feed device engines (cuda_ipc): each bucket is packed into pinned host
