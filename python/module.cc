@@ -6,6 +6,8 @@
 
 #include <span>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "bindings.h"
 #include "dlpack_interop.h"
@@ -14,10 +16,8 @@
 #include "refit/device_memory.h"
 #include "refit/dtype.h"
 #include "refit/coordinator.h"
-#include "refit/transports.h"
 #include "refit/roles.h"
 #include "refit/transports.h"
-#include "refit/roles.h"
 
 namespace py = pybind11;
 
@@ -85,7 +85,13 @@ PYBIND11_MODULE(_refit, m) {
 
   m.def("cuda_built", &cuda_built, "True when refit was compiled with CUDA.");
   m.def(
-      "transports", [] { return transport_names(); }, "The transports this build has (shm, tcp, cuda_ipc, ...).");
+      "transport_availability",
+      [] {
+        std::vector<std::tuple<std::string, bool, std::string>> out;
+        for (const TransportAvailability& t : transport_availability()) out.emplace_back(t.name, t.available, t.reason);
+        return out;
+      },
+      "Every transport refit knows: (name, available here, why not), for refit.transports().");
   m.def(
       "dtypes",
       [] {

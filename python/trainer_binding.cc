@@ -10,6 +10,7 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -39,6 +40,22 @@ Status check_rule(const TensorSpec& spec, ShardRule rule) {
                            " dimensions)");
   }
   return Status::Ok();
+}
+
+// The report as a dict, which the package turns into a refit.RefitReport.
+py::dict report_dict(const TrainerRefitReport& r) {
+  py::dict d;
+  d["version"] = r.version;
+  d["bytes"] = r.bytes;
+  d["buckets"] = r.buckets;
+  d["seconds"] = r.seconds;
+  d["gb_per_s"] = r.gb_per_s();
+  d["send_s"] = r.send_s;
+  d["wait_start_s"] = r.wait_start_s;
+  d["wait_go_s"] = r.wait_go_s;
+  d["wait_credits_s"] = r.wait_credits_s;
+  d["wait_commit_s"] = r.wait_commit_s;
+  return d;
 }
 
 class PyTrainer {
@@ -85,7 +102,8 @@ class PyTrainer {
 
   ~PyTrainer() { close(); }
 
-  void refit(std::uint64_t version) {
+  // The report of the refit (a dict; see report_dict).
+  py::dict refit(std::uint64_t version) {
     TrainerRank& rank = joined();
     Status status;
     {
@@ -96,6 +114,7 @@ class PyTrainer {
       if (status.ok()) status = rank.refit(version);
     }
     check(status);
+    return last_refit().cast<py::dict>();
   }
 
   void serve() {
@@ -119,6 +138,12 @@ class PyTrainer {
   }
 
   std::uint64_t committed_version() { return joined().committed_version(); }
+
+  // The last committed refit's report (a dict), or None before the first.
+  py::object last_refit() {
+    const std::optional<TrainerRefitReport> report = joined().last_refit();
+    return report ? py::object(report_dict(*report)) : py::object(py::none());
+  }
 
   // Leaves the job (connections closed) and returns the tensors to their owners.
   void close() {
@@ -162,6 +187,7 @@ void bind_trainer(py::module_& m) {
       .def("finish", &PyTrainer::finish)
       .def("close", &PyTrainer::close)
       .def_property_readonly("committed_version", &PyTrainer::committed_version)
+      .def_property_readonly("last_refit", &PyTrainer::last_refit)
       .def_property_readonly("specs", &PyTrainer::specs)
       .def_property_readonly("device", &PyTrainer::device);
 }

@@ -9,6 +9,9 @@
 //                    once this rank's weights are ready, takes part, and
 //                    returns once every rank committed it
 //   finish()         on-demand: this rank asks for no more refits
+// After each committed refit, last_refit() says what it took on this rank
+// (bytes, seconds, GB/s, the waits): a TrainerRefitReport for a training
+// loop's log.
 //
 // What is sent comes from a WeightSource (weight_source.h). Host sources may
 // feed device engines (cuda_ipc): each bucket is packed into pinned host
@@ -19,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "refit/status.h"
 #include "refit/weight_source.h"
@@ -29,6 +33,26 @@ namespace refit {
 // The source a `refit trainer` process sends: the synthetic preset of
 // options.model, or the checkpoint at that path (read into host memory).
 StatusOr<std::unique_ptr<WeightSource>> make_rank_source(const RankOptions& options);
+
+// What one committed refit took on this rank, for a training loop's log.
+// Times are wall-clock seconds on this rank; the waits are the parts of
+// `seconds` this rank spent waiting for others.
+struct TrainerRefitReport {
+  std::uint64_t version = 0;
+  std::uint64_t buckets = 0;  // buckets this rank sent
+  std::uint64_t bytes = 0;    // bytes this rank sent: its buckets' share of the plan
+  // From the call (refit(): before asking for the version; serve(): the
+  // coordinator's start) to the coordinator's commit.
+  double seconds = 0;
+  double send_s = 0;          // from 'go' until every bucket was sent and its copies finished
+  double wait_start_s = 0;    // refit(): asking until the coordinator started it (the other trainer ranks)
+  double wait_go_s = 0;       // ready until 'go' (every rank of the job ready)
+  double wait_credits_s = 0;  // waiting for the engine rank's credits (free pool slots); part of send_s
+  double wait_commit_s = 0;   // done until the commit (the other ranks finishing)
+
+  // bytes / seconds, in GB/s (1e9 bytes); 0 when seconds is 0.
+  double gb_per_s() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
+};
 
 class TrainerRank {
  public:
@@ -44,6 +68,9 @@ class TrainerRank {
 
   // The last version this rank saw committed (0 before the first).
   std::uint64_t committed_version() const;
+  // The report of the last refit this rank saw committed (by refit() or
+  // serve()); nullopt before the first. A failed refit leaves it unchanged.
+  std::optional<TrainerRefitReport> last_refit() const;
   // True when the coordinator runs refits on demand (use refit/finish).
   bool on_demand() const;
 

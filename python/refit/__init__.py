@@ -24,7 +24,9 @@ set_log_handler to send them elsewhere.
 """
 
 import atexit
+import dataclasses
 import logging
+from typing import NamedTuple
 
 from . import _refit
 from ._refit import (
@@ -43,16 +45,15 @@ from ._refit import (
     dtypes,
     shard_rule,
     tensor_spec,
-    transports,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AbortedError", "Coordinator", "DataLossError", "DeadlineExceededError", "Engine", "Error",
-    "FailedPreconditionError", "InternalError", "InvalidArgumentError", "NotFoundError",
-    "ResourceExhaustedError", "TensorView", "Trainer", "UnavailableError", "cuda_built", "dtypes",
-    "parse_bytes", "set_log_handler", "shard_rule", "tensor_spec", "transports",
+    "FailedPreconditionError", "InternalError", "InvalidArgumentError", "NotFoundError", "RefitReport",
+    "ResourceExhaustedError", "TensorView", "Trainer", "TransportAvailability", "UnavailableError", "cuda_built",
+    "dtypes", "parse_bytes", "set_log_handler", "shard_rule", "tensor_spec", "transports",
 ]
 
 # ---------------------------------------------------------------- log messages
@@ -85,6 +86,63 @@ set_log_handler(_to_logging)
 atexit.register(_refit._stop_logging)
 
 RULES = ("replicated", "column", "row", "vocab")
+
+# ---------------------------------------------------------------- transports
+
+
+class TransportAvailability(NamedTuple):
+    """Whether one transport can run on this machine (refit.transports())."""
+    name: str        # as transport= takes it
+    available: bool  # built into this refit, and what it needs (a CUDA device) is here
+    reason: str      # why not, e.g. "built without NCCL", "no CUDA device (...)"; "" when available
+
+
+def transports():
+    """Every transport refit knows, in the order shm, tcp, cuda_ipc, ucx, nccl,
+    each a TransportAvailability(name, available, reason): whether it can run
+    on this machine, and if not why (built without it; no CUDA device for
+    cuda_ipc and nccl). The names that can run:
+    [t.name for t in refit.transports() if t.available]."""
+    return [TransportAvailability(*t) for t in _refit.transport_availability()]
+
+
+# ---------------------------------------------------------------- refit reports
+
+
+@dataclasses.dataclass(frozen=True)
+class RefitReport:
+    """What one committed refit took on this trainer rank (Trainer.refit's
+    result), for a training loop's log: log(**report.as_dict()) or print(report).
+
+    Times are this rank's wall-clock seconds; the wait_* fields are the parts
+    of `seconds` it spent waiting for others."""
+    version: int
+    bytes: int             # bytes this rank sent (its buckets' share of the plan)
+    buckets: int           # buckets this rank sent
+    seconds: float         # refit(version) called until the coordinator committed it
+    gb_per_s: float        # bytes / seconds, in GB/s (1e9 bytes)
+    send_s: float          # 'go' until every bucket was sent
+    wait_start_s: float    # asking for the version until it started (the other trainer ranks asking)
+    wait_go_s: float       # ready until 'go' (every rank ready)
+    wait_credits_s: float  # waiting for the engine rank's free pool slots (part of send_s)
+    wait_commit_s: float   # done until the commit (the other ranks finishing)
+
+    def as_dict(self):
+        """{field: value}, for a logger (wandb.log, tensorboard, json)."""
+        return dataclasses.asdict(self)
+
+    def __repr__(self):
+        fields = ", ".join(f"{f.name}={_short(getattr(self, f.name))}" for f in dataclasses.fields(self))
+        return f"RefitReport({fields})"
+
+    def __str__(self):
+        return (f"refit {self.version}: {self.bytes} bytes in {self.seconds:.3f} s ({self.gb_per_s:.3g} GB/s); "
+                f"waited {self.wait_start_s:.3f} s to start, {self.wait_go_s:.3f} s for go, "
+                f"{self.wait_credits_s:.3f} s for credits, {self.wait_commit_s:.3f} s for the commit")
+
+
+def _short(value):
+    return f"{value:.4g}" if isinstance(value, float) else repr(value)
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 
@@ -262,10 +320,11 @@ class Trainer:
 
     def refit(self, version):
         """Sends the tensors' current bytes as weight version `version` (on-demand
-        jobs) and returns once every engine rank committed it. Raises a
+        jobs) and returns once every engine rank committed it, with a
+        RefitReport of this rank's part (bytes, seconds, GB/s, waits). Raises a
         refit.Error (e.g. AbortedError naming a lost engine rank) when the refit
         failed anywhere; the version is then not committed."""
-        self._impl.refit(version)
+        return RefitReport(**self._impl.refit(version))
 
     def serve(self):
         """Takes part in every refit of a coordinator-scheduled job (refits=N)."""
@@ -283,6 +342,13 @@ class Trainer:
     @property
     def committed_version(self):
         return self._impl.committed_version
+
+    @property
+    def last_refit(self):
+        """The RefitReport of the last refit this rank saw committed (also
+        under serve()), or None before the first."""
+        report = self._impl.last_refit
+        return None if report is None else RefitReport(**report)
 
     @property
     def specs(self):

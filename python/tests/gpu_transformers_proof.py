@@ -62,8 +62,9 @@ def check_requirements():
     import refit
     if not refit.cuda_built():
         skip("refit was built without CUDA")
-    if "cuda_ipc" not in refit.transports():
-        skip("this refit build has no cuda_ipc transport")
+    cuda_ipc = {t.name: t for t in refit.transports()}["cuda_ipc"]
+    if not cuda_ipc.available:
+        skip("cuda_ipc cannot run here: " + cuda_ipc.reason)
 
 
 def build_model(kind, seed):

@@ -58,6 +58,7 @@ class TrainerRank::Impl : public BucketProtocol {
   }
 
   Status refit(std::uint64_t version) {
+    const Clock::time_point called = Clock::now();  // the report's seconds start here
     recovered_ = false;
     if (!on_demand_) {
       return FailedPrecondition(name() + ": the coordinator schedules this job's refits (--refits N): call serve()");
@@ -81,7 +82,7 @@ class TrainerRank::Impl : public BucketProtocol {
                                 " but the coordinator started " + std::to_string(started) +
                                 " (every trainer rank must ask for the same version)");
     }
-    return refit_or_report(version);
+    return refit_or_report(version, called);
   }
 
   Status finish() {
@@ -94,6 +95,7 @@ class TrainerRank::Impl : public BucketProtocol {
   }
 
   std::uint64_t committed_version() const { return committed_; }
+  const std::optional<TrainerRefitReport>& last_refit() const { return last_refit_; }
   bool on_demand() const { return on_demand_; }
   bool recovered() const { return recovered_; }
 
@@ -260,9 +262,10 @@ class TrainerRank::Impl : public BucketProtocol {
   // same transport target and registrations) and returns the refit's error
   // with recovered_ set; a coordinator that shuts down or is lost leaves the
   // error fatal.
-  Status refit_or_report(std::uint64_t version) {
+  // `called`: when the caller began this refit (the report's seconds).
+  Status refit_or_report(std::uint64_t version, Clock::time_point called = Clock::now()) {
     recovered_ = false;
-    Status status = run_refit(version);
+    Status status = run_refit(version, called);
     if (status.ok()) return Status::Ok();
     // In doubt: the coordinator is lost, nobody to report to or relink with.
     if (in_doubt_) return status;
@@ -299,14 +302,20 @@ class TrainerRank::Impl : public BucketProtocol {
     return status;
   }
 
-  Status run_refit(std::uint64_t version) {
+  Status run_refit(std::uint64_t version, Clock::time_point called) {
+    TrainerRefitReport report;
+    report.version = version;
+    report.wait_start_s = seconds_since(called);
+    credit_wait_s_ = 0;
     fire_fault_hook(options_.debug_fault, ProtocolStep::kStart, version, name());
     RETURN_IF_ERROR(source_->prepare(version, seed_).WithContext(name() + ", preparing the weights of refit " +
                                                                   std::to_string(version)));
     fire_fault_hook(options_.debug_fault, ProtocolStep::kReady, version, name());
     RETURN_IF_ERROR(client_->send(Ready{version}));
+    const Clock::time_point ready = Clock::now();
     ASSIGN_OR_RETURN(Go go, client_->wait_for<Go>(Deadline::AfterSeconds(options_.refit_timeout_s)));
     (void)go;
+    report.wait_go_s = seconds_since(ready);
     fire_fault_hook(options_.debug_fault, ProtocolStep::kGo, version, name());
     Deadline deadline = Deadline::AfterSeconds(options_.refit_timeout_s);
     const Clock::time_point went = Clock::now();
@@ -368,9 +377,12 @@ class TrainerRank::Impl : public BucketProtocol {
     }
     fire_fault_hook(options_.debug_fault, ProtocolStep::kDone, version, name());
     RETURN_IF_ERROR(client_->send(Done{version, false, std::move(stats), memory_path()}));
+    const Clock::time_point done = Clock::now();
     // The coordinator decided refit `version` committed once every rank was
     // done; before its Commit nothing here treats it as committed.
     auto commit = client_->wait_for<Commit>(deadline);
+    report.wait_commit_s = seconds_since(done);
+    report.seconds = seconds_since(called);
     if (!commit.ok()) {
       in_doubt_ = client_->lost();
       return in_doubt_ ? commit_in_doubt(version, committed_, commit.status()) : commit.status();
@@ -381,6 +393,11 @@ class TrainerRank::Impl : public BucketProtocol {
     }
     fire_fault_hook(options_.debug_fault, ProtocolStep::kCommit, version, name());
     committed_ = version;
+    report.buckets = buckets;
+    report.bytes = bytes;
+    report.send_s = send_ms / 1e3;
+    report.wait_credits_s = credit_wait_s_;
+    last_refit_ = report;
     fire_fault_hook(options_.debug_fault, ProtocolStep::kCommitted, version, name());
     return client_->send(Committed{version});
   }
@@ -389,7 +406,9 @@ class TrainerRank::Impl : public BucketProtocol {
   // the bucket deadline means a stalled or dead engine rank: fail instead
   // of waiting for the whole refit's.
   StatusOr<std::uint64_t> wait_credit(std::uint64_t version, std::uint64_t j, Deadline deadline) override {
+    const Clock::time_point waiting = Clock::now();
     auto frame = link_->recv_header(deadline.min(Deadline::AfterSeconds(options_.bucket_timeout_s)), 0);
+    credit_wait_s_ += seconds_since(waiting);
     if (!frame.ok() && frame.status().code() == StatusCode::kDeadlineExceeded && !deadline.expired()) {
       return DeadlineExceeded(name() + " waited " + format_seconds(options_.bucket_timeout_s) +
                               " for the credit of bucket " + std::to_string(j) + " of refit " +
@@ -414,6 +433,9 @@ class TrainerRank::Impl : public BucketProtocol {
 
   std::string peer() const override { return link_->peer(); }
 
+  static double seconds_since(Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  }
 
   // Where this rank's bytes are read from, for the report: "host",
   // "cuda" (device memory the transport reads itself), "host-staged".
@@ -442,6 +464,8 @@ class TrainerRank::Impl : public BucketProtocol {
   bool in_doubt_ = false;   // done sent, then the coordinator lost before its commit
   SetupStage stage_ = SetupStage::kLocal;
   std::uint64_t committed_ = 0;
+  std::optional<TrainerRefitReport> last_refit_;  // the last committed refit's
+  double credit_wait_s_ = 0;                      // this refit's waits for credits, so far
   // How this rank's buckets move (chosen once at setup; uses target_ and
   // link_, so declared after them: destroyed first).
   std::unique_ptr<BucketSender> sender_;
@@ -473,6 +497,7 @@ Status TrainerRank::refit(std::uint64_t version) {
 }
 Status TrainerRank::finish() { return impl_->finish().WithContext(impl_->name()); }
 std::uint64_t TrainerRank::committed_version() const { return impl_->committed_version(); }
+std::optional<TrainerRefitReport> TrainerRank::last_refit() const { return impl_->last_refit(); }
 bool TrainerRank::on_demand() const { return impl_->on_demand(); }
 bool TrainerRank::recovered() const { return impl_->recovered(); }
 
