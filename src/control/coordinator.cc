@@ -36,6 +36,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long the coordinator keeps answering ranks that arrive after another
+// rank reported its setup failure.
+constexpr std::chrono::seconds kLatecomerWindow{5};
+
 // One joined rank as the shell sees it.
 struct Member {
   std::unique_ptr<Link> link;
@@ -196,20 +200,22 @@ class Coordinator {
     return Status::Ok();
   }
 
-  // Setup failed before every rank joined (a rank's SetupFailed, a rank
-  // lost): the ranks still on their way are told why as they arrive,
-  // instead of finding no coordinator and retrying until their setup
-  // deadline; until every expected rank joined, failed or was told, or the
-  // setup deadline.
+  // A rank reported that its setup failed before every rank joined: the
+  // ranks still on their way (started with it by the same launcher) are
+  // told why as they arrive, instead of finding no coordinator and retrying
+  // until their setup deadline; until every expected rank joined, failed or
+  // was told, for at most kLatecomerWindow (and never past the setup
+  // deadline), so that the coordinator itself still stops soon.
   void answer_latecomers(const Status& why) {
-    if (!gate_ || setup_deadline_.is_never() || setup_deadline_.expired()) return;
+    if (!gate_ || !failed_rank_ || setup_deadline_.is_never()) return;
+    const Deadline until = setup_deadline_.min(Deadline::After(kLatecomerWindow));
     std::set<std::pair<Role, int>> accounted;
     for (Member* m : joined()) accounted.insert({m->join.role, m->join.rank});
     if (failed_rank_) accounted.insert(*failed_rank_);
     const std::size_t expected = static_cast<std::size_t>(options_.trainer_ranks + options_.engine_ranks);
-    while (accounted.size() < expected && !setup_deadline_.expired()) {
+    while (accounted.size() < expected && !until.expired()) {
       std::vector<pollfd> fds{{gate_->fd(), POLLIN, 0}};
-      if (poll_until(fds, setup_deadline_.min(Deadline::After(std::chrono::milliseconds(200)))) < 0) return;
+      if (poll_until(fds, until.min(Deadline::After(std::chrono::milliseconds(200)))) < 0) return;
       while (auto candidate = gate_->take()) {
         auto message = decode_rank_message(candidate->join);
         const Join* join = message.ok() ? std::get_if<Join>(&*message) : nullptr;

@@ -28,6 +28,7 @@
 #include "model/shard_copy.h"
 #include "transport/transport.h"
 #include "runtime/model_choice.h"
+#include "runtime/refit_tally.h"
 #include "runtime/setup_failure.h"
 #include "refit/format.h"
 #include "refit/log.h"
@@ -51,7 +52,10 @@ class TrainerRank::Impl : public BucketProtocol {
     for (;;) {
       recovered_ = false;
       ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start_while_alive());
-      if (!start) return Status::Ok();
+      if (!start) {
+        log(LogLevel::kInfo, name(), tally_.summary("sent", "committed"));  // the job ended well
+        return Status::Ok();
+      }
       Status status = refit_or_report(start->version);
       if (!status.ok() && !recovered_) return status;
     }
@@ -91,6 +95,7 @@ class TrainerRank::Impl : public BucketProtocol {
     RETURN_IF_ERROR(client_->send(Finish{}));
     ASSIGN_OR_RETURN(Shutdown shutdown, client_->wait_for<Shutdown>(Deadline::AfterSeconds(options_.refit_timeout_s)));
     (void)shutdown;
+    log(LogLevel::kInfo, name(), tally_.summary("sent", "committed"));  // the job ended well
     return Status::Ok();
   }
 
@@ -393,6 +398,7 @@ class TrainerRank::Impl : public BucketProtocol {
     }
     fire_fault_hook(options_.debug_fault, ProtocolStep::kCommit, version, name());
     committed_ = version;
+    tally_.add(version, bytes);
     report.buckets = buckets;
     report.bytes = bytes;
     report.send_s = send_ms / 1e3;
@@ -465,6 +471,7 @@ class TrainerRank::Impl : public BucketProtocol {
   SetupStage stage_ = SetupStage::kLocal;
   std::uint64_t committed_ = 0;
   std::optional<TrainerRefitReport> last_refit_;  // the last committed refit's
+  RefitTally tally_;                              // every committed refit, for the summary line
   double credit_wait_s_ = 0;                      // this refit's waits for credits, so far
   // How this rank's buckets move (chosen once at setup; uses target_ and
   // link_, so declared after them: destroyed first).
