@@ -491,10 +491,9 @@ void add_demo_flags(CLI::App& cmd, DemoOptions& o) {
   cmd.add_flag("--json", o.json, "Print a JSON report on stdout instead of the table");
   add_device_flag(cmd, o.device);
   add_mode_flag(cmd, o.mode);
-  cmd.add_option("--pool-slots", o.pool_slots, "Receive pool slots per engine rank")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  add_pool_slots_flag(cmd, o.pool_slots, "Receive pool slots per engine rank");
   add_byte_size_option(cmd, "--memory-limit", o.memory_limit, "Receive pool memory limit per engine rank (0: none)");
+  cmd.callback([&o] { check_receive_pool(o.pool_slots, o.bucket_size, o.memory_limit, o.mode); });
   cmd.add_flag("--poison-recycled", o.poison_recycled, "Debug: poison every recycled staging buffer");
   add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
   add_secret_file_flag(cmd, o.secret_file);

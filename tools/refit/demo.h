@@ -43,7 +43,8 @@ struct DemoOptions {
 };
 
 // The flags `refit demo` and `refit bench` share, bound to `options`
-// (everything but --refits, whose range differs, and the hidden ones).
+// (everything but --refits, whose range differs, and the hidden ones), and
+// the command's callback: the receive pool must fit --memory-limit.
 void add_demo_flags(CLI::App& cmd, DemoOptions& options);
 
 // The checks the demo makes before it starts any process: the model preset
