@@ -108,7 +108,8 @@ CLI::Option* add_fault_hook_flag(CLI::App& cmd, FaultHook& hook) {
             hook = *parsed;
           },
           "Fault injection for tests: at STEP of refit VERSION, ACTION this process "
-          "(STEP:VERSION:ACTION; steps start, ready, go, sent, done, commit, committed; actions kill, stop)")
+          "(STEP:VERSION:ACTION; steps start, ready, go, sent, done, commit, committed; actions kill, stop; "
+          "default: none)")
       ->type_name("STEP:VERSION:ACTION");
 }
 
@@ -117,6 +118,14 @@ void add_timeout_flags(CLI::App& cmd, double& setup_timeout_s, double& refit_tim
       ->check(PositiveSeconds())
       ->capture_default_str();
   cmd.add_option("--timeout", refit_timeout_s, "Seconds allowed for one refit")
+      ->check(PositiveSeconds())
+      ->capture_default_str();
+}
+
+CLI::Option* add_bucket_timeout_flag(CLI::App& cmd, double& seconds) {
+  return cmd
+      .add_option("--bucket-timeout", seconds,
+                  "Seconds a rank waits for the next bucket before it declares its peer stalled")
       ->check(PositiveSeconds())
       ->capture_default_str();
 }
@@ -173,15 +182,13 @@ void add_rank_flags(CLI::App& cmd, RankOptions& o) {
       ->capture_default_str();
   cmd.add_option("--layers", o.layers, "Keep the first N decoder layers (-1: all)")->capture_default_str();
   cmd.add_option("--rule", o.shard_rules,
-                 "Checkpoints: a TP shard rule GLOB=RULE (replicated, column, row, vocab) ahead of the defaults");
+                 "Checkpoints: a TP shard rule GLOB=RULE (replicated, column, row, vocab) ahead of the default "
+                 "rules (repeatable; default: none)");
   add_bucket_size_flag(cmd, o.bucket_size);
   add_transport_flag(cmd, o.transport);
   add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
   add_heartbeat_flags(cmd, o.heartbeat_interval_s, o.heartbeat_timeout_s);
-  cmd.add_option("--bucket-timeout", o.bucket_timeout_s,
-                 "Seconds a rank waits for the next bucket before it declares its peer stalled")
-      ->check(PositiveSeconds())
-      ->capture_default_str();
+  add_bucket_timeout_flag(cmd, o.bucket_timeout_s);
   add_device_flag(cmd, o.device);
   add_mode_flag(cmd, o.mode);
 }

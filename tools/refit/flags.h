@@ -55,6 +55,10 @@ void check_receive_pool(int pool_slots, std::uint64_t bucket_size, std::uint64_t
 // --setup-timeout and --timeout (seconds, positive).
 void add_timeout_flags(CLI::App& cmd, double& setup_timeout_s, double& refit_timeout_s);
 
+// --bucket-timeout (seconds, positive): RankOptions::bucket_timeout_s, the
+// longest wait for the next bucket (every role that runs ranks).
+CLI::Option* add_bucket_timeout_flag(CLI::App& cmd, double& seconds);
+
 // --heartbeat-interval and --heartbeat-timeout (seconds, positive): the
 // liveness of the coordinator and the ranks (docs/RELIABILITY.md).
 void add_heartbeat_flags(CLI::App& cmd, double& interval_s, double& timeout_s);
