@@ -78,9 +78,9 @@ TEST(CliText, APushWhoseVersionsPassTheLargestIsRefusedAtParse) {
 // Catches: a receive pool or bucket size that every rank would refuse at
 // setup passing the parser (issue 17: --pool-slots 1, --bucket-size 0 and
 // --memory-limit 1MiB each printed their error 6-8 times from the job's
-// processes). Mutations tried: CLI::Range(1, 64) back on --pool-slots, the
-// BucketSize check left off --bucket-size, the callback check_receive_pool
-// removed from add_demo_flags: each exits 1 after starting the job.
+// processes). Mutation tried: CLI::Range(1, 64) back on --pool-slots with
+// the BucketSize check left off --bucket-size: the demo exits 1 after
+// starting the job and this test fails.
 TEST(CliText, APoolOrBucketEveryRankWouldRefuseIsAUsageError) {
   for (const char* command : {"demo", "bench"}) {
     auto run = [&](std::vector<std::string> flags) {

@@ -41,7 +41,7 @@ RunResult failing_demo(const std::string& engine_flag, const std::vector<std::st
 // The coordinator refuses the job at setup (an engine that supports only
 // bfloat16) and tells every rank, which each fail with that error. Catches:
 // the children's error lines passed on as they come (mutation tried:
-// pump_stderr's pass_lines writing the error line too: the cause appears 5
+// pump_stderr's pass_lines writing the error line too: the cause appears 6
 // times), and a table printed for a job that measured nothing.
 TEST(DemoErrors, ASetupRefusalIsSaidOnceAsTheLastLine) {
   const std::string cause = "engine rank 0 supports only [\"bfloat16\"]";
@@ -65,7 +65,7 @@ TEST(DemoErrors, ASetupRefusalIsSaidOnceAsTheLastLine) {
 // coordinator never gets to report. The first to fail is the cause, said
 // once with its name, in place of "the coordinator ... without a report".
 // Catches: repeats_cause comparing whole texts (each rank names itself, so
-// each line differs): mutation tried, the cause appears twice.
+// each line differs): mutation tried, the cause appears 3 times.
 TEST(DemoErrors, ARankThatFailsAloneIsTheCause) {
   const RunResult r = failing_demo("--dtypes=nosuch");
   EXPECT_EQ(r.exit_code, 1) << r.err;
