@@ -196,9 +196,12 @@ void add_rank_flags(CLI::App& cmd, RankOptions& o) {
 void add_engine_flags(CLI::App& cmd, EngineOptions& o, std::string& secret_file) {
   add_rank_flags(cmd, o);
   add_secret_file_flag(cmd, secret_file);
-  add_pool_slots_flag(cmd, o.pool_slots, "Receive pool slots");
+  // A lone rank's pool is checked by the coordinator, which refuses the job
+  // naming the rank to every process at once (tests/setup_rejection_test);
+  // refused here, the rank would exit before joining and leave the rest of
+  // the job waiting for --setup-timeout. `refit demo` refuses at parse.
+  cmd.add_option("--pool-slots", o.pool_slots, "Receive pool slots")->check(CLI::Range(1, 64))->capture_default_str();
   add_byte_size_option(cmd, "--memory-limit", o.memory_limit, "Receive pool memory limit (0: none)");
-  cmd.callback([&o] { check_receive_pool(o.pool_slots, o.bucket_size, o.memory_limit, o.mode); });
   cmd.add_option("--listen-host", o.listen_host, "Address trainers connect to for data")->capture_default_str();
   cmd.add_flag("--poison-recycled", o.poison_recycled, "Debug: poison every recycled staging buffer");
   cmd.add_flag("!--no-verify", o.verify,

@@ -95,7 +95,6 @@ void add_rank_flags(CLI::App& cmd, RankOptions& options);
 
 // What `refit engine` and `refit save` share: the rank flags, the secret
 // file and the receive pool, verification, dtypes and device settings.
-// Sets the command's callback (check_receive_pool).
 void add_engine_flags(CLI::App& cmd, EngineOptions& options, std::string& secret_file);
 
 // Validates dtype names of --dtypes and resolves the secret into `options`:
