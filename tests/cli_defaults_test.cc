@@ -94,5 +94,56 @@ TEST(CliDefaults, RoleFlagsShowTheStructsDefaults) {
   }
 }
 
+// One option of a --help: its column ("--bucket-size SIZE=4MiB") and its
+// description (on the same line, or the lines below it).
+struct HelpOption {
+  std::string column, description;
+};
+
+std::vector<HelpOption> help_options(const std::string& help) {
+  std::vector<HelpOption> options;
+  std::istringstream lines(help);
+  for (std::string line; std::getline(lines, line);) {
+    const auto start = line.find_first_not_of(' ');
+    if (start == std::string::npos) continue;
+    if (start <= 4 && line[start] == '-') {
+      const auto gap = line.find("  ", start);
+      options.push_back({line.substr(start, gap == std::string::npos ? std::string::npos : gap - start),
+                         gap == std::string::npos ? "" : line.substr(gap)});
+    } else if (!options.empty() && start > 4) {
+      options.back().description += " " + line.substr(start);
+    }
+  }
+  return options;
+}
+
+// Catches: an option that takes a value and has a default, registered
+// without capture_default_str() / default_str() (its --help shows no
+// "=VALUE"), in any subcommand, hidden ones included. An option whose
+// default is not a value says so in words ("(default: the rest)"); a
+// required one has none. Mutation tried: capture_default_str() removed from
+// --listen-host (flags.cc): engine and save fail here.
+TEST(CliDefaults, EveryOptionOfEveryCommandShowsItsDefault) {
+  for (const char* command :
+       {"demo", "bench", "coordinator", "trainer", "engine", "save", "push", "inspect", "make-checkpoint", "ceiling"}) {
+    const std::vector<HelpOption> options = help_options(help_of(command));
+    EXPECT_GT(options.size(), 1u) << command;
+    for (const HelpOption& o : options) {
+      const auto space = o.column.find(' ');
+      if (space == std::string::npos || o.column.find('{') != std::string::npos) continue;  // a flag: no value
+      const bool shown = o.column.find('=') != std::string::npos;
+      const bool required = o.column.find("REQUIRED") != std::string::npos;
+      const bool in_words = o.description.find("default: ") != std::string::npos;
+      EXPECT_TRUE(shown || required || in_words) << "refit " << command << " --help: " << o.column << o.description;
+    }
+  }
+}
+
+// Catches: push without --bucket-timeout (the README names it a flag of
+// every role that runs ranks), or one showing another default.
+TEST(CliDefaults, PushTakesBucketTimeout) {
+  EXPECT_EQ(help_default(help_of("push"), "--bucket-timeout"), number(RankOptions{}.bucket_timeout_s));
+}
+
 }  // namespace
 }  // namespace refit

@@ -10,7 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include "control/control_message.h"
 #include "process_harness.h"
+#include "refit/plan.h"
 
 namespace refit {
 namespace {
@@ -71,6 +73,51 @@ TEST(CliText, APushWhoseVersionsPassTheLargestIsRefusedAtParse) {
   // The largest version itself, once, is a version.
   RunResult last = push({"--version", "18446744073709551615"});
   EXPECT_NE(last.exit_code, 2) << last.err;
+}
+
+// Catches: a receive pool or bucket size that every rank would refuse at
+// setup passing the parser (issue 17: --pool-slots 1, --bucket-size 0 and
+// --memory-limit 1MiB each printed their error 6-8 times from the job's
+// processes). Mutation tried: CLI::Range(1, 64) back on --pool-slots with
+// the BucketSize check left off --bucket-size: the demo exits 1 after
+// starting the job and this test fails.
+TEST(CliText, APoolOrBucketEveryRankWouldRefuseIsAUsageError) {
+  for (const char* command : {"demo", "bench"}) {
+    auto run = [&](std::vector<std::string> flags) {
+      flags.insert(flags.begin(), command);
+      return run_refit(flags, 60);
+    };
+    expect_usage_error(run({"--pool-slots", "1"}), "--pool-slots: 1 is not a count of pool slots");
+    expect_usage_error(run({"--pool-slots", "65"}), "the largest is 64");
+    expect_usage_error(run({"--bucket-size", "0"}), "--bucket-size: 0 is not a bucket size (at least 4KiB");
+    expect_usage_error(run({"--bucket-size", "5000"}), "5000 is not a bucket size");
+    expect_usage_error(run({"--memory-limit", "1MiB"}),
+                       "--memory-limit: 1MiB cannot hold the receive pool: --pool-slots 2 x --bucket-size 4MiB = 8MiB");
+    expect_usage_error(run({"--memory-limit", "11MiB", "--pool-slots", "4", "--bucket-size", "3MiB"}),
+                       "--memory-limit: 11MiB cannot hold the receive pool: --pool-slots 4 x --bucket-size 3MiB");
+  }
+  // The largest bucket is the control protocol's bound: one byte-alignment
+  // step beyond it is refused.
+  expect_usage_error(run_refit({"demo", "--bucket-size", std::to_string(kMaxBucketSize + kPlanAlignment)}, 60),
+                     "at most 256TiB");
+  expect_usage_error(run_refit({"demo", "--mode", "direct", "--memory-limit", "7MiB"}, 60), "2 slots (direct mode)");
+  // A rank's bucket size too (each rank's make_plan would refuse it).
+  expect_usage_error(run_refit({"engine", "--coordinator", "127.0.0.1:1", "--rank", "0", "--bucket-size", "0"}, 30),
+                     "--bucket-size: 0 is not a bucket size");
+}
+
+// Catches: push refusing --bucket-timeout (the README's flag of every role
+// that runs ranks), and a push transport refusal that names a flag push
+// does not have ("use --device cuda").
+TEST(CliText, PushTakesBucketTimeoutAndRefusesOnlyWithItsOwnFlags) {
+  EXPECT_NE(push({"--bucket-timeout", "5", "--setup-timeout", "1"}).exit_code, 2);
+  expect_usage_error(push({"--bucket-timeout", "0"}), "--bucket-timeout: 0 is not a duration");
+  const RunResult help = run_refit({"push", "--help"}, 30);
+  if (help.out.find("nccl") == std::string::npos) GTEST_SKIP() << "this build has no nccl transport";
+  const RunResult nccl = push({"--transport", "nccl"});
+  expect_usage_error(nccl, "--transport: nccl sends only from GPU memory");
+  EXPECT_NE(nccl.err.find("refit push sends over shm, tcp"), std::string::npos) << nccl.err;
+  EXPECT_EQ(nccl.err.find("--device"), nccl.err.find("the engines' --device")) << nccl.err;
 }
 
 // Catches: ErrnoStatus mapping ELOOP to internal. Mutation tried: the ELOOP

@@ -49,6 +49,16 @@ Status run_bench(const DemoOptions& options) {
   DemoOptions o = options;
   o.json = true;  // no table from the demo itself
   Json report = run_demo_report(o);
+  if (report.contains("error")) {
+    // The job failed: no ceiling and no figures, only what it measured
+    // (demo.cc prints the cause once, last, on stderr).
+    if (options.json) {
+      std::printf("%s\n", report.dump(2).c_str());
+    } else {
+      print_report_table(report, stdout);
+    }
+    return report_status(report);
+  }
   std::uint64_t bytes = report.value("bytes_per_refit", 0ull);
   if (bytes == 0) bytes = 64ull << 20;
   const std::string ceiling_name = o.device == "cuda" ? "device copy (cudaMemcpy D2D)" : "memcpy";

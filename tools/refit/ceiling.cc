@@ -111,7 +111,8 @@ void add_ceiling_command(CLI::App& app, CommandTable& table) {
       ->capture_default_str();
   cmd->add_flag("--both-ways", f->both_ways, "peer: half the bytes each way at the same time");
   cmd->add_option("--pairs", f->pairs,
-                  "peer: copies over several device pairs at once, bytes / pairs each (\"0:2,1:3\")");
+                  "peer: copies over several device pairs at once, bytes / pairs each (\"0:2,1:3\"; "
+                  "default: the one pair --from, --to)");
   table.push_back({cmd, [f] { return run_ceiling(*f); }});
 }
 

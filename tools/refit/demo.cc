@@ -26,14 +26,12 @@
 
 #include "command.h"
 #include "demo_children.h"
-#include "refit/coordinator.h"
-#include "refit/coordinator.h"
+#include "demo_errors.h"
 #include "flags.h"
+#include "refit/coordinator.h"
 #include "refit/model.h"
 #include "refit/plan.h"
 #include "report_table.h"
-#include "refit/roles.h"
-#include "refit/coordinator.h"
 #include "refit/roles.h"
 
 namespace refit::cli {
@@ -213,6 +211,9 @@ struct DemoJob {
     for (int fd : {port_read, report_read}) {
       if (fd >= 0) ::close(fd);
     }
+    for (const Child& c : children) {
+      if (c.stderr_read >= 0) ::close(c.stderr_read);
+    }
   }
 
   // Appends what the coordinator printed (its report) since the last call.
@@ -279,7 +280,7 @@ std::string start_coordinator(const DemoOptions& o, DemoJob& job) {
   if (!o.debug_log_processes) args.push_back("--quiet");
   args.insert(args.end(), job.common.begin(), job.common.end());
   if (!o.json && ::isatty(2)) args.push_back("--progress");
-  job.children.push_back({"coordinator", spawn_child(args, {{port_pipe[1], 3}, {report_pipe[1], 1}}, job.env)});
+  job.children.push_back(start_child("coordinator", args, {{port_pipe[1], 3}, {report_pipe[1], 1}}, job.env));
   ::close(port_pipe[1]);
   ::close(report_pipe[1]);
   Child& coordinator = job.children[0];
@@ -297,6 +298,7 @@ std::string start_coordinator(const DemoOptions& o, DemoJob& job) {
       }
     }
     job.drain_report();
+    pump_stderr(coordinator);
     int st = 0;
     if (::waitpid(coordinator.pid, &st, WNOHANG) == coordinator.pid) {
       coordinator.exit_code = exit_code_of(st);
@@ -322,17 +324,33 @@ void start_ranks(const DemoOptions& o, int trainers, const std::string& port, De
                                      std::to_string(o.pool_slots), "--memory-limit", std::to_string(o.memory_limit)};
     args.insert(args.end(), rank_common.begin(), rank_common.end());
     if (o.poison_recycled) args.push_back("--poison-recycled");
-    job.children.push_back({"engine rank " + std::to_string(e), spawn_child(args, {}, job.env)});
+    args.insert(args.end(), o.debug_engine_flags.begin(), o.debug_engine_flags.end());
+    job.children.push_back(start_child("engine rank " + std::to_string(e), args, {}, job.env));
   }
   for (int t = 0; t < trainers; ++t) {
     std::vector<std::string> args = {job.self, "trainer", "--rank", std::to_string(t)};
     args.insert(args.end(), rank_common.begin(), rank_common.end());
-    job.children.push_back({"trainer rank " + std::to_string(t), spawn_child(args, {}, job.env)});
+    job.children.push_back(start_child("trainer rank " + std::to_string(t), args, {}, job.env));
   }
   if (o.debug_log_processes) {
     std::string line = "refit demo: processes:";
     for (const Child& c : job.children) line += " " + c.name + " pid " + std::to_string(c.pid) + ";";
     std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
+
+// Reads the stderr of exited children to its end (bounded: a pipe that some
+// other process still holds open is left after 2 s).
+void finish_stderr(std::vector<Child>& children) {
+  const auto until = Clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    std::vector<pollfd> open;
+    for (const Child& c : children) {
+      if (c.stderr_read >= 0) open.push_back({c.stderr_read, POLLIN, 0});
+    }
+    if (open.empty() || Clock::now() > until) return;
+    ::poll(open.data(), open.size(), 100);
+    pump_stderr(children);
   }
 }
 
@@ -350,6 +368,7 @@ void wait_for_children(const DemoOptions& o, DemoJob& job, SoakSampler* soak) {
   while (running > 0) {
     stop_if_signalled(children);
     job.drain_report();
+    pump_stderr(children);
     if (soak != nullptr) soak->maybe_sample();
     int st = 0;
     pid_t pid = ::waitpid(-1, &st, WNOHANG);
@@ -366,18 +385,23 @@ void wait_for_children(const DemoOptions& o, DemoJob& job, SoakSampler* soak) {
       continue;
     }
     if (Clock::now() > hard_limit || (grace_until && Clock::now() > *grace_until)) {
+      std::string killed;  // one line for them all
       for (Child& c : children) {
         if (c.exit_code < 0 && !c.killed_by_demo) {
-          std::fprintf(stderr, "refit demo: %s (pid %d) still runs after %s; killing it\n", c.name.c_str(), c.pid,
-                       grace_until ? "another process failed" : "every deadline");
+          killed += (killed.empty() ? "" : ", ") + c.name + " (pid " + std::to_string(c.pid) + ")";
           c.killed_by_demo = true;
           ::kill(c.pid, SIGKILL);
         }
+      }
+      if (!killed.empty()) {
+        std::fprintf(stderr, "refit demo: killing %s: still running after %s\n", killed.c_str(),
+                     grace_until ? "another process failed" : "every deadline");
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   job.drain_report();
+  finish_stderr(children);
 }
 
 // How a process ended, in words: "exited 1", "was killed by the demo",
@@ -390,30 +414,51 @@ std::string how_it_ended(const Child& c) {
   return "exited " + std::to_string(c.exit_code);
 }
 
-// The coordinator's report, with the processes that failed added. Without
-// a report, the error says which process failed first and how: that is the
-// cause; every process's own error is printed above it.
+// The cause of a failed job (demo_errors.h): the coordinator's report
+// error, else the error line of the first process to fail, else how it
+// ended.
+Cause job_cause(const DemoJob& job, const Json& report) {
+  if (report.contains("error")) {
+    return {report["error"].is_string() ? report["error"].get<std::string>() : report["error"].dump(), ""};
+  }
+  const Child* first = job.first_failure >= 0 ? &job.children[static_cast<std::size_t>(job.first_failure)] : nullptr;
+  if (first != nullptr && first->error) return {naming_process(first->error->status, first->name), first->name};
+  std::string text = "the coordinator " + how_it_ended(job.children[0]) + " without a report";
+  if (first != nullptr && first != &job.children[0]) {
+    text += "; the first process to fail was " + first->name + " (pid " + std::to_string(first->pid) + "), which " +
+            how_it_ended(*first);
+  }
+  return {text, first != nullptr ? first->name : ""};
+}
+
+// Prints the children's held error lines that do not repeat `cause`, as
+// they wrote them.
+void print_other_errors(const DemoJob& job, const Cause& cause) {
+  for (const Child& c : job.children) {
+    if (c.error && !repeats_cause(c.error->status, c.name, cause)) std::fprintf(stderr, "%s\n", c.error->line.c_str());
+  }
+}
+
+// The coordinator's report, with the processes that failed added, and
+// "error" set to the job's cause when one failed; the children's errors
+// that say something else are printed.
 Json collect_report(const DemoJob& job) {
   Json report = Json::parse(job.report_text, nullptr, /*allow_exceptions=*/false);
+  if (report.is_discarded() || !report.is_object()) {
+    report = Json{{"verified", false}, {"refits", Json::array()}, {"ranks", Json::array()}};
+  }
   std::string failed;
   for (const Child& c : job.children) {
     if (c.exit_code != 0) failed += (failed.empty() ? "" : ", ") + c.name + " " + how_it_ended(c);
   }
-  if (report.is_discarded() || !report.is_object()) {
-    report = Json{{"verified", false}, {"refits", Json::array()}, {"ranks", Json::array()}};
-    const Child& coordinator = job.children[0];
-    std::string error = "the coordinator " + how_it_ended(coordinator) + " without a report";
-    if (job.first_failure > 0) {
-      const Child& first = job.children[static_cast<std::size_t>(job.first_failure)];
-      error += "; the first process to fail was " + first.name + " (pid " + std::to_string(first.pid) + "), which " +
-               how_it_ended(first) + " (its error is printed above)";
-    }
-    report["error"] = error;
-  }
   if (!failed.empty()) {
     report["verified"] = false;
-    if (!report.contains("error")) report["error"] = "processes failed: " + failed;
     report["process_failures"] = failed;
+  }
+  if (report.contains("error") || !failed.empty()) {
+    const Cause cause = job_cause(job, report);
+    report["error"] = cause.text;
+    print_other_errors(job, cause);
   }
   return report;
 }
@@ -453,10 +498,12 @@ Json run_demo_report(const DemoOptions& o) {
 
   const std::string port = start_coordinator(o, job);
   if (port.empty()) {
+    Child& coordinator = job.children[0];
+    finish_stderr(job.children);
+    if (coordinator.error) return failed_report(naming_process(coordinator.error->status, "the coordinator"));
     return failed_report("the coordinator " +
-                         (job.children[0].exit_code >= 0 ? how_it_ended(job.children[0]) + " before it listened"
-                                                         : std::string("did not listen within the setup timeout")) +
-                         " (its error is printed above)");
+                         (coordinator.exit_code >= 0 ? how_it_ended(coordinator) + " before it listened"
+                                                     : std::string("did not listen within the setup timeout")));
   }
   start_ranks(o, trainers, port, job);
   std::optional<SoakSampler> soak;
@@ -491,10 +538,9 @@ void add_demo_flags(CLI::App& cmd, DemoOptions& o) {
   cmd.add_flag("--json", o.json, "Print a JSON report on stdout instead of the table");
   add_device_flag(cmd, o.device);
   add_mode_flag(cmd, o.mode);
-  cmd.add_option("--pool-slots", o.pool_slots, "Receive pool slots per engine rank")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  add_pool_slots_flag(cmd, o.pool_slots, "Receive pool slots per engine rank");
   add_byte_size_option(cmd, "--memory-limit", o.memory_limit, "Receive pool memory limit per engine rank (0: none)");
+  cmd.callback([&o] { check_receive_pool(o.pool_slots, o.bucket_size, o.memory_limit, o.mode); });
   cmd.add_flag("--poison-recycled", o.poison_recycled, "Debug: poison every recycled staging buffer");
   add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
   add_secret_file_flag(cmd, o.secret_file);
@@ -535,6 +581,9 @@ void add_demo_command(CLI::App& app, CommandTable& table) {
   cmd->add_flag("--debug-log-processes", o->debug_log_processes,
                 "Debug: print every process's pid once started, and keep the coordinator's log (joins, setup)")
       ->group("");  // hidden: tests synchronise on these lines
+  cmd->add_option("--debug-engine-flag", o->debug_engine_flags,
+                  "Debug: append this argument to every engine rank's command line (repeatable)")
+      ->group("");  // hidden: tests make a job fail at setup
   table.push_back({cmd, [o] { return run_demo(*o); }});
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -40,10 +41,14 @@ struct DemoOptions {
   std::string soak_report;
   // Tests: print the processes' pids and keep the coordinator's log.
   bool debug_log_processes = false;
+  // Tests: arguments appended to every engine rank's command line (a
+  // setting the demo does not offer, to make a job fail at setup).
+  std::vector<std::string> debug_engine_flags;
 };
 
 // The flags `refit demo` and `refit bench` share, bound to `options`
-// (everything but --refits, whose range differs, and the hidden ones).
+// (everything but --refits, whose range differs, and the hidden ones), and
+// the command's callback: the receive pool must fit --memory-limit.
 void add_demo_flags(CLI::App& cmd, DemoOptions& options);
 
 // The checks the demo makes before it starts any process: the model preset

@@ -1,5 +1,6 @@
 #include "demo_children.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -67,6 +68,71 @@ pid_t spawn_child(const std::vector<std::string>& args, const std::vector<std::p
   return pid;
 }
 
+Child start_child(std::string name, const std::vector<std::string>& args, std::vector<std::pair<int, int>> fds,
+                  const std::vector<std::string>& env) {
+  Child child;
+  child.name = std::move(name);
+  int err[2];
+  if (::pipe2(err, O_CLOEXEC) != 0) {  // the child writes to the demo's stderr itself
+    child.pid = spawn_child(args, fds, env);
+    return child;
+  }
+  fds.emplace_back(err[1], 2);
+  child.pid = spawn_child(args, fds, env);
+  ::close(err[1]);
+  ::fcntl(err[0], F_SETFL, O_NONBLOCK);
+  child.stderr_read = err[0];
+  return child;
+}
+
+namespace {
+
+// Passes the whole lines of child.stderr_pending on (all of it at the end of
+// the pipe), keeping the error line; a line that may still become an error
+// line waits for its end.
+void pass_lines(Child& child, bool at_end) {
+  std::string& pending = child.stderr_pending;
+  std::size_t done = 0;
+  while (done < pending.size()) {
+    std::size_t end = pending.find('\n', done);
+    const bool whole = end != std::string::npos;
+    if (!whole && !at_end && child.at_line_start &&
+        may_become_error_line(std::string_view(pending).substr(done))) {
+      break;
+    }
+    end = whole ? end + 1 : pending.size();
+    std::string_view line = std::string_view(pending).substr(done, end - done);
+    auto error = child.at_line_start ? parse_error_line(line.substr(0, line.size() - (whole ? 1 : 0))) : std::nullopt;
+    if (error) {
+      child.error = std::move(error);
+    } else {
+      std::fwrite(line.data(), 1, line.size(), stderr);
+    }
+    child.at_line_start = whole;
+    done = end;
+  }
+  pending.erase(0, done);
+}
+
+}  // namespace
+
+void pump_stderr(Child& child) {
+  if (child.stderr_read < 0) return;
+  char buf[65536];
+  ssize_t n;
+  while ((n = ::read(child.stderr_read, buf, sizeof buf)) > 0) child.stderr_pending.append(buf, static_cast<std::size_t>(n));
+  const bool at_end = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  pass_lines(child, at_end);
+  if (at_end) {
+    ::close(child.stderr_read);
+    child.stderr_read = -1;
+  }
+}
+
+void pump_stderr(std::vector<Child>& children) {
+  for (Child& c : children) pump_stderr(c);
+}
+
 void catch_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
@@ -97,6 +163,7 @@ void stop_if_signalled(std::vector<Child>& children) {
         --running;
       }
     }
+    pump_stderr(children);
     if (pid > 0) continue;
     if (pid < 0 && errno == ECHILD) break;
     if (std::chrono::steady_clock::now() > grace_until) {

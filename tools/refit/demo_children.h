@@ -16,9 +16,12 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "demo_errors.h"
 
 namespace refit::cli {
 
@@ -27,7 +30,26 @@ struct Child {
   pid_t pid = -1;
   int exit_code = -1;  // -1 while running
   bool killed_by_demo = false;
+  // The read end of the child's stderr (-1: not captured, or at its end),
+  // what came of it that is not yet a whole line, and the error line
+  // (demo_errors.h) held back from the demo's stderr.
+  int stderr_read = -1;
+  std::string stderr_pending;
+  bool at_line_start = true;
+  std::optional<ErrorLine> error;
 };
+
+// Starts `args` as spawn_child does, with the child's stderr on a pipe that
+// pump_stderr reads.
+Child start_child(std::string name, const std::vector<std::string>& args,
+                  std::vector<std::pair<int, int>> fds = {}, const std::vector<std::string>& env = {});
+
+// Passes what `child` wrote to its stderr since the last call on to this
+// process's stderr, line by line as it comes, except its error line, which
+// it keeps in child.error. Never blocks; at the end of the pipe it closes it.
+// Call it often: a child whose pipe is full waits.
+void pump_stderr(Child& child);
+void pump_stderr(std::vector<Child>& children);
 
 // Starts `args` (args[0]: the binary) as a child tied to this process; in
 // the child, each (from, to) of `fds` is dup2'ed to `to` first. `env`: the
@@ -45,7 +67,8 @@ void catch_stop_signals();
 int stop_signal();
 
 // If a stop signal arrived: forwards SIGTERM to every running child, waits
-// up to 2 s for them (then SIGKILL), says so on stderr and exits the process
+// up to 2 s for them (then SIGKILL) passing on what they write to stderr,
+// says so on stderr and exits the process
 // with 128 + the signal. Returns otherwise.
 void stop_if_signalled(std::vector<Child>& children);
 

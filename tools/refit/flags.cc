@@ -33,6 +33,25 @@ struct ByteSize : CLI::Validator {
   }
 };
 
+// CLI11 check of a bucket size in bytes (after ByteSize): what make_plan
+// takes (plan.h: at least kMinBucketSize, a multiple of kPlanAlignment) and
+// at most kLargestBucketSize, so that a size every rank would refuse at
+// setup is a usage error of the command line instead.
+struct BucketSize : CLI::Validator {
+  BucketSize() {
+    name_ = "BUCKET SIZE";
+    func_ = [](std::string& text) {
+      std::uint64_t bytes = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), bytes);
+      if (ec != std::errc() || end != text.data() + text.size()) return text + " is not a byte count";
+      if (bytes >= kMinBucketSize && bytes % kPlanAlignment == 0 && bytes <= kLargestBucketSize) return std::string();
+      return byte_size_text(bytes) + " is not a bucket size (at least " + byte_size_text(kMinBucketSize) +
+             ", a multiple of " + std::to_string(kPlanAlignment) + " bytes, at most " +
+             byte_size_text(kLargestBucketSize) + ")";
+    };
+  }
+};
+
 }  // namespace
 
 std::string byte_size_text(std::uint64_t bytes) {
@@ -53,7 +72,30 @@ CLI::Option* add_byte_size_option(CLI::App& cmd, const std::string& name, std::u
 }
 
 CLI::Option* add_bucket_size_flag(CLI::App& cmd, std::uint64_t& bytes) {
-  return add_byte_size_option(cmd, "--bucket-size", bytes, "Transport bucket size, e.g. 4MiB, 1GiB");
+  return add_byte_size_option(cmd, "--bucket-size", bytes, "Transport bucket size, e.g. 4MiB, 1GiB")
+      ->check(BucketSize());
+}
+
+CLI::Option* add_pool_slots_flag(CLI::App& cmd, int& slots, const std::string& help) {
+  return cmd.add_option("--pool-slots", slots, help + " (" + std::to_string(kFewestPoolSlots) + " to " +
+                                                   std::to_string(kMostPoolSlots) + ")")
+      ->check(WholeNumber(static_cast<std::uint64_t>(kFewestPoolSlots), static_cast<std::uint64_t>(kMostPoolSlots),
+                          "a count of pool slots", "pool slot counts"))
+      ->capture_default_str();
+}
+
+void check_receive_pool(int pool_slots, std::uint64_t bucket_size, std::uint64_t memory_limit,
+                        const std::string& mode) {
+  // Direct mode has no pool of its own, but the coordinator counts one of
+  // 2 slots against the limit all the same (the engine joins with 2).
+  const std::uint64_t slots = mode == "direct" ? 2 : static_cast<std::uint64_t>(pool_slots);
+  const std::uint64_t pool = slots * bucket_size;  // <= 64 x kLargestBucketSize: no overflow
+  if (memory_limit == 0 || pool <= memory_limit) return;
+  throw CLI::ValidationError(
+      "--memory-limit", byte_size_text(memory_limit) + " cannot hold the receive pool: " +
+                            (mode == "direct" ? "2 slots (direct mode)" : "--pool-slots " + std::to_string(slots)) +
+                            " x --bucket-size " + byte_size_text(bucket_size) + " = " + byte_size_text(pool) +
+                            " (raise --memory-limit, 0 for none, or lower the others)");
 }
 
 CLI::Option* add_fault_hook_flag(CLI::App& cmd, FaultHook& hook) {
@@ -66,7 +108,8 @@ CLI::Option* add_fault_hook_flag(CLI::App& cmd, FaultHook& hook) {
             hook = *parsed;
           },
           "Fault injection for tests: at STEP of refit VERSION, ACTION this process "
-          "(STEP:VERSION:ACTION; steps start, ready, go, sent, done, commit, committed; actions kill, stop)")
+          "(STEP:VERSION:ACTION; steps start, ready, go, sent, done, commit, committed; actions kill, stop; "
+          "default: none)")
       ->type_name("STEP:VERSION:ACTION");
 }
 
@@ -75,6 +118,14 @@ void add_timeout_flags(CLI::App& cmd, double& setup_timeout_s, double& refit_tim
       ->check(PositiveSeconds())
       ->capture_default_str();
   cmd.add_option("--timeout", refit_timeout_s, "Seconds allowed for one refit")
+      ->check(PositiveSeconds())
+      ->capture_default_str();
+}
+
+CLI::Option* add_bucket_timeout_flag(CLI::App& cmd, double& seconds) {
+  return cmd
+      .add_option("--bucket-timeout", seconds,
+                  "Seconds a rank waits for the next bucket before it declares its peer stalled")
       ->check(PositiveSeconds())
       ->capture_default_str();
 }
@@ -131,15 +182,13 @@ void add_rank_flags(CLI::App& cmd, RankOptions& o) {
       ->capture_default_str();
   cmd.add_option("--layers", o.layers, "Keep the first N decoder layers (-1: all)")->capture_default_str();
   cmd.add_option("--rule", o.shard_rules,
-                 "Checkpoints: a TP shard rule GLOB=RULE (replicated, column, row, vocab) ahead of the defaults");
+                 "Checkpoints: a TP shard rule GLOB=RULE (replicated, column, row, vocab) ahead of the default "
+                 "rules (repeatable; default: none)");
   add_bucket_size_flag(cmd, o.bucket_size);
   add_transport_flag(cmd, o.transport);
   add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
   add_heartbeat_flags(cmd, o.heartbeat_interval_s, o.heartbeat_timeout_s);
-  cmd.add_option("--bucket-timeout", o.bucket_timeout_s,
-                 "Seconds a rank waits for the next bucket before it declares its peer stalled")
-      ->check(PositiveSeconds())
-      ->capture_default_str();
+  add_bucket_timeout_flag(cmd, o.bucket_timeout_s);
   add_device_flag(cmd, o.device);
   add_mode_flag(cmd, o.mode);
 }
@@ -147,6 +196,10 @@ void add_rank_flags(CLI::App& cmd, RankOptions& o) {
 void add_engine_flags(CLI::App& cmd, EngineOptions& o, std::string& secret_file) {
   add_rank_flags(cmd, o);
   add_secret_file_flag(cmd, secret_file);
+  // A lone rank's pool is checked by the coordinator, which refuses the job
+  // naming the rank to every process at once (tests/setup_rejection_test);
+  // refused here, the rank would exit before joining and leave the rest of
+  // the job waiting for --setup-timeout. `refit demo` refuses at parse.
   cmd.add_option("--pool-slots", o.pool_slots, "Receive pool slots")->check(CLI::Range(1, 64))->capture_default_str();
   add_byte_size_option(cmd, "--memory-limit", o.memory_limit, "Receive pool memory limit (0: none)");
   cmd.add_option("--listen-host", o.listen_host, "Address trainers connect to for data")->capture_default_str();

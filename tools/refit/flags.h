@@ -29,11 +29,35 @@ std::string byte_size_text(std::uint64_t bytes);
 CLI::Option* add_byte_size_option(CLI::App& cmd, const std::string& name, std::uint64_t& bytes,
                                   const std::string& help);
 
-// --bucket-size, bound to `bytes` (RankOptions::bucket_size's default).
+// The largest --bucket-size: the control protocol's bound on a join's
+// bucket size (kMaxBucketSize of src/control/control_message.h, which
+// tools do not include; cli_text_test checks the two agree).
+inline constexpr std::uint64_t kLargestBucketSize = 1ull << 48;
+
+// --bucket-size, bound to `bytes` (RankOptions::bucket_size's default): a
+// size make_plan takes (at least kMinBucketSize, a multiple of
+// kPlanAlignment) and at most kLargestBucketSize, else a usage error.
 CLI::Option* add_bucket_size_flag(CLI::App& cmd, std::uint64_t& bytes);
+
+// --pool-slots, bound to `slots`: kFewestPoolSlots (the rotating receive
+// pool, DESIGN.md rule 3) to kMostPoolSlots, else a usage error.
+inline constexpr int kFewestPoolSlots = 2;
+inline constexpr int kMostPoolSlots = 64;
+CLI::Option* add_pool_slots_flag(CLI::App& cmd, int& slots, const std::string& help);
+
+// The receive pool (pool_slots x bucket_size; 2 slots in direct mode, as
+// the engine joins with) must fit a nonzero memory_limit: throws a
+// CLI::ValidationError naming the three flags and their values otherwise.
+// For a command's callback, once every flag parsed (exit 2).
+void check_receive_pool(int pool_slots, std::uint64_t bucket_size, std::uint64_t memory_limit,
+                        const std::string& mode);
 
 // --setup-timeout and --timeout (seconds, positive).
 void add_timeout_flags(CLI::App& cmd, double& setup_timeout_s, double& refit_timeout_s);
+
+// --bucket-timeout (seconds, positive): RankOptions::bucket_timeout_s, the
+// longest wait for the next bucket (every role that runs ranks).
+CLI::Option* add_bucket_timeout_flag(CLI::App& cmd, double& seconds);
 
 // --heartbeat-interval and --heartbeat-timeout (seconds, positive): the
 // liveness of the coordinator and the ranks (docs/RELIABILITY.md).

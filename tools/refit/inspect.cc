@@ -199,7 +199,7 @@ void add_inspect_command(CLI::App& app, CommandTable& table) {
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   add_bucket_size_flag(*cmd, o->bucket_size);
-  cmd->add_option("--rule", o->shard_rules, "A TP shard rule GLOB=RULE ahead of the defaults")->check(ShardRuleRow());
+  cmd->add_option("--rule", o->shard_rules, "A TP shard rule GLOB=RULE ahead of the default rules (repeatable; default: none)")->check(ShardRuleRow());
   cmd->add_flag("--json", o->json, "Print a JSON report instead of the tables");
   cmd->add_flag("--buckets", o->buckets, "List every bucket of every engine rank");
   table.push_back({cmd, [o] { return run_inspect(*o); }});

@@ -19,8 +19,9 @@
 
 #include "command.h"
 #include "flags.h"
+#include "refit/roles.h"
 #include "refit/trainer_rank.h"
-#include "refit/trainer_rank.h"
+#include "refit/transports.h"
 
 namespace refit::cli {
 namespace {
@@ -34,9 +35,37 @@ struct PushOptions {
   std::string secret_file;
 };
 
+// The transports a push can send its checkpoint over: the checkpoint is
+// mapped into host memory, so those whose trainer side takes host weights
+// (validate_rank_settings), into host or GPU engines alike.
+std::vector<std::string> push_transports(const RankOptions& o) {
+  std::vector<std::string> names;
+  for (const std::string& name : transport_names()) {
+    RankOptions trial = o;
+    trial.transport = name;
+    trial.trainer_ranks = trial.engine_ranks;  // the rank counts are another check's
+    trial.mode = "staged";                     // and so is the mode
+    if (validate_rank_settings(trial, /*engine=*/false).ok()) names.push_back(name);
+  }
+  return names;
+}
+
+// A transport that cannot send from host memory (nccl sends only from the
+// sender's GPU memory) is a usage error naming what push can use: push has
+// no --device of its own; the engines' --device decides where the weights
+// land.
+void check_transport(const RankOptions& o) {
+  const std::vector<std::string> usable = push_transports(o);
+  if (std::find(usable.begin(), usable.end(), o.transport) != usable.end()) return;
+  throw CLI::ValidationError("--transport", o.transport + " sends only from GPU memory, and refit push sends the "
+                                            "checkpoint from host memory; refit push sends over " +
+                                            join_names(usable) +
+                                            " (into host or GPU engines: the engines' --device decides)");
+}
+
 // The number of ranks this process runs; a usage error (exit 2) when they do
-// not fit inside the job's trainer ranks. Defaults --trainer-ranks to the
-// engine ranks.
+// not fit inside the job's trainer ranks, or when the transport cannot send
+// a checkpoint. Defaults --trainer-ranks to the engine ranks.
 void check_ranks(PushOptions& o) {
   if (o.rank.trainer_ranks < o.rank.engine_ranks) o.rank.trainer_ranks = o.rank.engine_ranks;
   const int count = o.ranks < 0 ? o.rank.trainer_ranks - o.first_rank : o.ranks;
@@ -49,6 +78,7 @@ void check_ranks(PushOptions& o) {
                                                            std::to_string(o.rank.trainer_ranks) + ")");
   }
   o.ranks = count;
+  check_transport(o.rank);
   // Versions version .. version + repeat - 1 must all be versions: no wrap
   // past the largest to 0.
   const std::uint64_t more = static_cast<std::uint64_t>(std::max(o.repeat, 1) - 1);
@@ -141,7 +171,8 @@ void add_push_flags(CLI::App& cmd, PushOptions& p) {
   cmd.add_option("--repeat", p.repeat, "On-demand: push the file this many times, as consecutive versions")
       ->check(WholeInt(1, "a repeat count", "counts"))
       ->capture_default_str();
-  cmd.add_option("--rule", o.shard_rules, "A TP shard rule GLOB=RULE ahead of the defaults");
+  cmd.add_option("--rule", o.shard_rules,
+                 "A TP shard rule GLOB=RULE ahead of the default rules (repeatable; default: none)");
   add_bucket_size_flag(cmd, o.bucket_size);
   add_transport_flag(cmd, o.transport);
   add_mode_flag(cmd, o.mode);
@@ -149,6 +180,7 @@ void add_push_flags(CLI::App& cmd, PushOptions& p) {
       ->check(WholeInt(0, "a device index", "device indices"))
       ->capture_default_str();
   add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
+  add_bucket_timeout_flag(cmd, o.bucket_timeout_s);
   add_secret_file_flag(cmd, p.secret_file);
   cmd.add_option("--register-host-weights", o.register_host_weights,
                  "GPU engines: register the mapped checkpoint with the GPU so its copy engines read it "

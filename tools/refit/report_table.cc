@@ -10,10 +10,10 @@ namespace refit::cli {
 
 void print_report_table(const nlohmann::json& r, std::FILE* out) {
   auto u = [&](const char* k) { return r.value(k, 0ull); };
-  if (!r.contains("transport") && r.contains("error")) {  // failed before setup: nothing was measured
-    std::fprintf(out, "FAILED: %s\n", r["error"].get<std::string>().c_str());
-    return;
-  }
+  const std::size_t refits = r.value("refits", nlohmann::json::array()).size();
+  // A job that failed before its first refit measured nothing: no table. Its
+  // error is said once, on stderr (refit <command>: error: ...).
+  if (r.contains("error") && refits == 0) return;
   std::fprintf(out, "refit: model %s (%s, %s), %s -> %s, transport %s (%s, %s), bucket %s, pool %s\n",
                r.value("model", std::string("?")).c_str(), format_count(u("tensors"), "tensor").c_str(),
                format_bytes(u("model_bytes")).c_str(), format_count(u("trainer_ranks_count"), "trainer rank").c_str(),
@@ -38,7 +38,8 @@ void print_report_table(const nlohmann::json& r, std::FILE* out) {
                static_cast<unsigned long long>(u("aligned_batches")),
                r.value("divergent_boundaries", false) ? "differ" : "agree");
   if (r.contains("error")) {
-    std::fprintf(out, "FAILED: %s\n", r["error"].get<std::string>().c_str());
+    std::fprintf(out, "FAILED after %s (the error is the last line on stderr)\n",
+                 format_count(refits, "refit").c_str());
   } else if (r.value("verified", false)) {
     std::fprintf(out, "verified: every byte of every refit on every engine rank\n");
   } else {

@@ -10,6 +10,9 @@
 
 namespace refit::cli {
 
+// Prints nothing for a report whose job failed before its first refit; a
+// failed job's table ends with "FAILED after N refits" and leaves its error
+// to stderr, where the command prints it once, last.
 void print_report_table(const nlohmann::json& report, std::FILE* out);
 
 // OK when the report has no "error"; else that error as a Status. The
