@@ -53,6 +53,17 @@ TEST(CliText, AVersionOrACountOutOfRangeSaysWhatItIs) {
                      "--rank: -1 is not a rank (ranks start at 0)");
 }
 
+// `refit push` takes its checkpoint as a positional path: a path it cannot
+// open is named without a flag push does not have (issue 17: "no error
+// suggests a flag the command does not have"). Catches: the model chooser's
+// old "--model 'X' is not a preset" text.
+TEST(CliText, APushOfAMissingCheckpointNamesThePathNotAFlagItLacks) {
+  const RunResult r = push({});
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("'model.safetensors' is not a preset"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("--model"), std::string::npos) << r.err;
+}
+
 // Catches: a malformed fault hook accepted (a fault test would then inject
 // nothing and pass) or refused as a runtime error instead of a usage one.
 TEST(CliText, AMalformedFaultHookIsAUsageErrorNamingThePart) {

@@ -32,7 +32,7 @@ StatusOr<ModelChoice> open_model_choice(const std::string& preset_or_path, int l
   auto checkpoint = Checkpoint::Open(preset_or_path);
   if (!checkpoint.ok()) {
     return Status(checkpoint.status().code(),
-                  "--model '" + preset_or_path + "' is not a preset (" + [&] {
+                  "'" + preset_or_path + "' is not a preset (" + [&] {
                     std::string names;
                     for (const auto& p : presets) names += (names.empty() ? "" : ", ") + p;
                     return names;
