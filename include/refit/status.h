@@ -41,6 +41,12 @@ enum class StatusCode {
 // Stable lowercase name of a code ("invalid_argument", ...).
 std::string_view status_code_name(StatusCode code);
 
+class Status;
+// The Status whose ToString() is `text` ("invalid_argument: <message>";
+// "ok" is OK), as a report or another process wrote it; a text without a
+// known code name is kAborted with the whole text as its message.
+Status status_from_text(std::string_view text);
+
 class [[nodiscard]] Status {
  public:
   Status() = default;  // OK

@@ -21,6 +21,16 @@ std::string_view status_code_name(StatusCode code) {
   return "unknown";
 }
 
+Status status_from_text(std::string_view text) {
+  if (text == "ok") return Status::Ok();
+  for (int c = static_cast<int>(StatusCode::kInvalidArgument); c <= static_cast<int>(StatusCode::kInternal); ++c) {
+    const auto code = static_cast<StatusCode>(c);
+    const std::string prefix = std::string(status_code_name(code)) + ": ";
+    if (text.substr(0, prefix.size()) == prefix) return Status(code, std::string(text.substr(prefix.size())));
+  }
+  return Status(StatusCode::kAborted, std::string(text));
+}
+
 std::string Status::ToString() const {
   if (ok()) return "ok";
   std::string out(status_code_name(code_));

@@ -49,14 +49,7 @@ void print_report_table(const nlohmann::json& r, std::FILE* out) {
 
 Status report_status(const nlohmann::json& report) {
   if (!report.contains("error")) return Status::Ok();
-  const std::string text = report["error"].is_string() ? report["error"].get<std::string>() : report["error"].dump();
-  for (StatusCode code : {StatusCode::kInvalidArgument, StatusCode::kFailedPrecondition, StatusCode::kNotFound,
-                          StatusCode::kUnavailable, StatusCode::kAborted, StatusCode::kDeadlineExceeded,
-                          StatusCode::kDataLoss, StatusCode::kResourceExhausted, StatusCode::kInternal}) {
-    const std::string prefix = std::string(status_code_name(code)) + ": ";
-    if (text.rfind(prefix, 0) == 0) return Status(code, text.substr(prefix.size()));
-  }
-  return Aborted(text);
+  return status_from_text(report["error"].is_string() ? report["error"].get<std::string>() : report["error"].dump());
 }
 
 }  // namespace refit::cli
