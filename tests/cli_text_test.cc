@@ -128,7 +128,12 @@ TEST(CliText, PushTakesBucketTimeoutAndRefusesOnlyWithItsOwnFlags) {
   const RunResult nccl = push({"--transport", "nccl"});
   expect_usage_error(nccl, "--transport: nccl sends only from GPU memory");
   EXPECT_NE(nccl.err.find("refit push sends over shm, tcp"), std::string::npos) << nccl.err;
-  EXPECT_EQ(nccl.err.find("--device"), nccl.err.find("the engines' --device")) << nccl.err;
+  // The one --device named is the engines' (a flag of `refit engine`).
+  const std::string engines = "the engines' --device";
+  const std::size_t at = nccl.err.find(engines);
+  ASSERT_NE(at, std::string::npos) << nccl.err;
+  EXPECT_EQ(nccl.err.find("--device"), at + engines.size() - std::string("--device").size()) << nccl.err;
+  EXPECT_EQ(nccl.err.find("--device", at + engines.size()), std::string::npos) << nccl.err;
 }
 
 // Catches: ErrnoStatus mapping ELOOP to internal. Mutation tried: the ELOOP
