@@ -5,9 +5,11 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+#if REFIT_HAVE_CUDA  // the GPU tests build without CUDA too, and skip
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>  // PFN_cuMemGetAddressRange (a driver entry point; no libcuda link)
-#include <gtest/gtest.h>
+#endif
 
 #include "cuda/gpu_test_util.h"
 #include "cuda/batched_copy.h"
@@ -63,6 +65,7 @@ TEST_F(DeviceGpuTest, AllocateCopyMemsetAndMove) {
 // maps such an allocation over CUDA IPC ~27% slower (docs/PERF.md), so
 // DeviceBuffer::Allocate asks for whole 2 MiB pages; the buffer still reports
 // the size asked for.
+#if REFIT_HAVE_CUDA
 TEST_F(DeviceGpuTest, LargeBuffersAreWhole2MiBPages) {
   PFN_cuMemGetAddressRange_v3020 range = nullptr;
   cudaDriverEntryPointQueryResult found{};
@@ -79,6 +82,7 @@ TEST_F(DeviceGpuTest, LargeBuffersAreWhole2MiBPages) {
   EXPECT_EQ(base, reinterpret_cast<CUdeviceptr>(b.data()));
   EXPECT_EQ(size, 4ull << 20) << "the allocation behind a " << asked << "-byte buffer";
 }
+#endif  // REFIT_HAVE_CUDA
 
 // Catches: an allocation failure reported without the device, the size or the
 // CUDA error text, or with a code that does not say "out of memory".
