@@ -323,71 +323,115 @@ class TrainerRank::Impl : public BucketProtocol {
     report.wait_go_s = seconds_since(ready);
     fire_fault_hook(options_.debug_fault, ProtocolStep::kGo, version, name());
     Deadline deadline = Deadline::AfterSeconds(options_.refit_timeout_s);
+    ASSIGN_OR_RETURN(const SentShare sent, send_share(version, deadline));
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kSent, version, name());
+    RETURN_IF_ERROR(client_->send(Sent{version}));
+    ASSIGN_OR_RETURN(Json stats, share_stats(sent));
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kDone, version, name());
+    RETURN_IF_ERROR(client_->send(Done{version, false, std::move(stats), memory_path()}));
+    const Clock::time_point done = Clock::now();
+    RETURN_IF_ERROR(await_commit(version, deadline));
+    report.wait_commit_s = seconds_since(done);
+    report.seconds = seconds_since(called);
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kCommit, version, name());
+    committed_ = version;
+    tally_.add(version, sent.bytes);
+    report.buckets = sent.buckets;
+    report.bytes = sent.bytes;
+    report.send_s = sent.send_ms / 1e3;
+    report.wait_credits_s = credit_wait_s_;
+    last_refit_ = report;
+    fire_fault_hook(options_.debug_fault, ProtocolStep::kCommitted, version, name());
+    return client_->send(Committed{version});
+  }
+
+  // What this rank sent of one refit.
+  struct SentShare {
+    std::uint64_t buckets = 0, bytes = 0;
+    double send_ms = 0;  // from 'go' until every copy finished
+  };
+
+  // This rank's buckets of refit `version` (every feeders_-th from its
+  // index), with progress every 50 ms; returns once every bucket is
+  // announced and every copy finished, and the weights were checked
+  // unchanged: only then may the rank say "sent".
+  StatusOr<SentShare> send_share(std::uint64_t version, Deadline deadline) {
     const Clock::time_point went = Clock::now();
     CudaStream* stream = sender_->stream();  // the sender's copies, or null (host paths)
     if (gpu_span_) RETURN_IF_ERROR(gpu_span_->first.record(stream->handle()).WithContext(name()));
-    std::uint64_t buckets = 0, bytes = 0;
+    SentShare sent;
     Clock::time_point last_progress = Clock::now();
     for (std::uint64_t j = trainer_index_; j < plan_.buckets.size(); j += feeders_) {
-      const bool die_after_this = version == options_.debug_die_after_announce && stream != nullptr;
-      if (die_after_this) RETURN_IF_ERROR(inject_gpu_delay(stream->device(), stream->handle(), 30000));
-      RETURN_IF_ERROR(sender_->send(version, j, deadline));
-      if (die_after_this) {
-        log(LogLevel::kInfo, name(),
-            "bucket " + std::to_string(j) + " of refit " + std::to_string(version) +
-                " sent behind a 30 s GPU delay; dying by SIGKILL (--debug-die-after-announce)");
-        ::raise(SIGKILL);
-      }
-      if (version == options_.debug_stop_after_bucket && j == trainer_index_) {
-        // The line is the tests' proof that this refit is under way.
-        log(LogLevel::kWarning, name(),
-            "stopping by SIGSTOP after sending bucket " + std::to_string(j) + " of refit " + std::to_string(version) +
-                " (--debug-stop-after-bucket)");
-        ::raise(SIGSTOP);
-      }
-      if (version == options_.debug_fail_refit) {
-        return Internal(name() + ": injected fault in refit " + std::to_string(version) + " (--debug-fail-refit)");
-      }
-      if (version == options_.debug_cuda_fault_refit && stream != nullptr) {
-        RETURN_IF_ERROR(inject_illegal_address(stream->device(), stream->handle()));
-        RETURN_IF_ERROR(stream->synchronize().WithContext(name() + ", refit " + std::to_string(version) +
-                                                          " (--debug-cuda-fault-refit)"));
-      }
-      ++buckets;
-      bytes += plan_.buckets[j].bytes;
+      RETURN_IF_ERROR(send_bucket(version, j, deadline));
+      ++sent.buckets;
+      sent.bytes += plan_.buckets[j].bytes;
       if (Clock::now() - last_progress > std::chrono::milliseconds(50)) {
         last_progress = Clock::now();
-        RETURN_IF_ERROR(client_->send(Progress{version, bytes}));
+        RETURN_IF_ERROR(client_->send(Progress{version, sent.bytes}));
       }
     }
-    // Every bucket announced, every copy finished: only then "sent" (and
-    // the caller may change its weights).
     RETURN_IF_ERROR(sender_->finish(version, deadline));
-    const double send_ms = std::chrono::duration<double, std::milli>(Clock::now() - went).count();
+    sent.send_ms = std::chrono::duration<double, std::milli>(Clock::now() - went).count();
     // Every copy has finished here (the flushes waited for them): the end
     // event completes at once, and is read after "sent", outside the timing.
     if (gpu_span_) RETURN_IF_ERROR(gpu_span_->second.record(stream->handle()).WithContext(name()));
     // Every byte was read: a checkpoint file that changed meanwhile fails the refit.
     RETURN_IF_ERROR(source_->check_unchanged().WithContext(name() + ", refit " + std::to_string(version)));
-    RETURN_IF_ERROR(client_->send(Progress{version, bytes}));
-    fire_fault_hook(options_.debug_fault, ProtocolStep::kSent, version, name());
-    RETURN_IF_ERROR(client_->send(Sent{version}));
-    Json stats{{"buckets", buckets}, {"bytes", bytes}, {"send_ms", send_ms}, {"memory_path", memory_path()}};
+    RETURN_IF_ERROR(client_->send(Progress{version, sent.bytes}));
+    return sent;
+  }
+
+  // Bucket j of refit `version`, and the per-bucket fault injections for
+  // tests (roles.h: --debug-die-after-announce, --debug-stop-after-bucket,
+  // --debug-fail-refit, --debug-cuda-fault-refit).
+  Status send_bucket(std::uint64_t version, std::uint64_t j, Deadline deadline) {
+    CudaStream* stream = sender_->stream();
+    const bool die_after_this = version == options_.debug_die_after_announce && stream != nullptr;
+    if (die_after_this) RETURN_IF_ERROR(inject_gpu_delay(stream->device(), stream->handle(), 30000));
+    RETURN_IF_ERROR(sender_->send(version, j, deadline));
+    if (die_after_this) {
+      log(LogLevel::kInfo, name(),
+          "bucket " + std::to_string(j) + " of refit " + std::to_string(version) +
+              " sent behind a 30 s GPU delay; dying by SIGKILL (--debug-die-after-announce)");
+      ::raise(SIGKILL);
+    }
+    if (version == options_.debug_stop_after_bucket && j == trainer_index_) {
+      // The line is the tests' proof that this refit is under way.
+      log(LogLevel::kWarning, name(),
+          "stopping by SIGSTOP after sending bucket " + std::to_string(j) + " of refit " + std::to_string(version) +
+              " (--debug-stop-after-bucket)");
+      ::raise(SIGSTOP);
+    }
+    if (version == options_.debug_fail_refit) {
+      return Internal(name() + ": injected fault in refit " + std::to_string(version) + " (--debug-fail-refit)");
+    }
+    if (version == options_.debug_cuda_fault_refit && stream != nullptr) {
+      RETURN_IF_ERROR(inject_illegal_address(stream->device(), stream->handle()));
+      RETURN_IF_ERROR(stream->synchronize().WithContext(name() + ", refit " + std::to_string(version) +
+                                                        " (--debug-cuda-fault-refit)"));
+    }
+    return Status::Ok();
+  }
+
+  // The Done's stats of what this rank sent; with device weights, the GPU
+  // span from 'go' reaching its stream to the end of its last copy (close
+  // to send_ms when the copies, not the host, set the pace).
+  StatusOr<Json> share_stats(const SentShare& sent) {
+    Json stats{{"buckets", sent.buckets}, {"bytes", sent.bytes}, {"send_ms", sent.send_ms},
+               {"memory_path", memory_path()}};
     if (gpu_span_) {
-      // From 'go' reaching this rank's stream to the end of its last copy:
-      // close to send_ms when the copies, not the host, set the pace.
       RETURN_IF_ERROR(gpu_span_->second.synchronize().WithContext(name()));
       ASSIGN_OR_RETURN(float gpu_ms, gpu_span_->second.elapsed_ms_since(gpu_span_->first));
       stats["gpu_span_ms"] = gpu_ms;
     }
-    fire_fault_hook(options_.debug_fault, ProtocolStep::kDone, version, name());
-    RETURN_IF_ERROR(client_->send(Done{version, false, std::move(stats), memory_path()}));
-    const Clock::time_point done = Clock::now();
-    // The coordinator decided refit `version` committed once every rank was
-    // done; before its Commit nothing here treats it as committed.
+    return stats;
+  }
+
+  // The coordinator decides refit `version` committed once every rank is
+  // done; before its Commit nothing here treats it as committed. A
+  // coordinator lost meanwhile leaves the refit in doubt here.
+  Status await_commit(std::uint64_t version, Deadline deadline) {
     auto commit = client_->wait_for<Commit>(deadline);
-    report.wait_commit_s = seconds_since(done);
-    report.seconds = seconds_since(called);
     if (!commit.ok()) {
       in_doubt_ = client_->lost();
       return in_doubt_ ? commit_in_doubt(version, committed_, commit.status()) : commit.status();
@@ -396,16 +440,7 @@ class TrainerRank::Impl : public BucketProtocol {
       return InvalidArgument("protocol error: the coordinator committed refit " + std::to_string(commit->version) +
                              " during refit " + std::to_string(version));
     }
-    fire_fault_hook(options_.debug_fault, ProtocolStep::kCommit, version, name());
-    committed_ = version;
-    tally_.add(version, bytes);
-    report.buckets = buckets;
-    report.bytes = bytes;
-    report.send_s = send_ms / 1e3;
-    report.wait_credits_s = credit_wait_s_;
-    last_refit_ = report;
-    fire_fault_hook(options_.debug_fault, ProtocolStep::kCommitted, version, name());
-    return client_->send(Committed{version});
+    return Status::Ok();
   }
 
   // BucketProtocol: the credit of bucket j. One that does not come within
