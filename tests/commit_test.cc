@@ -15,6 +15,7 @@
 
 #include "job.h"
 #include "refit/safetensors.h"
+#include "testing/expect_has.h"
 
 namespace refit {
 namespace {
@@ -22,9 +23,6 @@ namespace {
 using testing::JobSpec;
 using testing::ProcessGroup;
 using testing::start_job;
-
-#define EXPECT_HAS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "expected \"" << (needle) << "\" in:\n" << (haystack)
 
 // The refit_version an engine's --save file claims, or -1 without a file.
 int SavedVersion(const std::string& path) {

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "process_harness.h"
+#include "testing/expect_has.h"
 
 namespace refit {
 namespace {
@@ -18,11 +19,7 @@ namespace {
 using testing::RunResult;
 using testing::run_refit;
 
-std::size_t count(const std::string& haystack, const std::string& needle) {
-  std::size_t n = 0;
-  for (std::size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
-  return n;
-}
+using testing::count_occurrences;
 
 std::string last_line(const std::string& text) {
   std::string t = text;
@@ -50,7 +47,7 @@ TEST(DemoErrors, ASetupRefusalIsSaidOnceAsTheLastLine) {
     if (std::string(output) == "--json") extra.push_back("--json");
     const RunResult r = failing_demo("--dtypes=bfloat16", extra);
     EXPECT_EQ(r.exit_code, 1) << r.err;
-    EXPECT_EQ(count(r.err, cause), 1u) << output << ":\n" << r.err;
+    EXPECT_EQ(count_occurrences(r.err, cause), 1u) << output << ":\n" << r.err;
     EXPECT_EQ(last_line(r.err).rfind("refit demo: error: failed_precondition: unsupported dtype", 0), 0u) << r.err;
     EXPECT_NE(last_line(r.err).find(cause), std::string::npos) << r.err;
     if (extra.empty()) {
@@ -69,7 +66,7 @@ TEST(DemoErrors, ASetupRefusalIsSaidOnceAsTheLastLine) {
 TEST(DemoErrors, ARankThatFailsAloneIsTheCause) {
   const RunResult r = failing_demo("--dtypes=nosuch");
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_EQ(count(r.err, "unknown dtype 'nosuch'"), 1u) << r.err;
+  EXPECT_EQ(count_occurrences(r.err, "unknown dtype 'nosuch'"), 1u) << r.err;
   const std::string last = last_line(r.err);
   EXPECT_EQ(last.rfind("refit demo: error: invalid_argument: engine rank ", 0), 0u) << r.err;
   EXPECT_NE(last.find("unknown dtype 'nosuch'"), std::string::npos) << r.err;

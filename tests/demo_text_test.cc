@@ -13,6 +13,7 @@
 
 #include "process_harness.h"
 #include "testing/scoped_env.h"
+#include "testing/expect_has.h"
 
 namespace refit {
 namespace {
@@ -20,11 +21,7 @@ namespace {
 using testing::RunResult;
 using testing::run_refit;
 
-std::size_t count(const std::string& haystack, const std::string& needle) {
-  std::size_t n = 0;
-  for (std::size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
-  return n;
-}
+using testing::count_occurrences;
 
 RunResult small_demo(const std::vector<std::string>& extra = {}) {
   std::vector<std::string> args = {"demo", "--engine-ranks", "1", "--refits", "1", "--bucket-size", "1MiB"};
@@ -68,7 +65,7 @@ TEST(DemoText, ASecretFileOthersMayReadIsWarnedAboutOnce) {
   ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
   const RunResult open = small_demo({"--secret-file", path});
   EXPECT_EQ(open.exit_code, 0) << open.err;
-  EXPECT_EQ(count(open.err, "the secret file " + path + " has mode 0644"), 1u) << open.err;
+  EXPECT_EQ(count_occurrences(open.err, "the secret file " + path + " has mode 0644"), 1u) << open.err;
   ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
   const RunResult closed = small_demo({"--secret-file", path});
   EXPECT_EQ(closed.exit_code, 0) << closed.err;

@@ -29,6 +29,7 @@
 #include "net/link.h"
 #include "testing/status_matchers.h"
 #include "net/link.h"
+#include "testing/expect_has.h"
 
 namespace refit {
 namespace {
@@ -37,9 +38,6 @@ using namespace std::chrono_literals;
 using testing::JobSpec;
 using testing::ProcessGroup;
 using testing::start_job;
-
-#define EXPECT_HAS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "expected \"" << (needle) << "\" in:\n" << (haystack)
 
 // ---- helpers ---------------------------------------------------------------
 

@@ -31,6 +31,7 @@
 #include "refit/content.h"
 #include "net/link.h"
 #include "refit/safetensors.h"
+#include "testing/expect_has.h"
 
 namespace refit {
 namespace {
@@ -38,9 +39,6 @@ namespace {
 using namespace std::chrono_literals;
 using testing::JobSpec;
 using testing::ProcessGroup;
-
-#define EXPECT_HAS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "expected \"" << (needle) << "\" in:\n" << (haystack)
 
 std::string WriteSecret(const ProcessGroup& group) {
   const std::string path = group.dir() + "/secret";

@@ -16,6 +16,7 @@
 #include "refit/safetensors.h"
 #include "refit/trainer_rank.h"
 #include "testing/status_matchers.h"
+#include "testing/expect_has.h"
 
 namespace refit {
 namespace {
@@ -24,9 +25,6 @@ using testing::JobSpec;
 using testing::ProcessGroup;
 using testing::start_job;
 using Clock = std::chrono::steady_clock;
-
-#define EXPECT_HAS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "expected \"" << (needle) << "\" in:\n" << (haystack)
 
 constexpr double kHeartbeatTimeout = 2;
 // "About the heartbeat deadline": the deadline plus room for a loaded

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "job.h"
+#include "testing/expect_has.h"
 
 namespace refit {
 namespace {
@@ -18,9 +19,6 @@ namespace {
 using testing::JobSpec;
 using testing::ProcessGroup;
 using testing::start_job;
-
-#define EXPECT_HAS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "expected \"" << (needle) << "\" in:\n" << (haystack)
 
 using Clock = std::chrono::steady_clock;
 constexpr double kSetupTimeout = 30;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "job.h"
+#include "testing/expect_has.h"
 
 namespace refit {
 namespace {
@@ -13,9 +14,6 @@ namespace {
 using testing::JobSpec;
 using testing::ProcessGroup;
 using testing::start_job;
-
-#define EXPECT_HAS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "expected \"" << (needle) << "\" in:\n" << (haystack)
 
 // Catches: a role that ends silently on success (the summary dropped), a
 // tally that counts another rank's refits or misses one (3 refits, versions

@@ -19,14 +19,12 @@
 
 #include "control/control_message.h"
 #include "refit/log.h"
+#include "testing/expect_has.h"
 
 namespace refit {
 namespace {
 
 using namespace std::chrono_literals;
-
-#define EXPECT_HAS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "expected \"" << (needle) << "\" in: " << (haystack)
 
 const Secret kSecret("0123456789abcdef-the-shared-secret");
 const Secret kOther("fedcba9876543210-another-secret!!");

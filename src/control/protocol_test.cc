@@ -3,6 +3,7 @@
 // against its type's schema and decoded into its struct before anything
 // uses it. Each test names the mutation it catches.
 #include "control/protocol.h"
+#include "testing/expect_has.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -13,9 +14,6 @@ namespace refit {
 namespace {
 
 using namespace std::chrono_literals;
-
-#define EXPECT_HAS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "expected \"" << (needle) << "\" in: " << (haystack)
 
 Status Validate(const std::string& text) {
   Json j = Json::parse(text);

@@ -9,14 +9,12 @@
 #include <vector>
 
 #include "control/refit_phases.h"
+#include "testing/expect_has.h"
 
 namespace refit {
 namespace {
 
 using namespace std::chrono_literals;
-
-#define EXPECT_HAS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "expected \"" << (needle) << "\" in: " << (haystack)
 
 constexpr int kMembers = 4;  // trainer ranks 0, 1; engine ranks 0, 1 (members 2, 3)
 

@@ -2,6 +2,7 @@
 // clock (time is a value the test moves). Each test names the mutation it
 // catches.
 #include "control/refit_phases.h"
+#include "testing/expect_has.h"
 
 #include <gtest/gtest.h>
 
@@ -13,9 +14,6 @@ namespace refit {
 namespace {
 
 using namespace std::chrono_literals;
-
-#define EXPECT_HAS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "expected \"" << (needle) << "\" in: " << (haystack)
 
 // A job of 2 trainer ranks (members 0, 1) and 2 engine ranks (2, 3), with
 // the actions the machine returned so far.

@@ -1,13 +1,11 @@
 // The coordinator's admission check of one join (topology.h).
 #include "control/topology.h"
+#include "testing/expect_has.h"
 
 #include <gtest/gtest.h>
 
 namespace refit {
 namespace {
-
-#define EXPECT_HAS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "expected \"" << (needle) << "\" in: " << (haystack)
 
 // A rank of another control protocol version is refused, naming both
 // versions, before anything else of its join is judged. Catches: no version

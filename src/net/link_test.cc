@@ -2,6 +2,7 @@
 // Each test says which broken implementation it catches ("Catches: ...").
 #include "net/link.h"
 #include "testing/blocked_thread.h"
+#include "testing/expect_has.h"
 
 #include <gtest/gtest.h>
 #include <pthread.h>
@@ -20,10 +21,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-#define EXPECT_HAS(haystack, needle)                                                   \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos)                     \
-      << "expected \"" << (needle) << "\" in: " << (haystack)
 
 long long ms_since(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();

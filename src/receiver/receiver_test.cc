@@ -5,6 +5,7 @@
 // Each test that guards a rule names the receiver mutation it catches.
 #include "receiver/receiver.h"
 #include "testing/blocked_thread.h"
+#include "testing/expect_has.h"
 
 #include <gtest/gtest.h>
 
@@ -23,10 +24,6 @@ namespace refit {
 namespace {
 
 using namespace std::chrono_literals;
-
-#define EXPECT_HAS(haystack, needle)                               \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) \
-      << "expected \"" << (needle) << "\" in: " << (haystack)
 
 constexpr std::uint64_t kBucket = 4096;
 

@@ -34,15 +34,12 @@
 #include "testing/status_matchers.h"
 #include "net/link.h"
 #include "transport/transport.h"
+#include "testing/expect_has.h"
 
 namespace refit {
 namespace {
 
 using namespace std::chrono_literals;
-
-#define EXPECT_HAS(haystack, needle)                               \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) \
-      << "expected \"" << (needle) << "\" in: " << (haystack)
 
 constexpr int kSlots = 3;
 constexpr std::uint64_t kSlotBytes = 200003;  // odd: not page- or word-aligned
