@@ -77,7 +77,7 @@ TEST_P(CommitStepTest, ReportSurvivorsAndSavedFilesAgreeOnTheCommittedVersion) {
   if (stall) {
     // Resumed after the job ended: it received commit(2) before it stopped,
     // so it applies it, saves version 2 and exits naming the job's end.
-    group.kill("engine rank 0", SIGCONT);
+    group.resume("engine rank 0");
   }
   ASSERT_TRUE(group.wait_all(30)) << group.all_stderr();
 

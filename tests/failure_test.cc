@@ -66,7 +66,7 @@ TEST_P(KillTest, EverySurvivorFailsNamingTheLostRank) {
   std::vector<pid_t> pids;
   for (const auto& n : group.names()) pids.push_back(group.proc(n).pid);
   group.kill(c.victim, SIGKILL);
-  if (stopped != c.victim) group.kill(stopped, SIGCONT);
+  if (stopped != c.victim) group.resume(stopped);
 
   // Every survivor exits within the refit deadline (plus slack for startup).
   ASSERT_TRUE(group.wait_all(spec.refit_timeout_s + 10)) << "a survivor hung:\n" << group.all_stderr();
@@ -144,7 +144,7 @@ TEST(CoordinatorLost, EveryRankExitsNamingTheCoordinator) {
   ASSERT_TRUE(start_job(group, spec));
   ASSERT_TRUE(testing::wait_for_refit_under_way(group, "trainer rank 0", 2)) << group.all_stderr();
   group.kill("coordinator", SIGKILL);
-  group.kill("trainer rank 0", SIGCONT);
+  group.resume("trainer rank 0");
   ASSERT_TRUE(group.wait_all(spec.refit_timeout_s + 10)) << group.all_stderr();
   for (const auto& name : group.names()) {
     if (name == "coordinator") continue;

@@ -122,7 +122,7 @@ TEST_P(FaultStepTest, ReportSurvivorsAndSavedFilesAgreeOnTheLastCommittedVersion
     if (name == faulty) continue;
     ASSERT_TRUE(group.wait_one(name, 40)) << name << " hung after the fault\n" << group.all_stderr();
   }
-  if (c.action == FaultAction::kStop) group.kill(faulty, SIGCONT);
+  if (c.action == FaultAction::kStop) group.resume(faulty);
   ASSERT_TRUE(group.wait_all(40)) << "a process hung\n" << group.all_stderr();
 
   const bool decided = c.step == ProtocolStep::kCommit || c.step == ProtocolStep::kCommitted;

@@ -535,7 +535,7 @@ TEST(DataPlaneAuth, RecoveryRelinksAuthenticateAndRefuseStrangers) {
   std::unique_ptr<Link> garbage = SendAndHalfClose(port0, std::string(48, 'Z'));
   HandshakingStranger wrong_secret(port1, Secret("a-wrong-secret-9876543210"), data_auth_context(1));
   std::this_thread::sleep_for(2500ms);  // a refit's deadline passes while it is stopped
-  group.kill("trainer rank 1", SIGCONT);
+  group.resume("trainer rank 1");
   EXPECT_HAS(wrong_secret.result().message(), "refused this side's authentication: wrong secret");
   std::vector<pid_t> pids = Pids(group);
   ASSERT_TRUE(group.wait_all(120)) << group.all_stderr();

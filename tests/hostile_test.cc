@@ -129,7 +129,7 @@ TEST(HostileFiles, AShardTruncatedDuringAPushFailsItNamingTheFile) {
   ASSERT_TRUE(testing::wait_for_setup(group)) << group.all_stderr();
   group.kill("engine", SIGSTOP);
   ASSERT_EQ(::truncate(pushed.c_str(), 16 << 20), 0);
-  group.kill("engine", SIGCONT);
+  group.resume("engine");
   ASSERT_TRUE(group.wait_all(90)) << group.all_stderr();
   EXPECT_NE(group.exit_code("push"), 0);
   EXPECT_LT(group.exit_code("push"), 128) << "push died of a signal\n" << group.err("push");

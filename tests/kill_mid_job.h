@@ -27,7 +27,7 @@ inline void KillMidJobAndExpectEverySurvivorToNameIt(ProcessGroup& group, const 
                                                      std::uint64_t refit) {
   ASSERT_TRUE(wait_for_refit_under_way(group, stopped, refit)) << group.all_stderr();
   group.kill(victim, SIGKILL);
-  if (stopped != victim) group.kill(stopped, SIGCONT);
+  if (stopped != victim) group.resume(stopped);
   ASSERT_TRUE(group.wait_all(exit_within_s)) << "a survivor hung:\n" << group.all_stderr();
   for (const auto& name : group.names()) {
     if (name == victim) continue;

@@ -184,6 +184,21 @@ class ProcessGroup {
   }
 
   void kill(const std::string& name, int sig) { ::kill(procs_.at(name).pid, sig); }
+
+  // Continues a process that stops itself (a `stop` fault hook): waits until
+  // it is really stopped, then sends SIGCONT. The hook logs its line before it
+  // raises SIGSTOP, so a SIGCONT sent on seeing the line can arrive first and
+  // be lost, leaving the process stopped for good (CI, under asan, 2026-12-01).
+  // Sends at once if the process has exited or `seconds` pass.
+  void resume(const std::string& name, double seconds = 30) {
+    const Proc& p = procs_.at(name);
+    auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    for (char st = state_of(p.pid); st != 'T' && st != 'Z' && st != '?'; st = state_of(p.pid)) {
+      if (p.exit_code >= 0 || std::chrono::steady_clock::now() > until) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    ::kill(p.pid, SIGCONT);
+  }
   const Proc& proc(const std::string& name) const { return procs_.at(name); }
   int exit_code(const std::string& name) const { return procs_.at(name).exit_code; }
   std::string err(const std::string& name) const { return read_file(procs_.at(name).err_path); }
@@ -200,6 +215,13 @@ class ProcessGroup {
   }
 
  private:
+  // The process's state letter in /proc (T stopped, Z exited); '?' if gone.
+  static char state_of(pid_t pid) {
+    std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+    auto close = stat.rfind(')');  // the name in parentheses may hold spaces
+    if (close == std::string::npos || close + 2 >= stat.size()) return '?';
+    return stat[close + 2];
+  }
   static std::string sanitize(std::string s) {
     for (char& c : s) {
       if (c == ' ') c = '_';

@@ -79,7 +79,7 @@ TEST_P(RecoveryTest, AStalledTrainerFailsTheRefitAndTheJobGoesOnOnceItResumes) {
   // The refit in flight times out: wait for the coordinator's line saying so
   // (its deadline passed), not a fixed time.
   ASSERT_TRUE(wait_for_text(g, "coordinator", " failed: ", 60)) << g.all_stderr();
-  g.kill("trainer rank 1", SIGCONT);
+  g.resume("trainer rank 1");
   ASSERT_TRUE(g.wait_all(120)) << g.all_stderr();
   Json report = Json::parse(g.report());
   ASSERT_GE(report["failures"].size(), 1u) << report.dump(2) << g.all_stderr();
