@@ -39,6 +39,9 @@ std::string help_of(const std::string& command) {
   return r.out;
 }
 
+// How --help shows a pool slot count: "auto" for kAutoPoolSlots.
+std::string slots_text(int slots) { return slots == kAutoPoolSlots ? "auto" : std::to_string(slots); }
+
 std::string number(double v) {
   std::ostringstream s;
   s << v;
@@ -53,6 +56,10 @@ TEST(CliDefaults, EveryCommandShowsTheStructsBucketSize) {
   const RankOptions rank;
   for (const char* command : {"trainer", "engine", "save", "demo", "bench", "push", "inspect"}) {
     const std::string shown = help_default(help_of(command), "--bucket-size");
+    if (shown == "auto") {
+      EXPECT_EQ(rank.bucket_size, kAutoBucketSize) << command << " --help shows auto";
+      continue;
+    }
     auto parsed = parse_byte_size(shown);
     ASSERT_TRUE(parsed.ok()) << command << " --help shows bucket size '" << shown << "'";
     EXPECT_EQ(*parsed, rank.bucket_size) << command << " --help shows " << shown;
@@ -73,7 +80,7 @@ TEST(CliDefaults, RoleFlagsShowTheStructsDefaults) {
         {"--bucket-timeout", number(e.bucket_timeout_s)}, {"--device", e.device}, {"--mode", e.mode},
         {"--gpu", std::to_string(e.gpu)}}},
       {"engine",
-       {{"--pool-slots", std::to_string(e.pool_slots)}, {"--memory-limit", std::to_string(e.memory_limit)},
+       {{"--pool-slots", slots_text(e.pool_slots)}, {"--memory-limit", std::to_string(e.memory_limit)},
         {"--listen-host", e.listen_host}, {"--base-gpu-id", std::to_string(e.base_gpu_id)},
         {"--setup-timeout", number(e.setup_timeout_s)}, {"--bucket-timeout", number(e.bucket_timeout_s)}}},
       {"coordinator",
@@ -82,7 +89,7 @@ TEST(CliDefaults, RoleFlagsShowTheStructsDefaults) {
         {"--seed", std::to_string(c.seed)}, {"--setup-timeout", number(c.setup_timeout_s)},
         {"--timeout", number(c.refit_timeout_s)}}},
       {"demo",
-       {{"--pool-slots", std::to_string(e.pool_slots)}, {"--transport", e.transport}, {"--device", e.device},
+       {{"--pool-slots", slots_text(e.pool_slots)}, {"--transport", e.transport}, {"--device", e.device},
         {"--mode", e.mode}, {"--setup-timeout", number(e.setup_timeout_s)}, {"--timeout", number(e.refit_timeout_s)}}},
       {"push", {{"--timeout", number(e.refit_timeout_s)}, {"--mode", e.mode}, {"--transport", e.transport}}},
   };

@@ -102,7 +102,7 @@ TEST(CliText, APoolOrBucketEveryRankWouldRefuseIsAUsageError) {
     expect_usage_error(run({"--pool-slots", "65"}), "the largest is 64");
     expect_usage_error(run({"--bucket-size", "0"}), "--bucket-size: 0 is not a bucket size (at least 4KiB");
     expect_usage_error(run({"--bucket-size", "5000"}), "5000 is not a bucket size");
-    expect_usage_error(run({"--memory-limit", "1MiB"}),
+    expect_usage_error(run({"--memory-limit", "1MiB", "--pool-slots", "2", "--bucket-size", "4MiB"}),
                        "--memory-limit: 1MiB cannot hold the receive pool: --pool-slots 2 x --bucket-size 4MiB = 8MiB");
     expect_usage_error(run({"--memory-limit", "11MiB", "--pool-slots", "4", "--bucket-size", "3MiB"}),
                        "--memory-limit: 11MiB cannot hold the receive pool: --pool-slots 4 x --bucket-size 3MiB");
@@ -111,7 +111,8 @@ TEST(CliText, APoolOrBucketEveryRankWouldRefuseIsAUsageError) {
   // step beyond it is refused.
   expect_usage_error(run_refit({"demo", "--bucket-size", std::to_string(kMaxBucketSize + kPlanAlignment)}, 60),
                      "at most 256TiB");
-  expect_usage_error(run_refit({"demo", "--mode", "direct", "--memory-limit", "7MiB"}, 60), "2 slots (direct mode)");
+  expect_usage_error(run_refit({"demo", "--mode", "direct", "--memory-limit", "7MiB", "--bucket-size", "4MiB"}, 60),
+                     "2 slots (direct mode)");
   // A rank's bucket size too (each rank's make_plan would refuse it).
   expect_usage_error(run_refit({"engine", "--coordinator", "127.0.0.1:1", "--rank", "0", "--bucket-size", "0"}, 30),
                      "--bucket-size: 0 is not a bucket size");
@@ -124,7 +125,11 @@ TEST(CliText, PushTakesBucketTimeoutAndRefusesOnlyWithItsOwnFlags) {
   EXPECT_NE(push({"--bucket-timeout", "5", "--setup-timeout", "1"}).exit_code, 2);
   expect_usage_error(push({"--bucket-timeout", "0"}), "--bucket-timeout: 0 is not a duration");
   const RunResult help = run_refit({"push", "--help"}, 30);
-  if (help.out.find("nccl") == std::string::npos) GTEST_SKIP() << "this build has no nccl transport";
+  const std::size_t transports = help.out.find("--transport TEXT:{");
+  ASSERT_NE(transports, std::string::npos) << help.out;
+  if (help.out.substr(transports, help.out.find('}', transports) - transports).find("nccl") == std::string::npos) {
+    GTEST_SKIP() << "this build has no nccl transport";
+  }
   const RunResult nccl = push({"--transport", "nccl"});
   expect_usage_error(nccl, "--transport: nccl sends only from GPU memory");
   EXPECT_NE(nccl.err.find("refit push sends over shm, tcp"), std::string::npos) << nccl.err;

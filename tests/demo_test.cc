@@ -77,6 +77,30 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(info.param.trainer_ranks) + "_" + m;
     });
 
+// The defaults as users run them (issue 17: fast defaults). Catches: auto
+// reaching the coordinator unresolved (bucket_size 0 in the report), the host
+// transports given the GPU size or the old 4 MiB, auto slots other than 3,
+// and a --memory-limit that an auto
+// bucket does not fit (the demo halves the bucket to fit 2 slots; the rank
+// then picks 2 slots). Mutation tried: effective_pool_slots returning 3
+// always: the limited job is refused at setup and this test fails.
+TEST(DemoDefaults, AutoBucketAndSlotsResolveByTransportAndFitTheLimit) {
+  for (const auto& [transport, bucket] : {std::pair<std::string, std::uint64_t>{"shm", 16u << 20}, {"tcp", 64u << 20}}) {
+    auto r = run_refit({"demo", "--json", "--transport", transport, "--engine-ranks", "2", "--refits", "2"});
+    ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+    json report = json::parse(r.out);
+    EXPECT_TRUE(report["verified"].get<bool>()) << transport;
+    EXPECT_EQ(report["bucket_size"], bucket) << transport;
+    EXPECT_EQ(report["pool_slots"], 3u) << transport;
+  }
+  auto limited = run_refit({"demo", "--json", "--engine-ranks", "2", "--refits", "2", "--memory-limit", "5MiB"});
+  ASSERT_EQ(limited.exit_code, 0) << limited.err << limited.out;
+  json report = json::parse(limited.out);
+  EXPECT_TRUE(report["verified"].get<bool>());
+  EXPECT_EQ(report["bucket_size"], 2u << 20);  // the largest whole MiB of which 2 fit 5 MiB
+  EXPECT_EQ(report["pool_slots"], 2u);         // 3 x 2 MiB would not fit
+}
+
 // `verified` means every byte was compared and matched: engines started with
 // --no-verify compare nothing, so the report and each refit say false while
 // the job itself succeeds. Catches: `verified` taken from anything but the

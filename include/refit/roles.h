@@ -15,6 +15,7 @@
 
 #include "refit/fault_hook.h"
 #include "refit/status.h"
+#include "refit/transfer_defaults.h"
 
 namespace refit {
 
@@ -42,9 +43,11 @@ struct RankOptions {
   int layers = -1;
   // Bytes per transport bucket; every rank of a job must agree (checked at
   // setup). Larger buckets amortise per-bucket costs on GPUs (docs/PERF.md),
-  // smaller ones keep staging memory small. Default: 4 MiB (the CLI, the
-  // Python package and the library all take this one value).
-  std::uint64_t bucket_size = 4ull << 20;
+  // smaller ones keep staging memory small. Default: kAutoBucketSize, which
+  // stands for 1 GiB over cuda_ipc and nccl, 16 MiB over shm and 64 MiB over
+  // tcp and ucx (transfer_defaults.h; the CLI, the Python package and the
+  // library all take this one value).
+  std::uint64_t bucket_size = kAutoBucketSize;
   // One of transport_names(). Default: "shm".
   std::string transport = "shm";
   // Where weights and staging live: "cpu" or "cuda". Default: "cpu".
@@ -116,8 +119,10 @@ struct RankOptions {
 };
 
 struct EngineOptions : RankOptions {
-  // Staging slots of the receive pool (staged mode). Default: 2.
-  int pool_slots = 2;
+  // Staging slots of the receive pool (staged mode), each as large as the
+  // plan's largest bucket. Default: kAutoPoolSlots, which stands for 3, or
+  // 2 where memory_limit holds fewer than 3 (transfer_defaults.h).
+  int pool_slots = kAutoPoolSlots;
   // Bytes for the receive pool; 0: no limit. Default: 0.
   std::uint64_t memory_limit = 0;
   // Where trainers connect for data. Default: "127.0.0.1".

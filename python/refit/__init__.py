@@ -159,6 +159,18 @@ def parse_bytes(size):
     return int(digits) * _UNITS[unit]
 
 
+def _bucket_bytes(size):
+    """A bucket size: "auto" (0: 1 GiB over cuda_ipc and nccl, 16 MiB over shm,
+    64 MiB over tcp and ucx, resolved by each rank), else parse_bytes(size)."""
+    return 0 if size == "auto" else parse_bytes(size)
+
+
+def _slot_count(slots):
+    """A pool slot count: "auto" (0: 3, or 2 where memory_limit holds fewer),
+    else the int."""
+    return 0 if slots == "auto" else slots
+
+
 def _address(coordinator):
     return coordinator.address if isinstance(coordinator, Coordinator) else str(coordinator)
 
@@ -203,7 +215,7 @@ def _rank_options(options, coordinator, rank, trainer_ranks, engine_ranks, bucke
     _set(options, "rank", rank)
     _set(options, "trainer_ranks", trainer_ranks)
     _set(options, "engine_ranks", engine_ranks)
-    _set(options, "bucket_size", bucket_size, parse_bytes)
+    _set(options, "bucket_size", bucket_size, _bucket_bytes)
     _set(options, "transport", transport)
     _set(options, "mode", mode)
     _set(options, "device", device)
@@ -411,7 +423,7 @@ class Engine:
         options = _rank_options(_refit.EngineOptions(), coordinator, rank, trainer_ranks, engine_ranks, bucket_size,
                                 transport, mode, device, gpu, setup_timeout, refit_timeout, bucket_timeout, secret)
         _set(options, "base_gpu_id", base_gpu_id)
-        _set(options, "pool_slots", pool_slots)
+        _set(options, "pool_slots", pool_slots, _slot_count)
         _set(options, "memory_limit", memory_limit, parse_bytes)
         _set(options, "listen_host", listen_host)
         _set(options, "poison_recycled", poison_recycled)

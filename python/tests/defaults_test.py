@@ -6,7 +6,13 @@ shows them in --help (tests/cli_defaults_test.cc checks it) and this package
 takes them through None. Each test names the mutations it catches.
 """
 import inspect
+import threading
 import unittest
+
+try:
+    import numpy as np
+except ImportError:
+    np = None
 
 import refit
 from refit import _refit
@@ -53,8 +59,54 @@ class DefaultsComeFromTheStructs(unittest.TestCase):
         expected = _refit.EngineOptions()
         for field in set(RANK_FIELDS.values()) | {"device"}:
             self.assertEqual(getattr(options, field), getattr(expected, field), field)
-        self.assertEqual(options.bucket_size, 4 << 20)
+        self.assertEqual(options.bucket_size, 0)  # auto: each rank resolves it by transport
+        self.assertEqual(options.pool_slots, 0)  # auto
         self.assertEqual(options.gpu, -1)  # None: base_gpu_id + rank (engines)
+
+    # Catches: "auto" refused by Python while the CLI takes it, or mapped to
+    # something other than the structs' auto value.
+    def test_auto_is_spelt_as_in_the_cli(self):
+        options = refit._rank_options(_refit.EngineOptions(), "127.0.0.1:1", None, None, None, "auto", None, None, None,
+                                      None, None, None, None, None)
+        self.assertEqual(options.bucket_size, 0)
+        self.assertEqual(refit._slot_count("auto"), 0)
+        self.assertEqual(refit._bucket_bytes("64MiB"), 64 << 20)
+
+
+@unittest.skipIf(np is None, "numpy is not installed for this python (Debian: python3-numpy)")
+class DefaultsAsAJobResolvesThem(unittest.TestCase):
+    # Catches: auto sent to the coordinator unresolved (the job's report says
+    # bucket_size 0), shm given the GPU size (1 GiB), tcp's 64 MiB or the old
+    # 4 MiB, and auto pool slots other than 3 without a memory limit.
+    def test_a_job_with_every_default_uses_16MiB_buckets_and_3_slots(self):
+        model = {"w": np.arange(50000, dtype=np.float32), "b": np.ones(77, np.int16)}
+        coordinator = refit.Coordinator(1, 1, setup_timeout=20, refit_timeout=20)
+        errors = []
+
+        def trainer():
+            try:
+                with refit.Trainer(coordinator, model) as t:
+                    t.refit(1)
+            except refit.Error as e:
+                errors.append(e)
+
+        thread = threading.Thread(target=trainer)
+        thread.start()
+        received = {}
+        with refit.Engine(coordinator, [(n, a.dtype, a.shape) for n, a in model.items()]) as engine:
+            def load(items):
+                for name, array in items:
+                    received[name] = np.array(np.from_dlpack(array), copy=True)
+            while engine.next(load) is not None:
+                pass
+        thread.join(30)
+        self.assertEqual(errors, [])
+        report = coordinator.wait(10)
+        self.assertNotIn("error", report)
+        self.assertEqual(report["bucket_size"], 16 << 20)  # shm, the default transport
+        self.assertEqual(report["pool_slots"], 3)
+        for name, array in model.items():
+            self.assertTrue(np.array_equal(received[name], array), name)
 
 
 if __name__ == "__main__":

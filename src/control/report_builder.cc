@@ -21,6 +21,7 @@ void ReportBuilder::set_topology(const Join& first, const Topology& topology) {
   report_["mode"] = first.mode;
   report_["device"] = first.device;
   report_["bucket_size"] = first.bucket_size;
+  report_["pool_slots"] = first.pool_slots;
   report_["aligned_batches"] = topology.aligned_batches;
   report_["divergent_boundaries"] = topology.divergent_boundaries;
   report_["bytes_per_refit"] = topology.bytes_per_refit;

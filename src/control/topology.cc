@@ -5,6 +5,7 @@
 #include "control/spec_json.h"
 #include "aligner/aligner.h"
 #include "refit/plan.h"
+#include "refit/transfer_defaults.h"
 #include "transport/transport.h"
 
 namespace refit {
@@ -69,19 +70,31 @@ std::string why_digests_differ(const Join& t, const Join& e) {
   return "the tensor specs agree, so the two refit builds plan differently; run the same refit build everywhere";
 }
 
+// Bytes per receive pool slot of engine `e`: its plan's largest bucket
+// (pool_slot_bytes), as the engine allocated it.
+StatusOr<std::uint64_t> engine_slot_bytes(const Join& e) {
+  const std::string name = rank_name(Role::kEngine, e.rank);
+  RETURN_IF_ERROR(check_plan_bounds(e.specs, e.bucket_size, name));
+  auto plan = make_plan(e.specs, e.bucket_size);
+  if (!plan.ok()) return plan.status().WithContext(name);
+  return pool_slot_bytes(*plan);
+}
+
 // Engine-local resources, and each trainer against the engine rank it feeds.
 Status check_pairs(const std::vector<Join>& trainers, const std::vector<Join>& engines) {
   for (const Join& e : engines) {
     const std::string name = rank_name(Role::kEngine, e.rank);
-    const std::uint64_t pool = e.pool_slots * e.bucket_size;
     if (e.pool_slots < 2) {
       return FailedPrecondition("pool_slots of " + name + " is " + std::to_string(e.pool_slots) +
                                 ": the rotating receive pool needs at least 2 slots");
     }
+    ASSIGN_OR_RETURN(const std::uint64_t slot_bytes, engine_slot_bytes(e));
+    const std::uint64_t pool = e.pool_slots * slot_bytes;
     if (e.memory_limit != 0 && pool > e.memory_limit) {
       return FailedPrecondition("the receive pool of " + name + " (" + std::to_string(e.pool_slots) + " x " +
-                                format_bytes(e.bucket_size) + " = " + format_bytes(pool) +
-                                ") does not fit its memory limit " + format_bytes(e.memory_limit) + " (--memory-limit)");
+                                format_bytes(slot_bytes) + " = " + format_bytes(pool) +
+                                ") does not fit its memory limit " + format_bytes(e.memory_limit) +
+                                " (raise --memory-limit, or lower --bucket-size or --pool-slots)");
     }
   }
   for (const Join& t : trainers) {

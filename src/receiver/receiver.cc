@@ -3,6 +3,7 @@
 // state and threads, receiver_io.cc the I/O thread, receiver_batches.cc how
 // landed buckets become batches.
 #include "receiver/receiver_impl.h"
+#include "refit/transfer_defaults.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -104,9 +105,9 @@ StatusOr<std::unique_ptr<Receiver>> Receiver::Create(const Plan* plan, int rank,
     return FailedPrecondition(options.name + ": the receive pool has " + std::to_string(pool->slots()) +
                               " slot(s); slots must be at least 2 (one is filled while the consumer holds another)");
   }
-  if (pool->slot_bytes() < plan->bucket_size) {
+  if (pool->slot_bytes() < pool_slot_bytes(*plan)) {
     return FailedPrecondition(options.name + ": the receive pool's slot_bytes " + std::to_string(pool->slot_bytes()) +
-                              " is smaller than the plan's bucket_size " + std::to_string(plan->bucket_size));
+                              " is smaller than the plan's largest bucket " + std::to_string(pool_slot_bytes(*plan)));
   }
   std::unique_ptr<Receiver> r(new Receiver(plan, rank, std::move(pool), std::move(options), /*direct=*/false));
   Impl& impl = *r->impl_;

@@ -64,7 +64,8 @@ struct ReceiverStats {
 class Receiver : public BatchSource {
  public:
   // `plan` must outlive the receiver. `pool` is the registered receive pool;
-  // it must have at least 2 slots of plan.bucket_size bytes.
+  // it must have at least 2 slots of pool_slot_bytes(plan) bytes
+  // (the plan's largest bucket).
   static StatusOr<std::unique_ptr<Receiver>> Create(const Plan* plan, int rank,
                                                     std::unique_ptr<TargetMemory> pool,
                                                     ReceiverOptions options);

@@ -712,10 +712,16 @@ TEST(ReceiverSetup, RequiresTwoSlotsOfABucketEach) {
   EXPECT_HAS(one.status().message(), "engine rank 3");
   EXPECT_HAS(one.status().message(), "slots must be at least 2");
 
-  auto small = Receiver::Create(&*plan, 0, std::make_unique<FakePool>(2, kBucket - 256), ReceiverOptions{});
+  // Each bucket holds one 3000-byte tensor: a slot needs 3072 bytes (the
+  // largest bucket, aligned), not the 4096 of bucket_size. Catches: slots
+  // checked against bucket_size again (the 3072-byte pool refused) or not
+  // at all (the 2816-byte pool accepted).
+  auto small = Receiver::Create(&*plan, 0, std::make_unique<FakePool>(2, 2816), ReceiverOptions{});
   ASSERT_FALSE(small.ok());
   EXPECT_EQ(small.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_HAS(small.status().message(), "slot_bytes 3840 is smaller than the plan's bucket_size 4096");
+  EXPECT_HAS(small.status().message(), "slot_bytes 2816 is smaller than the plan's largest bucket 3072");
+  auto fitted = Receiver::Create(&*plan, 0, std::make_unique<FakePool>(2, 3072), ReceiverOptions{});
+  EXPECT_TRUE(fitted.ok()) << fitted.status().ToString();
 
   auto ok = Receiver::Create(&*plan, 2, std::make_unique<FakePool>(2, kBucket), ReceiverOptions{});
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();

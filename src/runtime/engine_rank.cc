@@ -27,6 +27,7 @@
 #include "refit/log.h"
 #include "refit/model.h"
 #include "refit/plan.h"
+#include "refit/transfer_defaults.h"
 #include "receiver/receiver.h"
 #include "refit/safetensors.h"
 #include "transport/transport.h"
@@ -94,6 +95,7 @@ class EngineRank::Impl {
     RETURN_IF_ERROR(check_binding());
     ASSIGN_OR_RETURN(HeartbeatTiming heartbeats,
                      heartbeat_timing(options_.heartbeat_interval_s, options_.heartbeat_timeout_s, name()));
+    options_.bucket_size = effective_bucket_size(options_.bucket_size, options_.transport);
     ASSIGN_OR_RETURN(plan_, make_plan(binding_.stream, options_.bucket_size));
     ASSIGN_OR_RETURN(transport_, make_transport(options_.transport));
     ASSIGN_OR_RETURN(std::unique_ptr<TargetMemory> pool, make_pool());
@@ -166,13 +168,14 @@ class EngineRank::Impl {
   StatusOr<std::unique_ptr<TargetMemory>> make_pool() {
     if (direct_) return transport_->expose_memory(binding_.arena, binding_.arena_bytes, binding_.memory, device_);
     PoolOptions pool_options;
+    pool_options.slot_bytes = pool_slot_bytes(plan_);
+    options_.pool_slots = effective_pool_slots(options_.pool_slots, pool_options.slot_bytes, options_.memory_limit);
     pool_options.slots = options_.pool_slots;
-    pool_options.slot_bytes = options_.bucket_size;
     pool_options.owner = name();
     pool_options.memory = binding_.memory;
     pool_options.device = device_;
     if (options_.memory_limit != 0 &&
-        static_cast<std::uint64_t>(std::max(options_.pool_slots, 0)) * options_.bucket_size > options_.memory_limit) {
+        static_cast<std::uint64_t>(std::max(options_.pool_slots, 0)) * pool_options.slot_bytes > options_.memory_limit) {
       pool_options.slots = 0;
     }
     if (pool_options.slots < 2) return std::unique_ptr<TargetMemory>();

@@ -125,6 +125,7 @@ class TrainerRank::Impl : public BucketProtocol {
     const Model& model = source_->model();
     engine_rank_ = options_.rank % options_.engine_ranks;
     pack_rank_ = options_.debug_pack_rank >= 0 ? options_.debug_pack_rank % options_.engine_ranks : engine_rank_;
+    options_.bucket_size = effective_bucket_size(options_.bucket_size, options_.transport);
     ASSIGN_OR_RETURN(plan_, make_plan(engine_stream(model, engine_rank_, options_.engine_ranks), options_.bucket_size));
     ASSIGN_OR_RETURN(transport_, make_transport(options_.transport));
     if (source_on_device_ && !transport_->capabilities().device_memory) {

@@ -66,7 +66,7 @@ inline constexpr std::uint64_t kMaxAnnouncementBytes = 4096;
 
 struct PoolOptions {
   int slots = 2;                   // staging buffers in the rotating pool
-  std::uint64_t slot_bytes = 0;    // = bucket_size
+  std::uint64_t slot_bytes = 0;    // = pool_slot_bytes(plan)
   MemoryKind memory = MemoryKind::kHost;
   int device = -1;                 // local CUDA index for kCuda
   std::string owner;               // names the pool in errors and in shm names ("engine rank 2")

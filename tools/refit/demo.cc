@@ -33,6 +33,7 @@
 #include "refit/plan.h"
 #include "report_table.h"
 #include "refit/roles.h"
+#include "refit/transfer_defaults.h"
 
 namespace refit::cli {
 namespace {
@@ -312,16 +313,27 @@ std::string start_coordinator(const DemoOptions& o, DemoJob& job) {
   return "";
 }
 
+// A size or count as its command-line text: "auto" for the auto value.
+std::string flag_value(std::uint64_t value, std::uint64_t auto_value) {
+  return value == auto_value ? "auto" : std::to_string(value);
+}
+
 // Starts every engine rank, then every trainer rank, against `port`.
 void start_ranks(const DemoOptions& o, int trainers, const std::string& port, DemoJob& job) {
   std::vector<std::string> rank_common = {"--coordinator", "127.0.0.1:" + port, "--model", o.model,
                                           "--layers", std::to_string(o.layers), "--transport", o.transport,
                                           "--device", o.device, "--mode", o.mode,
-                                          "--bucket-size", std::to_string(o.bucket_size)};
+                                          "--bucket-size", flag_value(o.bucket_size, kAutoBucketSize)};
   rank_common.insert(rank_common.end(), job.common.begin(), job.common.end());
   for (int e = 0; e < o.engine_ranks; ++e) {
-    std::vector<std::string> args = {job.self, "engine", "--rank", std::to_string(e), "--pool-slots",
-                                     std::to_string(o.pool_slots), "--memory-limit", std::to_string(o.memory_limit)};
+    std::vector<std::string> args = {job.self,
+                                     "engine",
+                                     "--rank",
+                                     std::to_string(e),
+                                     "--pool-slots",
+                                     flag_value(static_cast<std::uint64_t>(o.pool_slots), kAutoPoolSlots),
+                                     "--memory-limit",
+                                     std::to_string(o.memory_limit)};
     args.insert(args.end(), rank_common.begin(), rank_common.end());
     if (o.poison_recycled) args.push_back("--poison-recycled");
     args.insert(args.end(), o.debug_engine_flags.begin(), o.debug_engine_flags.end());
@@ -517,10 +529,26 @@ Json run_demo_report(const DemoOptions& o) {
   report["tensors"] = model->weights.size();
   report["engine_ranks_count"] = o.engine_ranks;
   report["trainer_ranks_count"] = trainers;
-  report["pool_slots"] = o.pool_slots;
   if (soak) finish_soak(o, *soak, report);
   return report;
 }
+
+namespace {
+
+// With --memory-limit and an auto bucket size, the demo (which starts every
+// rank, so all agree) picks the auto size or, where 2 slots of it would not
+// fit the limit, the largest whole MiB (at least kMinBucketSize) of which 2
+// do: a small limit gets small buckets instead of a refusal.
+void fit_auto_bucket_to_limit(DemoOptions& o) {
+  if (o.bucket_size != kAutoBucketSize || o.memory_limit == 0) return;
+  const std::uint64_t fits = o.memory_limit / 2;
+  if (fits >= default_bucket_size(o.transport)) return;
+  constexpr std::uint64_t kMiB = 1ull << 20;
+  const std::uint64_t rounded = fits >= kMiB ? fits / kMiB * kMiB : fits / kPlanAlignment * kPlanAlignment;
+  o.bucket_size = std::max<std::uint64_t>(kMinBucketSize, rounded);
+}
+
+}  // namespace
 
 void add_demo_flags(CLI::App& cmd, DemoOptions& o) {
   cmd.add_option("--model", o.model, "Model preset: " + join_names(model_presets()))
@@ -538,9 +566,12 @@ void add_demo_flags(CLI::App& cmd, DemoOptions& o) {
   cmd.add_flag("--json", o.json, "Print a JSON report on stdout instead of the table");
   add_device_flag(cmd, o.device);
   add_mode_flag(cmd, o.mode);
-  add_pool_slots_flag(cmd, o.pool_slots, "Receive pool slots per engine rank");
+  add_pool_slots_flag(cmd, o.pool_slots, "Receive pool slots per engine rank", kFewestPoolSlots);
   add_byte_size_option(cmd, "--memory-limit", o.memory_limit, "Receive pool memory limit per engine rank (0: none)");
-  cmd.callback([&o] { check_receive_pool(o.pool_slots, o.bucket_size, o.memory_limit, o.mode); });
+  cmd.callback([&o] {
+    fit_auto_bucket_to_limit(o);
+    check_receive_pool(o.pool_slots, o.bucket_size, o.memory_limit, o.mode);
+  });
   cmd.add_flag("--poison-recycled", o.poison_recycled, "Debug: poison every recycled staging buffer");
   add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
   add_secret_file_flag(cmd, o.secret_file);

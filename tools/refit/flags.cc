@@ -33,21 +33,46 @@ struct ByteSize : CLI::Validator {
   }
 };
 
-// CLI11 check of a bucket size in bytes (after ByteSize): what make_plan
-// takes (plan.h: at least kMinBucketSize, a multiple of kPlanAlignment) and
-// at most kLargestBucketSize, so that a size every rank would refuse at
-// setup is a usage error of the command line instead.
+// CLI11 transform of a bucket size ("64MiB", or "auto") into its count of
+// bytes (auto: kAutoBucketSize), which CLI11 then stores in the bound
+// integer. A size make_plan refuses (plan.h: at least kMinBucketSize, a
+// multiple of kPlanAlignment) or above kLargestBucketSize is a usage error of
+// the command line instead of a refusal of every rank at setup; so is "0",
+// which is not a size (auto is spelt out).
 struct BucketSize : CLI::Validator {
   BucketSize() {
     name_ = "BUCKET SIZE";
     func_ = [](std::string& text) {
-      std::uint64_t bytes = 0;
-      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), bytes);
-      if (ec != std::errc() || end != text.data() + text.size()) return text + " is not a byte count";
-      if (bytes >= kMinBucketSize && bytes % kPlanAlignment == 0 && bytes <= kLargestBucketSize) return std::string();
-      return byte_size_text(bytes) + " is not a bucket size (at least " + byte_size_text(kMinBucketSize) +
-             ", a multiple of " + std::to_string(kPlanAlignment) + " bytes, at most " +
-             byte_size_text(kLargestBucketSize) + ")";
+      if (text == "auto") {
+        text = std::to_string(kAutoBucketSize);
+        return std::string();
+      }
+      auto parsed = parse_byte_size(text);
+      if (!parsed.ok()) return parsed.status().message();
+      const std::uint64_t bytes = *parsed;
+      if (bytes < kMinBucketSize || bytes % kPlanAlignment != 0 || bytes > kLargestBucketSize) {
+        return byte_size_text(bytes) + " is not a bucket size (at least " + byte_size_text(kMinBucketSize) +
+               ", a multiple of " + std::to_string(kPlanAlignment) + " bytes, at most " +
+               byte_size_text(kLargestBucketSize) + "; or auto)";
+      }
+      text = std::to_string(bytes);
+      return std::string();
+    };
+  }
+};
+
+// CLI11 transform of a pool slot count ("3", or "auto": kAutoPoolSlots)
+// from `fewest` to kMostPoolSlots.
+struct PoolSlots : CLI::Validator {
+  explicit PoolSlots(int fewest) {
+    name_ = "POOL SLOTS";
+    func_ = [fewest](std::string& text) {
+      if (text == "auto") {
+        text = std::to_string(kAutoPoolSlots);
+        return std::string();
+      }
+      return WholeNumber(static_cast<std::uint64_t>(fewest), static_cast<std::uint64_t>(kMostPoolSlots),
+                         "a count of pool slots", "pool slot counts")(text);
     };
   }
 };
@@ -72,20 +97,29 @@ CLI::Option* add_byte_size_option(CLI::App& cmd, const std::string& name, std::u
 }
 
 CLI::Option* add_bucket_size_flag(CLI::App& cmd, std::uint64_t& bytes) {
-  return add_byte_size_option(cmd, "--bucket-size", bytes, "Transport bucket size, e.g. 4MiB, 1GiB")
-      ->check(BucketSize());
+  return cmd
+      .add_option("--bucket-size", bytes,
+                  "Transport bucket size, e.g. 64MiB, 1GiB; auto: 1GiB over cuda_ipc and nccl, 16MiB over shm, 64MiB over tcp and ucx")
+      ->transform(BucketSize())
+      ->type_name("SIZE|auto")
+      ->default_str(bytes == kAutoBucketSize ? "auto" : byte_size_text(bytes));
 }
 
-CLI::Option* add_pool_slots_flag(CLI::App& cmd, int& slots, const std::string& help) {
-  return cmd.add_option("--pool-slots", slots, help + " (" + std::to_string(kFewestPoolSlots) + " to " +
-                                                   std::to_string(kMostPoolSlots) + ")")
-      ->check(WholeNumber(static_cast<std::uint64_t>(kFewestPoolSlots), static_cast<std::uint64_t>(kMostPoolSlots),
-                          "a count of pool slots", "pool slot counts"))
-      ->capture_default_str();
+CLI::Option* add_pool_slots_flag(CLI::App& cmd, int& slots, const std::string& help, int fewest) {
+  return cmd
+      .add_option("--pool-slots", slots,
+                  help + " (" + std::to_string(fewest) + " to " + std::to_string(kMostPoolSlots) +
+                      "; auto: 3, or 2 where --memory-limit holds fewer)")
+      ->transform(PoolSlots(fewest))
+      ->type_name("INT|auto")
+      ->default_str(slots == kAutoPoolSlots ? "auto" : std::to_string(slots));
 }
 
 void check_receive_pool(int pool_slots, std::uint64_t bucket_size, std::uint64_t memory_limit,
                         const std::string& mode) {
+  // Auto settings are resolved (and fitted to the limit) by the engine rank
+  // against its plan, which the command line does not know.
+  if (bucket_size == kAutoBucketSize || (pool_slots == kAutoPoolSlots && mode != "direct")) return;
   // Direct mode has no pool of its own, but the coordinator counts one of
   // 2 slots against the limit all the same (the engine joins with 2).
   const std::uint64_t slots = mode == "direct" ? 2 : static_cast<std::uint64_t>(pool_slots);
@@ -200,7 +234,7 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o, std::string& secret_file)
   // naming the rank to every process at once (tests/setup_rejection_test);
   // refused here, the rank would exit before joining and leave the rest of
   // the job waiting for --setup-timeout. `refit demo` refuses at parse.
-  cmd.add_option("--pool-slots", o.pool_slots, "Receive pool slots")->check(CLI::Range(1, 64))->capture_default_str();
+  add_pool_slots_flag(cmd, o.pool_slots, "Receive pool slots", 1);
   add_byte_size_option(cmd, "--memory-limit", o.memory_limit, "Receive pool memory limit (0: none)");
   cmd.add_option("--listen-host", o.listen_host, "Address trainers connect to for data")->capture_default_str();
   cmd.add_flag("--poison-recycled", o.poison_recycled, "Debug: poison every recycled staging buffer");

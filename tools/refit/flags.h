@@ -34,21 +34,26 @@ CLI::Option* add_byte_size_option(CLI::App& cmd, const std::string& name, std::u
 // tools do not include; cli_text_test checks the two agree).
 inline constexpr std::uint64_t kLargestBucketSize = 1ull << 48;
 
-// --bucket-size, bound to `bytes` (RankOptions::bucket_size's default): a
-// size make_plan takes (at least kMinBucketSize, a multiple of
-// kPlanAlignment) and at most kLargestBucketSize, else a usage error.
+// --bucket-size, bound to `bytes` (RankOptions::bucket_size's default):
+// "auto" (kAutoBucketSize) or a size make_plan takes (at least
+// kMinBucketSize, a multiple of kPlanAlignment) and at most
+// kLargestBucketSize, else a usage error.
 CLI::Option* add_bucket_size_flag(CLI::App& cmd, std::uint64_t& bytes);
 
-// --pool-slots, bound to `slots`: kFewestPoolSlots (the rotating receive
-// pool, DESIGN.md rule 3) to kMostPoolSlots, else a usage error.
+// --pool-slots, bound to `slots`: "auto" (kAutoPoolSlots) or `fewest` to
+// kMostPoolSlots, else a usage error. `refit demo` takes kFewestPoolSlots
+// (the rotating receive pool, DESIGN.md rule 3); `refit engine` takes 1 and
+// leaves the refusal to the coordinator, which says it to every rank.
 inline constexpr int kFewestPoolSlots = 2;
 inline constexpr int kMostPoolSlots = 64;
-CLI::Option* add_pool_slots_flag(CLI::App& cmd, int& slots, const std::string& help);
+CLI::Option* add_pool_slots_flag(CLI::App& cmd, int& slots, const std::string& help, int fewest);
 
 // The receive pool (pool_slots x bucket_size; 2 slots in direct mode, as
 // the engine joins with) must fit a nonzero memory_limit: throws a
 // CLI::ValidationError naming the three flags and their values otherwise.
-// For a command's callback, once every flag parsed (exit 2).
+// Auto sizes pass (the engine rank fits them to the limit, or the
+// coordinator names it). For a command's callback, once every flag parsed
+// (exit 2).
 void check_receive_pool(int pool_slots, std::uint64_t bucket_size, std::uint64_t memory_limit,
                         const std::string& mode);
 

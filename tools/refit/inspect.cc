@@ -22,6 +22,8 @@
 #include "refit/format.h"
 #include "refit/plan.h"
 #include "refit/roles.h"
+#include "refit/transfer_defaults.h"
+#include "refit/transports.h"
 
 namespace refit::cli {
 namespace {
@@ -32,6 +34,7 @@ struct InspectOptions {
   std::string path;  // a .safetensors file, a checkpoint directory, or its index
   int engine_ranks = 1;
   std::uint64_t bucket_size = RankOptions{}.bucket_size;
+  std::string transport = RankOptions{}.transport;  // resolves an auto bucket size
   std::vector<std::string> shard_rules;  // "GLOB=RULE" rows placed before the default table
   bool json = false;
   bool buckets = false;  // text: list every bucket of every rank
@@ -149,10 +152,11 @@ StatusOr<Json> inspect_report(const InspectOptions& options) {
   for (const auto& [rule, n] : rules) r["rules"].push_back({{"rule", rule}, {"tensors", n.first}, {"bytes", n.second}});
 
   r["engine_ranks"] = options.engine_ranks;
-  r["bucket_size"] = options.bucket_size;
+  const std::uint64_t bucket_size = effective_bucket_size(options.bucket_size, options.transport);
+  r["bucket_size"] = bucket_size;
   r["plans"] = Json::array();
   for (int rank = 0; rank < options.engine_ranks; ++rank) {
-    StatusOr<Plan> plan = make_plan(engine_stream(model, rank, options.engine_ranks), options.bucket_size);
+    StatusOr<Plan> plan = make_plan(engine_stream(model, rank, options.engine_ranks), bucket_size);
     if (!plan.ok()) {
       return plan.status().WithContext("plan of engine rank " + std::to_string(rank) + " of " +
                                        std::to_string(options.engine_ranks) + " for checkpoint '" + options.path + "'");
@@ -199,6 +203,14 @@ void add_inspect_command(CLI::App& app, CommandTable& table) {
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   add_bucket_size_flag(*cmd, o->bucket_size);
+  // Any transport refit knows, built here or not: a plan for a GPU job may
+  // be inspected on a machine without one.
+  std::vector<std::string> known;
+  for (const TransportAvailability& t : transport_availability(transport_names(), Status::Ok())) known.push_back(t.name);
+  cmd->add_option("--transport", o->transport,
+                  "The transport the plan is for (what --bucket-size auto stands for): " + join_names(known))
+      ->check(CLI::IsMember(known))
+      ->capture_default_str();
   cmd->add_option("--rule", o->shard_rules, "A TP shard rule GLOB=RULE ahead of the default rules (repeatable; default: none)")->check(ShardRuleRow());
   cmd->add_flag("--json", o->json, "Print a JSON report instead of the tables");
   cmd->add_flag("--buckets", o->buckets, "List every bucket of every engine rank");

@@ -2,6 +2,7 @@
 // (shm) map the granted slot: the bucket is packed straight into it, one
 // copy from the weights into the engine's pool. Two-sided ones (tcp) get a
 // bucket packed into a local buffer and written by the transport.
+#include "refit/transfer_defaults.h"
 #include "model/shard_copy.h"
 #include "runtime/senders/pack.h"
 #include "runtime/senders/senders.h"
@@ -12,7 +13,7 @@ namespace {
 class HostPackSender final : public BucketSender {
  public:
   HostPackSender(SenderContext c, bool one_sided) : c_(std::move(c)) {
-    if (!one_sided) staging_.resize(c_.plan->bucket_size);
+    if (!one_sided) staging_.resize(pool_slot_bytes(*c_.plan));
   }
 
   Status send(std::uint64_t version, std::uint64_t j, Deadline deadline) override {

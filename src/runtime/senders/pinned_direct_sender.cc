@@ -2,6 +2,7 @@
 // on the host into pinned memory, copy it to a device bucket, scatter that
 // into the weights with one launch, wait, announce. One device bucket: its
 // scatter must finish before the next copy overwrites it.
+#include "refit/transfer_defaults.h"
 #include "runtime/senders/pack.h"
 #include "runtime/senders/senders.h"
 
@@ -16,8 +17,8 @@ class PinnedDirectSender final : public BucketSender {
     ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(gpu));
     copier_ = std::make_unique<BatchedCopier>(std::move(copier));
     ASSIGN_OR_RETURN(stream_, CudaStream::Create(gpu));
-    ASSIGN_OR_RETURN(pinned_, PinnedBuffer::Allocate(c_.plan->bucket_size));
-    ASSIGN_OR_RETURN(device_bucket_, DeviceBuffer::Allocate(gpu, c_.plan->bucket_size));
+    ASSIGN_OR_RETURN(pinned_, PinnedBuffer::Allocate(pool_slot_bytes(*c_.plan)));
+    ASSIGN_OR_RETURN(device_bucket_, DeviceBuffer::Allocate(gpu, pool_slot_bytes(*c_.plan)));
     return Status::Ok();
   }
 

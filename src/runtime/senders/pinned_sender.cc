@@ -3,6 +3,7 @@
 // is copied to the device; j-1 is announced before the credit of j is
 // awaited (the engine frees a slot only after it read the bucket before),
 // then j's copy starts and is announced with bucket j+1 (or by finish).
+#include "refit/transfer_defaults.h"
 #include "runtime/senders/pack.h"
 #include "runtime/senders/senders.h"
 
@@ -16,7 +17,7 @@ class PinnedSender final : public BucketSender {
   Status init(int gpu) {
     ASSIGN_OR_RETURN(stream_, CudaStream::Create(gpu));
     for (int b = 0; b < 2; ++b) {
-      ASSIGN_OR_RETURN(pinned_[b], PinnedBuffer::Allocate(c_.plan->bucket_size));
+      ASSIGN_OR_RETURN(pinned_[b], PinnedBuffer::Allocate(pool_slot_bytes(*c_.plan)));
       ASSIGN_OR_RETURN(copied_[b], CudaEvent::Create(gpu));
     }
     return Status::Ok();

@@ -11,6 +11,7 @@
 // memory, or pinned host memory behind a device bucket when the transport
 // cannot register device memory ("host-staged"). The engine pool's side is
 // the transport's business.
+#include "refit/transfer_defaults.h"
 #include "runtime/senders/pack.h"
 #include "runtime/senders/senders.h"
 
@@ -22,7 +23,7 @@ class RemoteWriteSender final : public BucketSender {
   explicit RemoteWriteSender(SenderContext c) : c_(std::move(c)) {}
 
   Status init(int gpu, bool host_staged) {
-    const std::uint64_t bytes = c_.plan->bucket_size;
+    const std::uint64_t bytes = pool_slot_bytes(*c_.plan);
     if (gpu < 0) {
       for (auto& b : host_) b.resize(bytes);
       return Status::Ok();
