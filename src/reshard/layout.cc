@@ -41,7 +41,8 @@ Status check_level(const TensorSpec& spec, const Layout& layout, int rank, std::
     return InvalidArgument(context() + "the tensor has no dimension " + std::to_string(level.dim) + " (it has " +
                            std::to_string(ndim) + ")");
   }
-  const std::int64_t size = box.end[static_cast<std::size_t>(level.dim)] - box.begin[static_cast<std::size_t>(level.dim)];
+  const auto d = static_cast<std::size_t>(level.dim);
+  const std::int64_t size = box.end[d] - box.begin[d];
   if (level.kind == LevelKind::kEven && size % level.ranks != 0) {
     return InvalidArgument(context() + "an even (Megatron) split needs the extent of dim " + std::to_string(level.dim) +
                            " (" + std::to_string(size) + ") to be a multiple of " + std::to_string(level.ranks));

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <limits>
 #include <string_view>
-#include <tuple>
 #include <unordered_map>
 
 namespace refit {
@@ -51,11 +50,11 @@ std::vector<Box> cut_piece(const Box& piece, std::size_t holders, std::uint64_t 
   const std::vector<std::int64_t> ext = piece.extents();
   const auto dim = std::find_if(ext.begin(), ext.end(), [](std::int64_t e) { return e > 1; }) - ext.begin();
   if (holders <= 1 || dim == static_cast<std::ptrdiff_t>(ext.size())) return {piece};
+  const auto d = static_cast<std::size_t>(dim);
   const std::uint64_t bytes = static_cast<std::uint64_t>(piece.numel()) * elem;
-  std::uint64_t parts = std::min<std::uint64_t>(holders, static_cast<std::uint64_t>(ext[static_cast<std::size_t>(dim)]));
+  std::uint64_t parts = std::min<std::uint64_t>(holders, static_cast<std::uint64_t>(ext[d]));
   if (min_split_bytes > 1) parts = std::min(parts, std::max<std::uint64_t>(1, bytes / min_split_bytes));
   std::vector<Box> out;
-  const auto d = static_cast<std::size_t>(dim);
   const std::int64_t size = ext[d];
   const auto n = static_cast<std::int64_t>(parts);
   for (std::int64_t i = 0; i < n; ++i) {
@@ -76,7 +75,8 @@ std::vector<std::uint64_t> strides_of(const Box& box) {
 }
 
 // Element offset of the global index `idx` inside `box`'s local shard.
-std::uint64_t local_offset(const std::vector<std::int64_t>& idx, const Box& box, const std::vector<std::uint64_t>& strides) {
+std::uint64_t local_offset(const std::vector<std::int64_t>& idx, const Box& box,
+                           const std::vector<std::uint64_t>& strides) {
   std::uint64_t off = 0;
   for (std::size_t d = 0; d < idx.size(); ++d) off += static_cast<std::uint64_t>(idx[d] - box.begin[d]) * strides[d];
   return off;
@@ -125,6 +125,15 @@ int least_loaded(const std::vector<int>& ranks, const std::vector<int>& taken, c
   return best;
 }
 
+// Checks one side's layout of a tensor: it fits the tensor and spans `ranks`.
+Status check_side(const TensorSpec& spec, std::string_view side, const Layout& layout, int ranks) {
+  RETURN_IF_ERROR(validate_layout(spec, layout).WithContext(std::string(side) + " layout"));
+  if (layout.ranks() == ranks) return Status::Ok();
+  return InvalidArgument("tensor '" + spec.name + "': the " + std::string(side) + " layout " + layout.ToString() +
+                         " has " + std::to_string(layout.ranks()) + " ranks, the " + std::string(side) + " side has " +
+                         std::to_string(ranks));
+}
+
 Status validate_tensors(const std::vector<TensorLayouts>& tensors, int m, int n) {
   if (tensors.empty()) return InvalidArgument("the transfer plan has no tensors: at least one must move");
   if (m < 1 || n < 1) {
@@ -143,14 +152,8 @@ Status validate_tensors(const std::vector<TensorLayouts>& tensors, int m, int n)
       return InvalidArgument("duplicate tensor name '" + tl.spec.name + "' at positions " +
                              std::to_string(it->second) + " and " + std::to_string(i));
     }
-    for (const auto& [side, layout, ranks] : {std::tuple{"trainer", &tl.trainer, m}, std::tuple{"engine", &tl.engine, n}}) {
-      RETURN_IF_ERROR(validate_layout(tl.spec, *layout).WithContext(std::string(side) + " layout"));
-      if (layout->ranks() != ranks) {
-        return InvalidArgument("tensor '" + tl.spec.name + "': the " + side + " layout " + layout->ToString() + " has " +
-                               std::to_string(layout->ranks()) + " ranks, the " + side + " side has " +
-                               std::to_string(ranks));
-      }
-    }
+    RETURN_IF_ERROR(check_side(tl.spec, "trainer", tl.trainer, m));
+    RETURN_IF_ERROR(check_side(tl.spec, "engine", tl.engine, n));
   }
   return Status::Ok();
 }
@@ -161,33 +164,48 @@ std::vector<Box> boxes_of(const TensorSpec& spec, const Layout& layout) {
   return out;
 }
 
+// One tensor being planned: its boxes on both sides and its holder groups.
+struct TensorBoxes {
+  std::uint32_t index = 0;
+  std::uint64_t elem = 0;  // bytes per element
+  std::vector<Box> src;    // per trainer rank
+  std::vector<Box> dst;    // per engine rank
+  std::vector<Holders> groups;
+};
+
+// Deals the part of group `g`'s box that engine rank e needs over g's
+// holders and adds the runs to their pairs; returns the bytes dealt.
+std::uint64_t deal_piece(const TensorBoxes& tb, const Holders& g, int e, TransferPlan& plan,
+                         std::vector<std::uint64_t>& load) {
+  const Box& want = tb.dst[static_cast<std::size_t>(e)];
+  std::uint64_t dealt = 0;
+  std::vector<int> taken;
+  for (const Box& part : cut_piece(intersect(g.box, want), g.ranks.size(), tb.elem, plan.options.min_split_bytes)) {
+    if (part.numel() == 0) continue;
+    const int t = least_loaded(g.ranks, taken, load);
+    taken.push_back(t);
+    TransferPair& pair = plan.pairs[static_cast<std::size_t>(t * plan.engine_ranks + e)];
+    flatten(tb.index, part, tb.src[static_cast<std::size_t>(t)], want, tb.elem, pair.runs);
+    const std::uint64_t bytes = static_cast<std::uint64_t>(part.numel()) * tb.elem;
+    pair.bytes += bytes;
+    load[static_cast<std::size_t>(t)] += bytes;
+    dealt += bytes;
+  }
+  return dealt;
+}
+
 // Adds tensor `i`'s runs to every pair; load[t] counts trainer t's bytes.
 Status plan_tensor(std::uint32_t i, TransferPlan& plan, std::vector<std::uint64_t>& load) {
   const TensorLayouts& tl = plan.tensors[i];
-  const std::uint64_t elem = dtype_size(tl.spec.dtype);
-  const std::vector<Box> src = boxes_of(tl.spec, tl.trainer);
-  const std::vector<Box> dst = boxes_of(tl.spec, tl.engine);
-  const std::vector<Holders> groups = group_holders(src);
+  TensorBoxes tb{i, dtype_size(tl.spec.dtype), boxes_of(tl.spec, tl.trainer), boxes_of(tl.spec, tl.engine), {}};
+  tb.groups = group_holders(tb.src);
   for (int e = 0; e < plan.engine_ranks; ++e) {
-    const Box& want = dst[static_cast<std::size_t>(e)];
     std::uint64_t received = 0;
-    for (const Holders& g : groups) {
-      std::vector<int> taken;
-      for (const Box& part : cut_piece(intersect(g.box, want), g.ranks.size(), elem, plan.options.min_split_bytes)) {
-        if (part.numel() == 0) continue;
-        const int t = least_loaded(g.ranks, taken, load);
-        taken.push_back(t);
-        TransferPair& pair = plan.pairs[static_cast<std::size_t>(t * plan.engine_ranks + e)];
-        flatten(i, part, src[static_cast<std::size_t>(t)], want, elem, pair.runs);
-        const std::uint64_t bytes = static_cast<std::uint64_t>(part.numel()) * elem;
-        pair.bytes += bytes;
-        load[static_cast<std::size_t>(t)] += bytes;
-        received += bytes;
-      }
-    }
-    if (received != static_cast<std::uint64_t>(want.numel()) * elem) {
-      return Internal("transfer plan: engine rank " + std::to_string(e) + " would receive " + std::to_string(received) +
-                      " of the " + std::to_string(want.numel() * static_cast<std::int64_t>(elem)) + " bytes of tensor '" +
+    for (const Holders& g : tb.groups) received += deal_piece(tb, g, e, plan, load);
+    const std::uint64_t wanted = static_cast<std::uint64_t>(tb.dst[static_cast<std::size_t>(e)].numel()) * tb.elem;
+    if (received != wanted) {
+      return Internal("transfer plan: engine rank " + std::to_string(e) + " would receive " +
+                      std::to_string(received) + " of the " + std::to_string(wanted) + " bytes of tensor '" +
                       tl.spec.name + "' (trainer layout " + tl.trainer.ToString() + ")");
     }
     plan.total_bytes += received;

@@ -172,7 +172,9 @@ TEST(TransferPlan, FullTrainerReproducesEngineShardRuns) {
   ASSERT_OK_AND_ASSIGN(const Model model, make_model("tiny-moe", 1));
   for (int n : {2, 3}) {
     std::vector<TensorLayouts> tensors;
-    for (const Weight& w : model.weights) tensors.push_back(TensorLayouts{w.spec, Layout{}, layout_from_shard_rule(w.rule, n)});
+    for (const Weight& w : model.weights) {
+      tensors.push_back(TensorLayouts{w.spec, Layout{}, layout_from_shard_rule(w.rule, n)});
+    }
     const TransferPlan plan = MustPlan(tensors, 1, n);
     for (int e = 0; e < n; ++e) {
       Runs expected;
@@ -198,7 +200,8 @@ TEST(TransferPlan, ReplicatedSourcesShareTheLoad) {
 
   std::vector<TensorLayouts> small;
   for (int i = 0; i < 10; ++i) {
-    small.push_back(TensorLayouts{U8("s" + std::to_string(i), {100}), Layout::of(LayoutLevel::replicate(3)), Layout{}});
+    const Layout replicas = Layout::of(LayoutLevel::replicate(3));
+    small.push_back(TensorLayouts{U8("s" + std::to_string(i), {100}), replicas, Layout{}});
   }
   const TransferPlan dealt = MustPlan(small, 3, 1);  // 100-byte tensors stay whole under 1 MiB
   const std::vector<std::uint64_t> load = dealt.bytes_per_trainer_rank();
@@ -215,9 +218,8 @@ TEST(TransferPlan, ReplicatedSourcesShareTheLoad) {
 // hash-order dependent), or that leaves out the layouts, the rank order, the
 // shapes or the options.
 TEST(TransferPlan, DigestIsDeterministicAndCoversTheInputs) {
-  const TensorLayouts base{U8("w", {8, 6}),
-                           Layout{{LayoutLevel::tensor_split(1, 2), LayoutLevel::chunk(0, 2)}, RankOrder::kOuterSlowest},
-                           Layout::of(LayoutLevel::even(0, 2))};
+  const Layout tp_fsdp{{LayoutLevel::tensor_split(1, 2), LayoutLevel::chunk(0, 2)}, RankOrder::kOuterSlowest};
+  const TensorLayouts base{U8("w", {8, 6}), tp_fsdp, Layout::of(LayoutLevel::even(0, 2))};
   const TransferPlan a = MustPlan({base}, 4, 2);
   const TransferPlan b = MustPlan({base}, 4, 2);
   EXPECT_EQ(a.digest, b.digest);

@@ -36,7 +36,8 @@ inline Layout random_layout_once(const TensorSpec& spec, int ranks, std::mt19937
     for (int d = 1; d <= left; ++d) {
       if (left % d == 0) divisors.push_back(d);
     }
-    const int n = i + 1 == levels ? left : divisors[static_cast<std::size_t>(uniform(rng, 0, static_cast<int>(divisors.size()) - 1))];
+    const int pick = uniform(rng, 0, static_cast<int>(divisors.size()) - 1);
+    const int n = i + 1 == levels ? left : divisors[static_cast<std::size_t>(pick)];
     left /= n;
     const auto kind = static_cast<LevelKind>(uniform(rng, 0, 4));
     const int ndim = static_cast<int>(spec.shape.size());
@@ -67,7 +68,9 @@ inline std::uint64_t global_element(const TensorSpec& spec, const Box& box, std:
     local /= extent;
   }
   std::uint64_t flat = 0;
-  for (std::size_t d = 0; d < nd; ++d) flat = flat * static_cast<std::uint64_t>(spec.shape[d]) + static_cast<std::uint64_t>(idx[d]);
+  for (std::size_t d = 0; d < nd; ++d) {
+    flat = flat * static_cast<std::uint64_t>(spec.shape[d]) + static_cast<std::uint64_t>(idx[d]);
+  }
   return flat;
 }
 
