@@ -19,9 +19,9 @@
 //   * M and N are independent (M < N, M = N, M > N).
 //
 // Offsets are into local shards: a rank's shard of a tensor is the C-order
-// bytes of its box (layout.h). A strided box is flattened into contiguous
-// runs, each maximal: no two runs in a row continue each other on both the
-// source and the destination side (they would have been one run).
+// bytes of its box (layout.h). A box is flattened into strided runs of
+// contiguous pieces, each piece maximal: no two pieces in a row continue each
+// other on both the source and the destination side (they would be one).
 //
 // Thread safety: a TransferPlan is immutable after make_transfer_plan.
 #pragma once
@@ -51,23 +51,35 @@ struct TransferPlanOptions {
   std::uint64_t min_split_bytes = 1ull << 20;
 };
 
-// Bytes [src_offset, + bytes) of the trainer rank's local shard of tensor
-// `tensor` land at [dst_offset, + bytes) of the engine rank's local shard.
+// A strided run: for i in 0..count-1, bytes [src_offset + i * src_stride,
+// + bytes) of the trainer rank's local shard of tensor `tensor` land at
+// [dst_offset + i * dst_stride, + bytes) of the engine rank's local shard.
+// count == 1 is one contiguous run (both strides 0). A 2-D box is one
+// strided run (one contiguous piece per row); a row-by-row list would be
+// millions of entries for a MoE model's row-split experts.
 struct TransferRun {
   std::uint32_t tensor = 0;  // index into TransferPlan::tensors
   std::uint64_t src_offset = 0;
   std::uint64_t dst_offset = 0;
-  std::uint64_t bytes = 0;
+  std::uint64_t bytes = 0;   // of one contiguous piece, > 0
+  std::uint64_t count = 1;   // contiguous pieces, >= 1
+  std::uint64_t src_stride = 0;
+  std::uint64_t dst_stride = 0;
+
+  std::uint64_t total_bytes() const { return bytes * count; }
   friend bool operator==(const TransferRun&, const TransferRun&) = default;
 };
 
+// The contiguous pieces of `run` in order, each as a run of count 1.
+std::vector<TransferRun> contiguous_pieces(const TransferRun& run);
+
 // Everything one trainer rank sends one engine rank, ordered by tensor, then
-// by dst_offset.
+// by dst_offset; expanded into contiguous pieces, the dst offsets increase.
 struct TransferPair {
   int trainer_rank = 0;
   int engine_rank = 0;
   std::vector<TransferRun> runs;
-  std::uint64_t bytes = 0;  // sum of runs' bytes
+  std::uint64_t bytes = 0;  // sum of runs' total_bytes()
 };
 
 struct TransferPlan {
@@ -96,7 +108,8 @@ StatusOr<TransferPlan> make_transfer_plan(std::vector<TensorLayouts> tensors, in
 
 // One tensor's bytes in a pair stream: `spec` (the tensor's name and dtype,
 // shape {elements moved}) is the entry a bucket plan cuts; its bytes are the
-// runs' source bytes concatenated in order, and land at their dst_offsets.
+// source bytes of the runs' contiguous pieces concatenated in order, and
+// each piece lands at its destination offset.
 struct PairStreamEntry {
   TensorSpec spec;
   std::vector<TransferRun> runs;

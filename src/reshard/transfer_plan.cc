@@ -82,12 +82,12 @@ std::uint64_t local_offset(const std::vector<std::int64_t>& idx, const Box& box,
   return off;
 }
 
-// Flattens box `part` (inside both src and dst) into contiguous runs, in C
+// Flattens box `part` (inside both src and dst) into strided runs, in C
 // order: the trailing dimensions that part, src and dst span alike, and the
-// partial dimension before them, make one run; the outer ones are walked
-// index by index. Two runs in a row are never contiguous on both sides (that
-// would need the partial dimension spanned alike too), so the runs are
-// already merged.
+// partial dimension k before them, make one contiguous piece; dimension k-1
+// is the run's repeat (count, strides); the dimensions before it are walked
+// index by index. Two pieces in a row are never contiguous on both sides
+// (that would need dimension k spanned alike too), so they are maximal.
 void flatten(std::uint32_t tensor, const Box& part, const Box& src, const Box& dst, std::uint64_t elem,
              std::vector<TransferRun>& runs) {
   if (part.numel() == 0) return;
@@ -101,11 +101,19 @@ void flatten(std::uint32_t tensor, const Box& part, const Box& src, const Box& d
   for (std::size_t d = k; d < nd; ++d) run_elems *= static_cast<std::uint64_t>(ext[d]);
   const std::vector<std::uint64_t> src_strides = strides_of(src);
   const std::vector<std::uint64_t> dst_strides = strides_of(dst);
+  TransferRun run{tensor, 0, 0, run_elems * elem, 1, 0, 0};
+  const std::size_t walked = k == 0 ? 0 : k - 1;  // dims [0, walked) are walked
+  if (k > 0 && ext[k - 1] > 1) {
+    run.count = static_cast<std::uint64_t>(ext[k - 1]);
+    run.src_stride = src_strides[k - 1] * elem;
+    run.dst_stride = dst_strides[k - 1] * elem;
+  }
   std::vector<std::int64_t> idx = part.begin;
   while (true) {
-    runs.push_back(TransferRun{tensor, local_offset(idx, src, src_strides) * elem,
-                               local_offset(idx, dst, dst_strides) * elem, run_elems * elem});
-    std::size_t d = k;  // odometer over dims [0, k)
+    run.src_offset = local_offset(idx, src, src_strides) * elem;
+    run.dst_offset = local_offset(idx, dst, dst_strides) * elem;
+    runs.push_back(run);
+    std::size_t d = walked;  // odometer over dims [0, walked)
     while (d > 0 && ++idx[d - 1] == part.end[d - 1]) {
       idx[d - 1] = part.begin[d - 1];
       --d;
@@ -260,12 +268,25 @@ std::uint64_t compute_digest(const TransferPlan& plan) {
       enc.u64(r.src_offset);
       enc.u64(r.dst_offset);
       enc.u64(r.bytes);
+      enc.u64(r.count);
+      enc.u64(r.src_stride);
+      enc.u64(r.dst_stride);
     }
   }
   return XXH64(enc.str().data(), enc.str().size(), 0);
 }
 
 }  // namespace
+
+std::vector<TransferRun> contiguous_pieces(const TransferRun& run) {
+  std::vector<TransferRun> out;
+  out.reserve(run.count);
+  for (std::uint64_t i = 0; i < run.count; ++i) {
+    out.push_back(TransferRun{run.tensor, run.src_offset + i * run.src_stride, run.dst_offset + i * run.dst_stride,
+                              run.bytes, 1, 0, 0});
+  }
+  return out;
+}
 
 std::vector<std::uint64_t> TransferPlan::bytes_per_trainer_rank() const {
   std::vector<std::uint64_t> out(static_cast<std::size_t>(trainer_ranks), 0);
@@ -317,7 +338,7 @@ std::vector<PairStream> pair_streams(const TransferPlan& plan) {
       }
       PairStreamEntry& entry = stream.entries.back();
       entry.runs.push_back(run);
-      entry.spec.shape[0] += static_cast<std::int64_t>(run.bytes / dtype_size(entry.spec.dtype));
+      entry.spec.shape[0] += static_cast<std::int64_t>(run.total_bytes() / dtype_size(entry.spec.dtype));
     }
     out.push_back(std::move(stream));
   }

@@ -35,6 +35,21 @@ Box MustBox(const TensorSpec& spec, const Layout& layout, int rank) {
 
 using Runs = std::vector<TransferRun>;
 
+// Every run's contiguous pieces, in order.
+Runs Pieces(const Runs& runs) {
+  Runs out;
+  for (const TransferRun& run : runs) {
+    const Runs pieces = contiguous_pieces(run);
+    out.insert(out.end(), pieces.begin(), pieces.end());
+  }
+  return out;
+}
+
+// A contiguous run.
+TransferRun C(std::uint32_t tensor, std::uint64_t src, std::uint64_t dst, std::uint64_t bytes) {
+  return TransferRun{tensor, src, dst, bytes, 1, 0, 0};
+}
+
 // Checks, byte by byte, that every byte of every engine rank's shards arrives
 // exactly once, from a trainer rank whose shard holds that same byte of the
 // full tensor; that runs stay inside both shards, are in order and maximal;
@@ -51,7 +66,7 @@ void ExpectExactlyOnce(const TransferPlan& plan) {
       std::vector<int> count(static_cast<std::size_t>(dst.numel()) * elem, 0);
       for (int t = 0; t < m; ++t) {
         const Box src = MustBox(tl.spec, tl.trainer, t);
-        for (const TransferRun& run : plan.pair(t, e).runs) {
+        for (const TransferRun& run : Pieces(plan.pair(t, e).runs)) {
           if (run.tensor != i) continue;
           ASSERT_LE(run.src_offset + run.bytes, static_cast<std::uint64_t>(src.numel()) * elem) << "trainer " << t;
           ASSERT_LE(run.dst_offset + run.bytes, count.size()) << "engine " << e;
@@ -75,12 +90,19 @@ void ExpectExactlyOnce(const TransferPlan& plan) {
   EXPECT_EQ(plan.total_bytes, total);
   for (const TransferPair& p : plan.pairs) {
     std::uint64_t bytes = 0;
-    for (std::size_t k = 0; k < p.runs.size(); ++k) {
-      bytes += p.runs[k].bytes;
-      EXPECT_GT(p.runs[k].bytes, 0u);
+    for (const TransferRun& run : p.runs) {
+      bytes += run.total_bytes();
+      EXPECT_GE(run.count, 1u);
+      if (run.count == 1) {
+        EXPECT_EQ(run.src_stride + run.dst_stride, 0u) << "a contiguous run has strides";
+      }
+    }
+    const Runs pieces = Pieces(p.runs);
+    for (std::size_t k = 0; k < pieces.size(); ++k) {
+      EXPECT_GT(pieces[k].bytes, 0u);
       if (k == 0) continue;
-      const TransferRun& a = p.runs[k - 1];
-      const TransferRun& b = p.runs[k];
+      const TransferRun& a = pieces[k - 1];
+      const TransferRun& b = pieces[k];
       EXPECT_TRUE(a.tensor < b.tensor || (a.tensor == b.tensor && a.dst_offset < b.dst_offset)) << "runs out of order";
       EXPECT_FALSE(a.tensor == b.tensor && a.src_offset + a.bytes == b.src_offset &&
                    a.dst_offset + a.bytes == b.dst_offset)
@@ -102,7 +124,7 @@ void ExpectPairStreamsMatch(const TransferPlan& plan) {
     Runs flat;
     for (const PairStreamEntry& entry : s.entries) {
       std::uint64_t bytes = 0;
-      for (const TransferRun& run : entry.runs) bytes += run.bytes;
+      for (const TransferRun& run : entry.runs) bytes += run.total_bytes();
       EXPECT_EQ(entry.spec.nbytes(), bytes);
       EXPECT_EQ(entry.spec.name, plan.tensors[entry.runs.front().tensor].spec.name);
       flat.insert(flat.end(), entry.runs.begin(), entry.runs.end());
@@ -152,14 +174,14 @@ TEST(TransferPlan, FsdpRowsIntoTpColumnsByHand) {
   const TensorLayouts w{U8("w", {4, 6}), Layout::of(LayoutLevel::chunk(0, 2)),
                         Layout::of(LayoutLevel::tensor_split(1, 3))};
   const TransferPlan plan = MustPlan({w}, 2, 3);
-  EXPECT_EQ(plan.pair(0, 0).runs, (Runs{{0, 0, 0, 2}, {0, 6, 2, 2}}));
-  EXPECT_EQ(plan.pair(1, 0).runs, (Runs{{0, 0, 4, 2}, {0, 6, 6, 2}}));
-  EXPECT_EQ(plan.pair(1, 2).runs, (Runs{{0, 4, 4, 2}, {0, 10, 6, 2}}));
+  EXPECT_EQ(plan.pair(0, 0).runs, (Runs{TransferRun{0, 0, 0, 2, 2, 6, 2}}));  // 2 rows, strides 6 and 2
+  EXPECT_EQ(Pieces(plan.pair(1, 0).runs), (Runs{C(0, 0, 4, 2), C(0, 6, 6, 2)}));
+  EXPECT_EQ(Pieces(plan.pair(1, 2).runs), (Runs{C(0, 4, 4, 2), C(0, 10, 6, 2)}));
   // M > N: four trainer ranks of one row each into one engine rank.
   const TensorLayouts rows{U8("w", {4, 6}), Layout::of(LayoutLevel::chunk(0, 4)), Layout{}};
   const TransferPlan gather = MustPlan({rows}, 4, 1);
   for (int t = 0; t < 4; ++t) {
-    EXPECT_EQ(gather.pair(t, 0).runs, (Runs{{0, 0, static_cast<std::uint64_t>(6 * t), 6}})) << "trainer " << t;
+    EXPECT_EQ(gather.pair(t, 0).runs, (Runs{C(0, 0, static_cast<std::uint64_t>(6 * t), 6)})) << "trainer " << t;
   }
   ExpectExactlyOnce(plan);
   ExpectExactlyOnce(gather);
@@ -180,10 +202,10 @@ TEST(TransferPlan, FullTrainerReproducesEngineShardRuns) {
       Runs expected;
       for (std::uint32_t i = 0; i < model.weights.size(); ++i) {
         for_each_shard_run(model.weights[i], e, n, [&](std::uint64_t full, std::uint64_t shard, std::uint64_t bytes) {
-          expected.push_back(TransferRun{i, full, shard, bytes});
+          expected.push_back(C(i, full, shard, bytes));
         });
       }
-      EXPECT_EQ(plan.pair(0, e).runs, expected) << "engine rank " << e << " of " << n;
+      EXPECT_EQ(Pieces(plan.pair(0, e).runs), expected) << "engine rank " << e << " of " << n;
     }
   }
 }
