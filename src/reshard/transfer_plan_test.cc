@@ -166,8 +166,8 @@ TEST(TransferPlan, RandomLayoutsDeliverEveryEngineByteExactlyOnce) {
   EXPECT_EQ(engine_kinds.size(), 5u);
 }
 
-// Catches: source and destination offsets swapped, or M < N / M > N pairs
-// assigned to the wrong rank: FSDP rows into TP columns, worked out by hand.
+// Catches: source and destination offsets (or strides) swapped, or M < N and
+// M > N pairs assigned to the wrong rank: FSDP rows into TP columns, by hand.
 TEST(TransferPlan, FsdpRowsIntoTpColumnsByHand) {
   // [4, 6] u8; trainer chunk(dim 0, 2): rows [0,2) and [2,4), local [2, 6];
   // engine tensor_split(dim 1, 3): columns [0,2) [2,4) [4,6), local [4, 2].
