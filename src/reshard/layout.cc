@@ -1,0 +1,179 @@
+#include "refit/layout.h"
+
+#include <algorithm>
+
+namespace refit {
+namespace {
+
+// [begin, end) of piece `index` when `kind` splits an extent of `size` over
+// `ranks` ranks (offsets relative to the extent's start).
+struct Piece {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+};
+
+Piece chunk_piece(std::int64_t size, std::int64_t ranks, std::int64_t index) {
+  const std::int64_t step = (size + ranks - 1) / ranks;
+  return Piece{std::min(index * step, size), std::min((index + 1) * step, size)};
+}
+
+Piece tensor_split_piece(std::int64_t size, std::int64_t ranks, std::int64_t index) {
+  const std::int64_t base = size / ranks;
+  const std::int64_t extra = size % ranks;
+  const std::int64_t begin = index * base + std::min(index, extra);
+  return Piece{begin, begin + base + (index < extra ? 1 : 0)};
+}
+
+std::string shape_text(const TensorSpec& spec) { return "'" + spec.ToString() + "'"; }
+
+// Checks a level against the box it splits; the error names the tensor, the
+// rank, the level and what was expected.
+Status check_level(const TensorSpec& spec, const Layout& layout, int rank, std::size_t level_index,
+                   const Box& box) {
+  const LayoutLevel& level = layout.levels[level_index];
+  const auto context = [&] {
+    return "tensor " + shape_text(spec) + ", rank " + std::to_string(rank) + " of layout " + layout.ToString() +
+           ", level " + std::to_string(level_index) + " " + level.ToString() + ": ";
+  };
+  if (level.kind == LevelKind::kReplicate) return Status::Ok();
+  const auto ndim = static_cast<int>(spec.shape.size());
+  if (level.dim < 0 || level.dim >= ndim) {
+    return InvalidArgument(context() + "the tensor has no dimension " + std::to_string(level.dim) + " (it has " +
+                           std::to_string(ndim) + ")");
+  }
+  const auto d = static_cast<std::size_t>(level.dim);
+  const std::int64_t size = box.end[d] - box.begin[d];
+  if (level.kind == LevelKind::kEven && size % level.ranks != 0) {
+    return InvalidArgument(context() + "an even (Megatron) split needs the extent of dim " + std::to_string(level.dim) +
+                           " (" + std::to_string(size) + ") to be a multiple of " + std::to_string(level.ranks));
+  }
+  if (level.kind != LevelKind::kExperts) return Status::Ok();
+  if (ndim < 2 || level.dim != 0) {
+    return InvalidArgument(context() + "expert parallelism splits dim 0 of a stacked [experts, ...] tensor of at "
+                           "least 2 dimensions");
+  }
+  if (size < level.ranks) {
+    return InvalidArgument(context() + "expert parallelism needs at least one expert per rank: " +
+                           std::to_string(size) + " experts over " + std::to_string(level.ranks) + " ranks");
+  }
+  return Status::Ok();
+}
+
+// Narrows `box` to piece `index` of `level`. REQUIRES: check_level passed.
+void apply_level(const LayoutLevel& level, int index, Box& box) {
+  if (level.kind == LevelKind::kReplicate) return;
+  const auto d = static_cast<std::size_t>(level.dim);
+  const std::int64_t size = box.end[d] - box.begin[d];
+  const Piece p = level.kind == LevelKind::kChunk ? chunk_piece(size, level.ranks, index)
+                                                  : tensor_split_piece(size, level.ranks, index);
+  box.end[d] = box.begin[d] + p.end;
+  box.begin[d] += p.begin;
+}
+
+}  // namespace
+
+std::string_view level_kind_name(LevelKind kind) {
+  switch (kind) {
+    case LevelKind::kReplicate: return "replicate";
+    case LevelKind::kChunk: return "chunk";
+    case LevelKind::kTensorSplit: return "tensor_split";
+    case LevelKind::kEven: return "even";
+    case LevelKind::kExperts: return "experts";
+  }
+  return "unknown";
+}
+
+std::string LayoutLevel::ToString() const {
+  std::string out(level_kind_name(kind));
+  const std::string n = std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks");
+  if (kind == LevelKind::kReplicate || kind == LevelKind::kExperts) return out + "(" + n + ")";
+  return out + "(dim " + std::to_string(dim) + ", " + n + ")";
+}
+
+int Layout::ranks() const {
+  int n = 1;
+  for (const LayoutLevel& level : levels) n *= level.ranks;
+  return n;
+}
+
+std::string Layout::ToString() const {
+  if (levels.empty()) return "whole";
+  std::string out;
+  for (const LayoutLevel& level : levels) out += (out.empty() ? "" : " x ") + level.ToString();
+  if (order == RankOrder::kOuterFastest) out += ", outer level fastest";
+  return out;
+}
+
+std::vector<std::int64_t> Box::extents() const {
+  std::vector<std::int64_t> out(begin.size());
+  for (std::size_t d = 0; d < begin.size(); ++d) out[d] = end[d] - begin[d];
+  return out;
+}
+
+std::int64_t Box::numel() const {
+  std::int64_t n = 1;
+  for (std::size_t d = 0; d < begin.size(); ++d) n *= end[d] - begin[d];
+  return n;
+}
+
+std::vector<int> level_indices(const Layout& layout, int rank) {
+  const std::size_t n = layout.levels.size();
+  std::vector<int> out(n, 0);
+  for (std::size_t k = 0; k < n; ++k) {
+    // Least significant digit first: the last level for kOuterSlowest.
+    const std::size_t level = layout.order == RankOrder::kOuterSlowest ? n - 1 - k : k;
+    out[level] = rank % layout.levels[level].ranks;
+    rank /= layout.levels[level].ranks;
+  }
+  return out;
+}
+
+StatusOr<Box> layout_box(const TensorSpec& spec, const Layout& layout, int rank) {
+  for (std::size_t i = 0; i < layout.levels.size(); ++i) {
+    if (layout.levels[i].ranks < 1) {
+      return InvalidArgument("tensor " + shape_text(spec) + ": layout " + layout.ToString() + " level " +
+                             std::to_string(i) + " has " + std::to_string(layout.levels[i].ranks) +
+                             " ranks; every level needs at least 1");
+    }
+  }
+  if (rank < 0 || rank >= layout.ranks()) {
+    return InvalidArgument("tensor " + shape_text(spec) + ": rank " + std::to_string(rank) + " is outside layout " +
+                           layout.ToString() + " (ranks 0.." + std::to_string(layout.ranks() - 1) + ")");
+  }
+  Box box;
+  box.begin.assign(spec.shape.size(), 0);
+  box.end = spec.shape;
+  const std::vector<int> index = level_indices(layout, rank);
+  for (std::size_t i = 0; i < layout.levels.size(); ++i) {
+    RETURN_IF_ERROR(check_level(spec, layout, rank, i, box));
+    apply_level(layout.levels[i], index[i], box);
+  }
+  return box;
+}
+
+Status validate_layout(const TensorSpec& spec, const Layout& layout) {
+  for (const LayoutLevel& level : layout.levels) {
+    if (level.ranks < 1) return layout_box(spec, layout, 0).status();
+  }
+  for (int r = 0; r < layout.ranks(); ++r) RETURN_IF_ERROR(layout_box(spec, layout, r).status());
+  return Status::Ok();
+}
+
+StatusOr<TensorSpec> local_spec(const TensorSpec& spec, const Layout& layout, int rank) {
+  ASSIGN_OR_RETURN(Box box, layout_box(spec, layout, rank));
+  TensorSpec out = spec;
+  out.shape = box.extents();
+  return out;
+}
+
+Layout layout_from_shard_rule(ShardRule rule, int ranks) {
+  switch (rule) {
+    case ShardRule::kReplicated: return Layout::of(LayoutLevel::replicate(ranks));
+    case ShardRule::kColumn:
+    case ShardRule::kVocab: return Layout::of(LayoutLevel::tensor_split(0, ranks));
+    case ShardRule::kRow: return Layout::of(LayoutLevel::tensor_split(1, ranks));
+  }
+  return Layout::of(LayoutLevel::replicate(ranks));
+}
+
+}  // namespace refit
