@@ -85,7 +85,7 @@ INSTANTIATE_TEST_SUITE_P(
 // then picks 2 slots). Mutation tried: effective_pool_slots returning 3
 // always: the limited job is refused at setup and this test fails.
 TEST(DemoDefaults, AutoBucketAndSlotsResolveByTransportAndFitTheLimit) {
-  for (const auto& [transport, bucket] : {std::pair<std::string, std::uint64_t>{"shm", 16u << 20}, {"tcp", 64u << 20}}) {
+  for (const auto& [transport, bucket] : {std::pair<std::string, std::uint64_t>{"shm", 64u << 20}, {"tcp", 64u << 20}}) {
     auto r = run_refit({"demo", "--json", "--transport", transport, "--engine-ranks", "2", "--refits", "2"});
     ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
     json report = json::parse(r.out);

@@ -124,13 +124,13 @@ TEST_F(InspectTest, JsonReportMatchesHandComputedPlans) {
 
 // The text report names every tensor and prints a plan line per rank.
 // Catches: tensors or ranks left out of the table, and an auto bucket size
-// not resolved by --transport (16 MiB over shm, the default; 1 GiB over
+// not resolved by --transport (64 MiB over shm, the default; 1 GiB over
 // cuda_ipc).
 TEST_F(InspectTest, TextReport) {
   auto r = testing::run_refit({"inspect", path_, "--engine-ranks", "2", "--buckets"}, 60);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const TensorSpec& s : specs_) EXPECT_NE(r.out.find(s.name), std::string::npos) << s.name << "\n" << r.out;
-  EXPECT_NE(r.out.find("plan: 2 engine ranks, bucket size 16 MiB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("plan: 2 engine ranks, bucket size 64 MiB"), std::string::npos) << r.out;
   auto gpu = testing::run_refit({"inspect", path_, "--engine-ranks", "2", "--transport", "cuda_ipc"}, 60);
   ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
   EXPECT_NE(gpu.out.find("plan: 2 engine ranks, bucket size 1 GiB"), std::string::npos) << gpu.out;

@@ -44,8 +44,8 @@ struct RankOptions {
   // Bytes per transport bucket; every rank of a job must agree (checked at
   // setup). Larger buckets amortise per-bucket costs on GPUs (docs/PERF.md),
   // smaller ones keep staging memory small. Default: kAutoBucketSize, which
-  // stands for 1 GiB over cuda_ipc and nccl, 16 MiB over shm and 64 MiB over
-  // tcp and ucx (transfer_defaults.h; the CLI, the Python package and the
+  // stands for 1 GiB over cuda_ipc and nccl and 64 MiB over shm, tcp and ucx
+  // (transfer_defaults.h; the CLI, the Python package and the
   // library all take this one value).
   std::uint64_t bucket_size = kAutoBucketSize;
   // One of transport_names(). Default: "shm".

@@ -6,9 +6,10 @@
 // (trainers and engines, started by anyone) derives the same plan without
 // asking: 1 GiB over cuda_ipc and nccl, where each bucket pays fixed costs
 // (IPC events, a kernel launch, a credit round trip) that only large buckets
-// amortise; 16 MiB over shm, whose per-bucket costs are small, so that pack
-// and apply overlap even for small models; 64 MiB over tcp and ucx, where
-// each bucket also pays a network round trip (docs/PERF.md "The defaults"). The bucket size is an upper bound: a pool
+// amortise; 64 MiB over shm, tcp and ucx, where per-bucket costs are small
+// beside 64 MiB of copying and larger buckets gain nothing (docs/PERF.md "The
+// defaults": 16 MiB serves a model of one or two buckets better, 64 MiB a
+// model of gigabytes). The bucket size is an upper bound: a pool
 // slot holds the plan's largest bucket (pool_slot_bytes), so a model smaller
 // than one bucket costs only its own size per slot.
 //

@@ -160,8 +160,8 @@ def parse_bytes(size):
 
 
 def _bucket_bytes(size):
-    """A bucket size: "auto" (0: 1 GiB over cuda_ipc and nccl, 16 MiB over shm,
-    64 MiB over tcp and ucx, resolved by each rank), else parse_bytes(size)."""
+    """A bucket size: "auto" (0: 1 GiB over cuda_ipc and nccl, 64 MiB over shm,
+    tcp and ucx, resolved by each rank), else parse_bytes(size)."""
     return 0 if size == "auto" else parse_bytes(size)
 
 

@@ -76,9 +76,8 @@ class DefaultsComeFromTheStructs(unittest.TestCase):
 @unittest.skipIf(np is None, "numpy is not installed for this python (Debian: python3-numpy)")
 class DefaultsAsAJobResolvesThem(unittest.TestCase):
     # Catches: auto sent to the coordinator unresolved (the job's report says
-    # bucket_size 0), shm given the GPU size (1 GiB), tcp's 64 MiB or the old
-    # 4 MiB, and auto pool slots other than 3 without a memory limit.
-    def test_a_job_with_every_default_uses_16MiB_buckets_and_3_slots(self):
+    # bucket_size 0), shm given the GPU size (1 GiB) or the old 4 MiB, and auto pool slots other than 3 without a memory limit.
+    def test_a_job_with_every_default_uses_64MiB_buckets_and_3_slots(self):
         model = {"w": np.arange(50000, dtype=np.float32), "b": np.ones(77, np.int16)}
         coordinator = refit.Coordinator(1, 1, setup_timeout=20, refit_timeout=20)
         errors = []
@@ -103,7 +102,7 @@ class DefaultsAsAJobResolvesThem(unittest.TestCase):
         self.assertEqual(errors, [])
         report = coordinator.wait(10)
         self.assertNotIn("error", report)
-        self.assertEqual(report["bucket_size"], 16 << 20)  # shm, the default transport
+        self.assertEqual(report["bucket_size"], 64 << 20)  # shm, the default transport
         self.assertEqual(report["pool_slots"], 3)
         for name, array in model.items():
             self.assertTrue(np.array_equal(received[name], array), name)

@@ -6,7 +6,6 @@ namespace refit {
 
 std::uint64_t default_bucket_size(std::string_view transport) {
   if (transport == "cuda_ipc" || transport == "nccl") return 1ull << 30;
-  if (transport == "shm") return 16ull << 20;
   return 64ull << 20;
 }
 

@@ -36,7 +36,7 @@ TEST(TransferDefaults, RankOptionsLeaveBucketAndSlotsToRefit) {
 TEST(TransferDefaults, BucketSizeFollowsTheTransport) {
   EXPECT_EQ(default_bucket_size("cuda_ipc"), kGiB);
   EXPECT_EQ(default_bucket_size("nccl"), kGiB);
-  EXPECT_EQ(default_bucket_size("shm"), 16 * kMiB);
+  EXPECT_EQ(default_bucket_size("shm"), 64 * kMiB);
   EXPECT_EQ(default_bucket_size("tcp"), 64 * kMiB);
   EXPECT_EQ(default_bucket_size("ucx"), 64 * kMiB);
   for (const std::string& t : transport_names()) {
@@ -50,8 +50,7 @@ TEST(TransferDefaults, BucketSizeFollowsTheTransport) {
 TEST(TransferDefaults, EffectiveBucketSizeKeepsAnExplicitSize) {
   EXPECT_EQ(effective_bucket_size(4 * kMiB, "cuda_ipc"), 4 * kMiB);
   EXPECT_EQ(effective_bucket_size(kAutoBucketSize, "cuda_ipc"), kGiB);
-  EXPECT_EQ(effective_bucket_size(kAutoBucketSize, "shm"), 16 * kMiB);
-  EXPECT_EQ(effective_bucket_size(kAutoBucketSize, "tcp"), 64 * kMiB);
+  EXPECT_EQ(effective_bucket_size(kAutoBucketSize, "shm"), 64 * kMiB);
 }
 
 // Catches: slots sized by bucket_size (a 1 GiB slot for a 10 KB model), a

@@ -99,7 +99,7 @@ CLI::Option* add_byte_size_option(CLI::App& cmd, const std::string& name, std::u
 CLI::Option* add_bucket_size_flag(CLI::App& cmd, std::uint64_t& bytes) {
   return cmd
       .add_option("--bucket-size", bytes,
-                  "Transport bucket size, e.g. 64MiB, 1GiB; auto: 1GiB over cuda_ipc and nccl, 16MiB over shm, 64MiB over tcp and ucx")
+                  "Transport bucket size, e.g. 64MiB, 1GiB; auto: 1GiB over cuda_ipc and nccl, 64MiB over shm, tcp and ucx")
       ->transform(BucketSize())
       ->type_name("SIZE|auto")
       ->default_str(bytes == kAutoBucketSize ? "auto" : byte_size_text(bytes));
