@@ -99,6 +99,16 @@ TEST(DemoDefaults, AutoBucketAndSlotsResolveByTransportAndFitTheLimit) {
   EXPECT_TRUE(report["verified"].get<bool>());
   EXPECT_EQ(report["bucket_size"], 2u << 20);  // the largest whole MiB of which 2 fit 5 MiB
   EXPECT_EQ(report["pool_slots"], 2u);         // 3 x 2 MiB would not fit
+  // An explicit --pool-slots is what the auto bucket must fit (mutation
+  // tried: the fit always for 2 slots gives 4 MiB buckets and the demo
+  // refuses "--pool-slots 4 x --bucket-size 4MiB").
+  auto four = run_refit({"demo", "--json", "--engine-ranks", "2", "--refits", "2", "--memory-limit", "8MiB",
+                         "--pool-slots", "4"});
+  ASSERT_EQ(four.exit_code, 0) << four.err << four.out;
+  json four_report = json::parse(four.out);
+  EXPECT_TRUE(four_report["verified"].get<bool>());
+  EXPECT_EQ(four_report["bucket_size"], 2u << 20);
+  EXPECT_EQ(four_report["pool_slots"], 4u);
 }
 
 // `verified` means every byte was compared and matched: engines started with

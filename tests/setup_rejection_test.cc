@@ -175,7 +175,9 @@ TEST(SetupRejection, UnsupportedDtypeNamesDtypeAndTensor) {
 TEST(SetupRejection, ReceivePoolOverMemoryLimit) {
   JobSpec spec;
   spec.extra["engine rank 1"] = {"--memory-limit", "1MiB"};
-  expect_setup_failure(spec, {"receive pool of engine rank 1 (2 x 1 MiB = 2 MiB) does not fit its memory limit 1 MiB"});
+  // 2 slots: the hint does not offer fewer.
+  expect_setup_failure(spec, {"receive pool of engine rank 1 (2 x 1 MiB = 2 MiB) does not fit its memory limit 1 MiB "
+                              "(raise --memory-limit, or lower --bucket-size)"});
 }
 
 // Catches: a pool of one slot (the rotating pool needs two: rule 3).

@@ -94,7 +94,8 @@ Status check_pairs(const std::vector<Join>& trainers, const std::vector<Join>& e
       return FailedPrecondition("the receive pool of " + name + " (" + std::to_string(e.pool_slots) + " x " +
                                 format_bytes(slot_bytes) + " = " + format_bytes(pool) +
                                 ") does not fit its memory limit " + format_bytes(e.memory_limit) +
-                                " (raise --memory-limit, or lower --bucket-size or --pool-slots)");
+                                (e.pool_slots > 2 ? " (raise --memory-limit, or lower --bucket-size or --pool-slots)"
+                                                  : " (raise --memory-limit, or lower --bucket-size)"));
     }
   }
   for (const Join& t : trainers) {

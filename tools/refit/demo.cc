@@ -536,12 +536,15 @@ Json run_demo_report(const DemoOptions& o) {
 namespace {
 
 // With --memory-limit and an auto bucket size, the demo (which starts every
-// rank, so all agree) picks the auto size or, where 2 slots of it would not
-// fit the limit, the largest whole MiB (at least kMinBucketSize) of which 2
-// do: a small limit gets small buckets instead of a refusal.
+// rank, so all agree) picks the auto size or, where the pool's slots of it
+// would not fit the limit, the largest whole MiB (at least kMinBucketSize) of
+// which they do: a small limit gets small buckets instead of a refusal. The
+// slots: --pool-slots as given, or 2 where auto (the fewest auto picks) or
+// direct (what the engine joins with).
 void fit_auto_bucket_to_limit(DemoOptions& o) {
   if (o.bucket_size != kAutoBucketSize || o.memory_limit == 0) return;
-  const std::uint64_t fits = o.memory_limit / 2;
+  const bool two = o.mode == "direct" || o.pool_slots == kAutoPoolSlots;
+  const std::uint64_t fits = o.memory_limit / (two ? 2 : static_cast<std::uint64_t>(o.pool_slots));
   if (fits >= default_bucket_size(o.transport)) return;
   constexpr std::uint64_t kMiB = 1ull << 20;
   const std::uint64_t rounded = fits >= kMiB ? fits / kMiB * kMiB : fits / kPlanAlignment * kPlanAlignment;
