@@ -175,6 +175,18 @@ void Slowloris(const std::string& address, int count, std::chrono::milliseconds 
 // unauthenticated until its join arrived: the same holds.
 class Flood : public ::testing::TestWithParam<bool> {};
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
 TEST_P(Flood, AJobSetsUpThroughIdleConnectionsAndASlowlorisLoop) {
   ProcessGroup group;
   std::vector<std::string> with_secret;
@@ -207,9 +219,9 @@ TEST_P(Flood, AJobSetsUpThroughIdleConnectionsAndASlowlorisLoop) {
   // The ranks did not wait for the strangers' handshakes to time out (5 s):
   // a gate that refuses while full admits them only then, so the
   // coordinator's first handshake time-out would come before its "setup
-  // complete". (An order in the log, not a time bound: under ASan on 2 cores
-  // a setup that did not wait still took 4.6 s, session 9.)
-  {
+  // complete". Checked in the main stage only: under ASan on 2 cores a setup
+  // that did not wait took 4.6 s and more (session 9), too close to 5 s.
+  if (!kSanitized) {
     const std::string log = group.err("coordinator");
     const std::size_t complete = log.find("setup complete");
     const std::size_t timed_out = log.find("timed out after");
