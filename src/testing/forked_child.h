@@ -18,11 +18,47 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 
 namespace refit::testing {
+
+// Whole reads and writes on a pipe end: false when the other end is gone.
+inline bool WriteAll(int fd, const void* data, std::size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+inline bool ReadAll(int fd, void* data, std::size_t n) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r = ::read(fd, p, n);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+// A string with its length in front; ReceiveString returns "" when the
+// other end is gone or the length is absurd (over 1 MiB).
+inline bool SendString(int fd, const std::string& s) {
+  const std::uint64_t n = s.size();
+  return WriteAll(fd, &n, sizeof n) && WriteAll(fd, s.data(), s.size());
+}
+inline std::string ReceiveString(int fd) {
+  std::uint64_t n = 0;
+  if (!ReadAll(fd, &n, sizeof n) || n > (1u << 20)) return {};
+  std::string s(n, '\0');
+  return ReadAll(fd, s.data(), n) ? s : std::string();
+}
 
 class ForkedChild {
  public:

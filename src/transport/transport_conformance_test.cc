@@ -164,30 +164,17 @@ std::vector<std::string> ShmEntriesOfThisProcess() {
   return out;
 }
 
-// Runs the full protocol against `target`, with the initiator in a child.
-// `after_seal` runs in the parent right after seal().
-void RunCrossProcess(const std::string& transport_name, TargetMemory& target,
-                     const std::function<void()>& after_seal) {
-  ASSERT_EQ(target.slots(), kSlots);
-  ASSERT_EQ(target.slot_bytes(), kSlotBytes);
-  for (int s = 0; s < kSlots; ++s) std::memset(target.slot(s), static_cast<int>(kFill), kSlotBytes);
-  std::vector<std::vector<std::byte>> model(kSlots, std::vector<std::byte>(kSlotBytes, kFill));
-
-  auto listener = Listener::Listen("127.0.0.1", 0);
-  ASSERT_OK(listener);
-  const std::string address = (*listener)->address();
-  const std::string descriptor = target.descriptor();
-  testing::ForkedChild child([&](int, int) { return ChildMain(transport_name, address, descriptor); });
-
+// The parent's side: accept the child's link, seal, then per round send a
+// credit and check each slot the child reports landed against `model`.
+void ExchangeRounds(const std::string& transport_name, TargetMemory& target, Listener& listener,
+                    std::vector<std::vector<std::byte>>& model) {
   const Deadline deadline = Deadline::After(10s);
-  auto link = (*listener)->accept(deadline);
+  auto link = listener.accept(deadline);
   ASSERT_OK(link);
   auto hello = (*link)->recv_header(deadline, 0);
   ASSERT_OK(hello);
   ASSERT_EQ(hello->type, FrameType::kHello);
   ASSERT_TRUE(target.seal().ok());
-  if (after_seal) after_seal();
-  if (::testing::Test::HasFatalFailure()) return;
 
   for (int round = 0; round < kRounds; ++round) {
     FrameHeader credit;
@@ -229,8 +216,48 @@ void RunCrossProcess(const std::string& transport_name, TargetMemory& target,
   auto bye = (*link)->recv_header(deadline, 0);
   ASSERT_OK(bye);
   EXPECT_EQ(bye->type, FrameType::kBye);
-  EXPECT_EQ(child.Wait(), 0) << "the initiator process failed (see its stderr above)";
 }
+
+using TargetFactory = std::function<StatusOr<std::unique_ptr<TargetMemory>>()>;
+
+// Runs the full protocol against the target `make_target` creates, with the
+// initiator in a child. The child is forked before the target exists and
+// gets the listener's address and the target's descriptor over its pipe: a
+// process forked after its parent initialized UCX (the target's worker and
+// progress thread) inherits UCX's state without its threads, and its writes
+// can hang (seen as "write never completed" for ucx@sm in CI's asan stage).
+// Returns the target, sealed, for checks after the protocol.
+std::unique_ptr<TargetMemory> RunCrossProcess(const std::string& transport_name, const TargetFactory& make_target) {
+  testing::ForkedChild child([&](int, int from_parent) {
+    const std::string address = testing::ReceiveString(from_parent);
+    const std::string descriptor = testing::ReceiveString(from_parent);
+    if (address.empty() || descriptor.empty()) return 9;  // the parent failed before it could tell
+    return ChildMain(transport_name, address, descriptor);
+  });
+  auto made = make_target();
+  EXPECT_OK(made);
+  if (!made.ok()) return nullptr;
+  TargetMemory& target = **made;
+  EXPECT_EQ(target.slots(), kSlots);
+  EXPECT_EQ(target.slot_bytes(), kSlotBytes);
+  if (target.slots() != kSlots || target.slot_bytes() != kSlotBytes) return nullptr;
+  for (int s = 0; s < kSlots; ++s) std::memset(target.slot(s), static_cast<int>(kFill), kSlotBytes);
+  std::vector<std::vector<std::byte>> model(kSlots, std::vector<std::byte>(kSlotBytes, kFill));
+
+  auto listener = Listener::Listen("127.0.0.1", 0);
+  EXPECT_OK(listener);
+  if (!listener.ok()) return nullptr;
+  const std::string address = (*listener)->address();
+  if (!testing::SendString(child.to_child(), address) || !testing::SendString(child.to_child(), target.descriptor())) {
+    ADD_FAILURE() << "the initiator process died before it got the target's descriptor";
+    return nullptr;
+  }
+  ExchangeRounds(transport_name, target, **listener, model);
+  if (::testing::Test::HasFatalFailure()) return nullptr;  // the child is killed and reaped
+  EXPECT_EQ(child.Wait(), 0) << "the initiator process failed (see its stderr above)";
+  return std::move(*made);
+}
+
 
 PoolOptions Options(std::string owner = "engine rank 7") {
   PoolOptions o;
@@ -315,9 +342,7 @@ class TransportConformance : public ::testing::TestWithParam<std::string> {
 // write path that does not cross processes (private mapping), receive_data
 // ignoring slot/offset, and a seal() that cuts off already-open initiators.
 TEST_P(TransportConformance, WritesFromAnotherProcessLandBitExact) {
-  auto target = transport_->create_target(Options());
-  ASSERT_OK(target);
-  RunCrossProcess(name_, **target, nullptr);
+  RunCrossProcess(name_, [&] { return transport_->create_target(Options()); });
 }
 
 TEST_P(TransportConformance, NameShapeAndDescriptor) {
@@ -565,11 +590,10 @@ TEST(ShmTransport, NameStartsWithCreatorPidAndNothingIsNamedInDevShm) {
 TEST(ShmTransport, SealStopsHandingOutAndOpenPeersKeepWriting) {
   auto t = make_transport("shm");
   ASSERT_TRUE(t.ok());
-  auto target = (*t)->create_target(Options());
-  ASSERT_OK(target);
-  RunCrossProcess("shm", **target, {});
+  std::unique_ptr<TargetMemory> target = RunCrossProcess("shm", [&] { return (*t)->create_target(Options()); });
+  ASSERT_NE(target, nullptr);
   // A late initiator cannot open a sealed target, and is told why.
-  auto late = (*t)->open_target((*target)->descriptor(), nullptr);
+  auto late = (*t)->open_target(target->descriptor(), nullptr);
   ASSERT_FALSE(late.ok());
   EXPECT_EQ(late.status().code(), StatusCode::kNotFound);
   EXPECT_HAS(late.status().message(), "sealed");

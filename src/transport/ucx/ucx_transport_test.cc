@@ -43,36 +43,10 @@ using Clock = std::chrono::steady_clock;
 
 using testing::ForkedChild;
 
-bool WriteAll(int fd, const void* data, std::size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return true;
-}
-bool ReadAll(int fd, void* data, std::size_t n) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    ssize_t r = ::read(fd, p, n);
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<std::size_t>(r);
-  }
-  return true;
-}
-bool SendString(int fd, const std::string& s) {
-  const std::uint64_t n = s.size();
-  return WriteAll(fd, &n, sizeof n) && WriteAll(fd, s.data(), s.size());
-}
-std::string ReceiveString(int fd) {
-  std::uint64_t n = 0;
-  if (!ReadAll(fd, &n, sizeof n) || n > (1u << 20)) return {};
-  std::string s(n, '\0');
-  return ReadAll(fd, s.data(), n) ? s : std::string();
-}
+using testing::ReadAll;
+using testing::ReceiveString;
+using testing::SendString;
+using testing::WriteAll;
 
 // Stops `pid` (SIGSTOP) and returns once every thread of it is stopped:
 // kill() returns before the signal takes effect, and a thread of a busy
