@@ -403,18 +403,13 @@ TEST_P(UcxCompletion, LargeWriteIsInTheTargetsMemoryWhenPollReturnsTrue) {
   testing::ScopedEnv tls("UCX_TLS", "tcp");
   constexpr std::uint64_t kSlotBytes = 32 << 20;
   constexpr int kRounds = 3;
-  auto t = make_transport("ucx");
-  ASSERT_TRUE(t.ok());
-  PoolOptions o;
-  o.slots = 1;
-  o.slot_bytes = kSlotBytes;
-  auto target = (*t)->create_target(o);
-  ASSERT_OK(target);
-  std::memset((*target)->slot(0), 0, kSlotBytes);
-  const std::string descriptor = (*target)->descriptor();
+  // The trainer is forked before this process starts UCX (the target's
+  // worker): a child forked after inherits UCX's state without its threads.
   ForkedChild trainer([&](int up, int down) {
     UcxOptions options;
     if (force_put) options.writes = UcxOptions::Writes::kPut;
+    const std::string descriptor = ReceiveString(down);
+    if (descriptor.empty()) return 2;
     auto remote = make_ucx_transport_with(options)->open_target(descriptor, nullptr);
     if (!remote.ok()) return 3;
     for (int round = 1; round <= kRounds; ++round) {
@@ -425,6 +420,15 @@ TEST_P(UcxCompletion, LargeWriteIsInTheTargetsMemoryWhenPollReturnsTrue) {
     }
     return 0;
   });
+  auto t = make_transport("ucx");
+  ASSERT_TRUE(t.ok());
+  PoolOptions o;
+  o.slots = 1;
+  o.slot_bytes = kSlotBytes;
+  auto target = (*t)->create_target(o);
+  ASSERT_OK(target);
+  std::memset((*target)->slot(0), 0, kSlotBytes);
+  ASSERT_TRUE(SendString(trainer.to_child(), (*target)->descriptor())) << "the trainer process died";
   for (int round = 1; round <= kRounds; ++round) {
     char r = 0;
     ASSERT_TRUE(ReadAll(trainer.from_child(), &r, 1)) << "the trainer process failed";
