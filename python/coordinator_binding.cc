@@ -1,14 +1,19 @@
 // _refit.Coordinator: run_coordinator (refit/coordinator.h) on a
 // background thread of the calling process.
 //
-// The constructor returns once the socket listens (port known) or raises the
-// setup error. wait() blocks, without the GIL, until the job ends and returns
-// its JSON report as a dict (with "error" when it failed). The thread never
-// touches Python. Destroying the object waits for the job to end (it ends
-// when every rank left, or at the setup deadline when ranks never came).
+// The constructor takes a CoordinatorOptions (every field, heartbeats
+// included, as the package set it) and the secret's bytes, and returns once
+// the socket listens (port known) or raises the setup error. wait() blocks,
+// without the GIL, until the job ends and returns its JSON report as a dict
+// (with "error" when it failed); it waits in slices of 200 ms and checks
+// for Python signals between them, so Ctrl-C interrupts it. The thread
+// never touches Python. Destroying the object waits for the job to end (it
+// ends when every rank left, at the setup deadline when ranks never came,
+// or once a rank is lost: heartbeat_timeout_s).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -20,6 +25,7 @@
 #include "bindings.h"
 #include "refit/secret.h"
 #include "refit/coordinator.h"
+#include "refit/format.h"
 #include "errors.h"
 
 namespace py = pybind11;
@@ -29,22 +35,10 @@ namespace {
 
 class PyCoordinator {
  public:
-  PyCoordinator(const std::string& listen, int trainer_ranks, int engine_ranks, int refits, std::uint64_t seed,
-                double setup_timeout_s, double refit_timeout_s, const std::string& secret, bool progress,
-                bool log_joins)
-      : state_(std::make_shared<State>()) {
-    CoordinatorOptions options;
-    options.listen = listen;
-    options.trainer_ranks = trainer_ranks;
-    options.engine_ranks = engine_ranks;
-    options.refits = refits;
-    options.seed = seed;
-    options.setup_timeout_s = setup_timeout_s;
-    options.refit_timeout_s = refit_timeout_s;
-    options.progress = progress;
-    options.log_joins = log_joins;
+  // `options`: as the package filled them in; `secret`: its bytes ("" for none).
+  PyCoordinator(CoordinatorOptions options, const std::string& secret) : state_(std::make_shared<State>()) {
     if (!secret.empty()) options.secret = value_or_throw(Secret::FromBytes(secret, "Coordinator(secret=...)"));
-    host_ = listen.substr(0, listen.rfind(':'));
+    host_ = options.listen.substr(0, options.listen.rfind(':'));
 
     thread_ = std::thread([state = state_, options] {
       JobReport report = run_coordinator(options, [&state](int port) {
@@ -58,6 +52,8 @@ class PyCoordinator {
       state->cv.notify_all();
     });
     {
+      // Untimed, and safe: run_coordinator calls on_listening right after
+      // it bound its socket, or returns at once with the setup error.
       py::gil_scoped_release release;
       std::unique_lock<std::mutex> lock(state_->mu);
       state_->cv.wait(lock, [&] { return state_->port >= 0 || state_->done; });
@@ -80,23 +76,27 @@ class PyCoordinator {
   }
 
   // The report once the job ended; DeadlineExceededError after `timeout_s`
-  // (< 0: no limit).
+  // (< 0: no limit: the job's own deadlines and heartbeats end it). Waits in
+  // slices, checking for Python signals (KeyboardInterrupt) between them.
   py::object wait(double timeout_s) {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point until =
+        timeout_s < 0 ? Clock::time_point::max()
+                      : Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
     bool ended = false;
-    {
-      py::gil_scoped_release release;
-      std::unique_lock<std::mutex> lock(state_->mu);
-      auto done = [&] { return state_->done; };
-      if (timeout_s < 0) {
-        state_->cv.wait(lock, done);
-        ended = true;
-      } else {
-        ended = state_->cv.wait_for(lock, std::chrono::duration<double>(timeout_s), done);
+    for (;;) {
+      {
+        py::gil_scoped_release release;
+        std::unique_lock<std::mutex> lock(state_->mu);
+        const Clock::time_point slice = std::min(until, Clock::now() + std::chrono::milliseconds(200));
+        ended = state_->cv.wait_until(lock, slice, [&] { return state_->done; });
       }
+      if (ended || Clock::now() >= until) break;
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     }
     if (!ended) {
       throw_status(DeadlineExceeded("the coordinator at " + address() + " is still running after " +
-                                    std::to_string(timeout_s) + " s"));
+                                    format_seconds(timeout_s)));
     }
     join();
     return py::module_::import("json").attr("loads")(state_->report.json);
@@ -126,10 +126,7 @@ class PyCoordinator {
 
 void bind_coordinator(py::module_& m) {
   py::class_<PyCoordinator>(m, "Coordinator")
-      .def(py::init<const std::string&, int, int, int, std::uint64_t, double, double, const std::string&, bool, bool>(),
-           py::arg("listen"), py::arg("trainer_ranks"), py::arg("engine_ranks"), py::arg("refits"), py::arg("seed"),
-           py::arg("setup_timeout_s"), py::arg("refit_timeout_s"), py::arg("secret"), py::arg("progress"),
-           py::arg("log_joins"))
+      .def(py::init<CoordinatorOptions, const std::string&>(), py::arg("options"), py::arg("secret"))
       .def_property_readonly("port", &PyCoordinator::port)
       .def_property_readonly("address", &PyCoordinator::address)
       .def_property_readonly("done", &PyCoordinator::done)

@@ -119,8 +119,10 @@ TEST(CliText, APoolOrBucketEveryRankWouldRefuseIsAUsageError) {
 }
 
 // Catches: push refusing --bucket-timeout (the README's flag of every role
-// that runs ranks), and a push transport refusal that names a flag push
-// does not have ("use --device cuda").
+// that runs ranks), a push transport refusal that names a flag push does
+// not have ("use --device cuda"), and one that offers GPU engines shm or
+// tcp (the old "into host or GPU engines" after the whole list; mutation:
+// check_transport's `gpu` list taken as `usable`).
 TEST(CliText, PushTakesBucketTimeoutAndRefusesOnlyWithItsOwnFlags) {
   EXPECT_NE(push({"--bucket-timeout", "5", "--setup-timeout", "1"}).exit_code, 2);
   expect_usage_error(push({"--bucket-timeout", "0"}), "--bucket-timeout: 0 is not a duration");
@@ -133,12 +135,30 @@ TEST(CliText, PushTakesBucketTimeoutAndRefusesOnlyWithItsOwnFlags) {
   const RunResult nccl = push({"--transport", "nccl"});
   expect_usage_error(nccl, "--transport: nccl sends only from GPU memory");
   EXPECT_NE(nccl.err.find("refit push sends over shm, tcp"), std::string::npos) << nccl.err;
+  EXPECT_NE(nccl.err.find("into host engines (cpu) over shm, tcp"), std::string::npos) << nccl.err;
+  const std::size_t gpu = nccl.err.find("into GPU engines (cuda) over ");
+  ASSERT_NE(gpu, std::string::npos) << nccl.err;
+  const std::string gpu_part = nccl.err.substr(gpu, nccl.err.find('\n', gpu) - gpu);
+  EXPECT_EQ(gpu_part.find("shm"), std::string::npos) << gpu_part;
+  EXPECT_EQ(gpu_part.find("tcp"), std::string::npos) << gpu_part;
   // The one --device named is the engines' (a flag of `refit engine`).
   const std::string engines = "the engines' --device";
   const std::size_t at = nccl.err.find(engines);
   ASSERT_NE(at, std::string::npos) << nccl.err;
   EXPECT_EQ(nccl.err.find("--device"), at + engines.size() - std::string("--device").size()) << nccl.err;
   EXPECT_EQ(nccl.err.find("--device", at + engines.size()), std::string::npos) << nccl.err;
+}
+
+// Catches: the coordinator's --no-progress gone (the terminal default
+// could then not be turned off: exit 2), and --help hiding the default.
+TEST(CliText, TheCoordinatorsProgressIsOnAtATerminalUnlessTurnedOff) {
+  const RunResult help = run_refit({"coordinator", "--help"}, 30);
+  EXPECT_NE(help.out.find("(default: when stderr is a terminal)"), std::string::npos) << help.out;
+  for (const char* flag : {"--progress", "--no-progress"}) {
+    const RunResult r = run_refit({"coordinator", flag, "--setup-timeout", "0.2"}, 30);
+    EXPECT_EQ(r.exit_code, 1) << flag << "\n" << r.err;  // parsed, then setup timed out
+    EXPECT_NE(r.err.find("setup timed out"), std::string::npos) << flag << "\n" << r.err;
+  }
 }
 
 // Catches: ErrnoStatus mapping ELOOP to internal. Mutation tried: the ELOOP

@@ -15,13 +15,17 @@
 //     before the decision reached it: the window between the coordinator's
 //     decision and its commit(v) arriving); never above E;
 //   - no saved file (engines run with --save) claims a version above E, and
-//     a surviving engine's file holds the version its last line names.
+//     a surviving engine's file holds the version its last line names;
+//   - a coordinator that survives (another role was faulted, or it was
+//     stopped and continued) exits 1, and its last line is its error
+//     naming refit 2 either committed (E = 2) or lost or aborted (E = 1).
 //
 // A stalled process is continued once the others have exited, as an
 // operator's SIGCONT would: it then learns the job's end and exits too.
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -76,6 +80,29 @@ int StatedVersion(const std::string& err) {
   return k;
 }
 
+// The last line of `text` (without its newline).
+std::string LastLine(std::string text) {
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return text.substr(text.rfind('\n') + 1);  // npos + 1 == 0: the only line
+}
+
+// The committed version the coordinator's last line implies, or -1. The
+// line is `refit coordinator: error: <the job's status>` (tools/refit/
+// main.cc); the status (control/refit_phases.cc) names refit v as committed
+// ("lost trainer rank 0 after refit 2 was committed (waiting for
+// 'committed')", "refit 2 was committed, but the coordinator itself was
+// stalled"), which is v, or as the refit it lost or aborted ("lost engine
+// rank 0 during refit 2 (transfer)", "...; refit 2 aborted"), which leaves
+// v - 1. The line names no other version.
+int CoordinatorStatedVersion(const std::string& line) {
+  static const std::regex kCommitted(R"(refit ([0-9]+) was committed)");
+  static const std::regex kLost(R"(during refit ([0-9]+) \(|; refit ([0-9]+) aborted)");
+  std::smatch m;
+  if (std::regex_search(line, m, kCommitted)) return std::stoi(m[1]);
+  if (std::regex_search(line, m, kLost)) return std::stoi(m[1].matched ? m[1].str() : m[2].str()) - 1;
+  return -1;
+}
+
 const std::vector<std::string> kLiveness = {"--heartbeat-interval", "0.2", "--heartbeat-timeout", "2"};
 
 class FaultStepTest : public ::testing::TestWithParam<FaultCase> {};
@@ -87,7 +114,12 @@ class FaultStepTest : public ::testing::TestWithParam<FaultCase> {};
 //    trainer stalls at go/sent/done, coordinator_sent/done/commit_stop,
 //    coordinator_commit_kill: its line or file names 2, the report 1];
 //  - a rank that, having lost the coordinator after its done, says refit v
-//    failed instead of in doubt [coordinator_commit_kill and _stop].
+//    failed instead of in doubt [coordinator_commit_kill and _stop];
+//  - a coordinator whose error after its commit decision names the refit as
+//    lost during it, not as committed (refit_phases.cc on_lost, kCommit
+//    branch: "lost X during refit 2 (commit)") [the trainer and engine
+//    commit and committed cases: the coordinator's last line implies 1, the
+//    report says 2].
 // The coordinator's own stall check (refit_phases.cc stalled_itself) is
 // caught by refit_phases_liveness_test.cc; here the silence check alone
 // already keeps a resumed coordinator from deciding.
@@ -104,6 +136,13 @@ TEST_P(FaultStepTest, ReportSurvivorsAndSavedFilesAgreeOnTheLastCommittedVersion
   spec.rank_args = kLiveness;
   spec.coordinator_args = kLiveness;
   const std::string saved[2] = {group.dir() + "/engine0.safetensors", group.dir() + "/engine1.safetensors"};
+  // Removed before the group removes its folder (it knows only its own files).
+  struct RemoveSaved {
+    const std::string* paths;
+    ~RemoveSaved() {
+      for (int e = 0; e < 2; ++e) std::remove(paths[e].c_str());
+    }
+  } remove_saved{saved};
   spec.extra["engine rank 0"] = {"--save", saved[0]};
   spec.extra["engine rank 1"] = {"--save", saved[1]};
   if (c.who == Who::kCoordinator) {
@@ -148,6 +187,17 @@ TEST_P(FaultStepTest, ReportSurvivorsAndSavedFilesAgreeOnTheLastCommittedVersion
   }
   for (const std::string& path : saved) {
     EXPECT_LE(SavedVersion(path), expected) << path << " claims a version that was not committed";
+  }
+
+  // The coordinator, where it survives, fails and says what it decided.
+  if (c.who != Who::kCoordinator || c.action == FaultAction::kStop) {
+    const std::string err = group.err("coordinator");
+    const std::string last = LastLine(err);
+    EXPECT_EQ(group.exit_code("coordinator"), 1) << "1: an error it reported (0: success, 128+N: signal N)\n" << err;
+    EXPECT_EQ(last.rfind("refit coordinator: error: ", 0), 0u) << "its last line is not its error: " << last;
+    EXPECT_EQ(CoordinatorStatedVersion(last), expected)
+        << "the coordinator's last line implies refit " << CoordinatorStatedVersion(last)
+        << " committed, the report " << expected << ": " << last;
   }
 }
 

@@ -29,7 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "process_harness.h"
+#include "job.h"
 #include "transport/transport.h"
 #include "testing/ucx_test_util.h"
 
@@ -159,8 +159,10 @@ class NetnsJob {
   }
 
   // Starts the coordinator on host 0, engine ranks on hosts 1..E and trainer
-  // ranks on hosts E+1..E+T; false if the coordinator did not listen.
-  bool Start(int engines, int trainers, int refits, double refit_timeout_s) {
+  // ranks on hosts E+1..E+T; `extra` adds flags by process name ("trainer
+  // rank 0"); false if the coordinator did not listen.
+  bool Start(int engines, int trainers, int refits, double refit_timeout_s,
+             const std::map<std::string, std::vector<std::string>>& extra = {}) {
     const std::vector<std::string> counts = {"--trainer-ranks", std::to_string(trainers), "--engine-ranks",
                                              std::to_string(engines), "--setup-timeout", "30", "--timeout",
                                              std::to_string(refit_timeout_s)};
@@ -180,6 +182,9 @@ class NetnsJob {
                                     std::to_string(r), "--model", "tiny", "--transport", "ucx", "--bucket-size",
                                     "1MiB"};
       a.insert(a.end(), counts.begin(), counts.end());
+      if (auto it = extra.find(role + " rank " + std::to_string(r)); it != extra.end()) {
+        a.insert(a.end(), it->second.begin(), it->second.end());
+      }
       return a;
     };
     for (int e = 0; e < engines; ++e) {
@@ -192,14 +197,13 @@ class NetnsJob {
   }
 
   bool WaitAll(double seconds) { return group_.wait_all(seconds); }
-  bool WaitForSetup() {
-    for (int i = 0; i < 12000; ++i) {
-      if (Err("coordinator").find("setup complete") != std::string::npos) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return false;
-  }
   void Kill(const std::string& name) { group_.kill(name, SIGKILL); }
+  // Continues a process that stopped itself (ProcessGroup::resume).
+  void Resume(const std::string& name) { group_.resume(name); }
+  // Waits until `name` wrote `text` to its stderr (testing::wait_for_text).
+  bool WaitForText(const std::string& name, const std::string& text) {
+    return testing::wait_for_text(group_, name, text);
+  }
   int ExitCode(const std::string& name) const { return group_.exit_code(name); }
   // What the process wrote, stderr then stdout.
   std::string Err(const std::string& name) const { return group_.err(name) + group_.out(name); }
@@ -264,7 +268,7 @@ TEST(Netns, RefitAcrossNamespacesOverUcxTcpIsBitExact) {
 
 struct NetnsKillCase {
   std::string victim;
-  int delay_ms;
+  int refit;  // the refit the kill lands in (1: the first)
 };
 
 class NetnsKill : public ::testing::TestWithParam<NetnsKillCase> {};
@@ -272,7 +276,11 @@ class NetnsKill : public ::testing::TestWithParam<NetnsKillCase> {};
 // A rank killed (SIGKILL) mid-job on its own "host": every survivor, on
 // the others, exits non-zero within the refit deadline, naming the victim,
 // without dying of a signal itself; no refit past the failure is committed;
-// the namespaces are removed.
+// the namespaces are removed. The kill lands inside refit c.refit: a
+// trainer (the victim, or trainer rank 0) stops itself right after
+// submitting its first bucket of that refit (--debug-stop-after-bucket),
+// the test waits for its line, kills the victim and resumes the stopped
+// trainer; so exactly refits 1..c.refit-1 are committed.
 // Catches: a survivor that waits forever for a peer behind a dead network
 // endpoint (no peer error handling, no deadline), an engine aborted by UCX
 // when its trainer dies mid-write, errors that do not name the lost rank.
@@ -285,10 +293,13 @@ TEST_P(NetnsKill, EverySurvivorFailsNamingTheLostRank) {
   const std::string prefix = net->prefix();
   {
     NetnsJob job(*net);
-    ASSERT_TRUE(job.Start(kEngines, kTrainers, 1000, kRefitTimeout)) << job.AllStderr();
-    ASSERT_TRUE(job.WaitForSetup()) << job.AllStderr();
-    std::this_thread::sleep_for(std::chrono::milliseconds(c.delay_ms));
+    const std::string stopped = c.victim.rfind("trainer", 0) == 0 ? c.victim : "trainer rank 0";
+    const std::string refit = std::to_string(c.refit);
+    ASSERT_TRUE(job.Start(kEngines, kTrainers, 1000, kRefitTimeout, {{stopped, {"--debug-stop-after-bucket", refit}}}))
+        << job.AllStderr();
+    ASSERT_TRUE(job.WaitForText(stopped, "of refit " + refit + " (--debug-stop-after-bucket)")) << job.AllStderr();
     job.Kill(c.victim);
+    if (stopped != c.victim) job.Resume(stopped);
     ASSERT_TRUE(job.WaitAll(kRefitTimeout + 15)) << "a survivor hung:\n" << job.AllStderr();
     for (const auto& name : job.Names()) {
       if (name == c.victim) continue;
@@ -299,6 +310,7 @@ TEST_P(NetnsKill, EverySurvivorFailsNamingTheLostRank) {
     json report = json::parse(job.Report(), nullptr, false);
     ASSERT_FALSE(report.is_discarded()) << job.AllStderr();
     EXPECT_FALSE(report.value("verified", true));
+    EXPECT_EQ(report["refits"].size(), static_cast<std::size_t>(c.refit - 1)) << report.dump();
     for (std::size_t i = 0; i < report["refits"].size(); ++i) EXPECT_EQ(report["refits"][i]["version"], i + 1);
   }
   net->Remove();
@@ -306,14 +318,14 @@ TEST_P(NetnsKill, EverySurvivorFailsNamingTheLostRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Roles, NetnsKill,
-                         ::testing::Values(NetnsKillCase{"engine rank 1", 300}, NetnsKillCase{"trainer rank 0", 300},
-                                           NetnsKillCase{"trainer rank 1", 50}),
+                         ::testing::Values(NetnsKillCase{"engine rank 1", 3}, NetnsKillCase{"trainer rank 0", 3},
+                                           NetnsKillCase{"trainer rank 1", 1}),
                          [](const auto& info) {
                            std::string v = info.param.victim;
                            for (char& ch : v) {
                              if (ch == ' ') ch = '_';
                            }
-                           return v + "_" + std::to_string(info.param.delay_ms) + "ms";
+                           return v + "_refit" + std::to_string(info.param.refit);
                          });
 
 }  // namespace

@@ -8,6 +8,7 @@
 // from the original bytes (a second, independent check).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -15,7 +16,9 @@
 #include "job.h"
 #include "process_harness.h"
 #include "refit/content.h"
+#include "refit/format.h"
 #include "refit/model.h"
+#include "refit/plan.h"
 #include "refit/safetensors.h"
 
 namespace refit::testing {
@@ -85,8 +88,9 @@ class PushTest : public ::testing::TestWithParam<int> {};
 
 // Catches: a push that sends the wrong rank's shard, misplaces or drops
 // bytes (the engines' verification against the file and the saved files
-// differ), a push that does not finish the on-demand job (timeout), and a
-// save that writes something other than what the engine holds.
+// differ), a push that does not finish the on-demand job (timeout), a save
+// that writes something other than what the engine holds, and a summary
+// line without its bytes or with "trainer rank(s)" back.
 TEST_P(PushTest, EveryEngineRankHoldsItsShardOfTheFile) {
   const int ranks = GetParam();
   TempDir dir;
@@ -100,7 +104,14 @@ TEST_P(PushTest, EveryEngineRankHoldsItsShardOfTheFile) {
   ASSERT_TRUE(g.wait_all(120)) << g.all_stderr();
   for (const std::string& name : g.names()) EXPECT_EQ(g.exit_code(name), 0) << name << "\n" << g.all_stderr();
   EXPECT_NE(g.report().find("\"verified\": true"), std::string::npos) << g.report();
-  EXPECT_NE(g.err("push").find("committed as version 1"), std::string::npos) << g.err("push");
+  std::uint64_t sent = 0;  // every engine rank's shards: a replicated tensor goes to each
+  for (int r = 0; r < ranks; ++r) {
+    for (const Weight& w : model->weights) sent += shard_spec(w, r, ranks).nbytes();
+  }
+  EXPECT_NE(g.err("push").find("committed as version 1 by " + format_count(ranks, "trainer rank") + " (" +
+                               format_bytes(sent) + " sent per refit) in "),
+            std::string::npos)
+      << g.err("push");
 
   for (int r = 0; r < ranks; ++r) {
     auto saved = SafetensorsFile::Open(dir.path + "/rank-" + std::to_string(r) + ".safetensors");
@@ -161,6 +172,29 @@ TEST(PushRejection, ADifferentModelIsRefusedAtSetup) {
   EXPECT_NE(g.exit_code("push"), 0);
   EXPECT_NE(g.exit_code("coordinator"), 0);
   EXPECT_NE(g.err("push").find("plan digest mismatch"), std::string::npos) << g.err("push");
+}
+
+// Catches: push_one_rank without report_rank_setup_failure when
+// make_rank_source fails (the coordinator and the engines wait out the 30 s
+// setup timeout and say "missing trainer rank 0"), and first_cause printing
+// the second rank's same failure again as "another rank failed".
+TEST(PushRejection, ACheckpointPushCannotOpenStopsEveryProcessAtOnceNamingIt) {
+  TempDir dir;
+  const std::string missing = dir.path + "/missing.safetensors";
+  ProcessGroup g;
+  const auto started = std::chrono::steady_clock::now();
+  run_push_job(g, {2, "tiny", missing, dir.path});
+  ASSERT_TRUE(g.wait_all(60)) << g.all_stderr();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_LT(took, 10) << "the job waited for the setup deadline\n" << g.all_stderr();
+  for (const std::string& name : g.names()) {
+    EXPECT_NE(g.exit_code(name), 0) << name;
+    EXPECT_NE(g.err(name).find(missing), std::string::npos) << name << "\n" << g.err(name);
+    if (name != "push") {
+      EXPECT_NE(g.err(name).find("failed its setup before joining"), std::string::npos) << g.err(name);
+    }
+  }
+  EXPECT_EQ(g.err("push").find("another rank failed"), std::string::npos) << g.err("push");
 }
 
 // Catches: a malformed file reaching the network instead of failing at once

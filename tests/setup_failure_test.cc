@@ -3,6 +3,8 @@
 // a join; after, by a Failed on its control link. Every process then stops
 // within seconds naming that rank and its reason, instead of waiting out
 // the setup deadline (30 s here) and saying only "missing trainer rank 0".
+// A rank whose command line the parser refuses (exit 2) reports it the same
+// way when its --coordinator and --rank could be read (tools/refit/flags.h).
 // After joining: DataPlaneAuth.ATrainerWithAnotherDataSecretCannotFeed
 // (tests/fault_test.cc) checks that the reason reaches every process.
 #include <gtest/gtest.h>
@@ -59,6 +61,13 @@ TEST(SetupFailure, ATrainerThatCannotOpenItsModelStopsEveryProcessNamingIt) {
 TEST(SetupFailure, AnEngineThatCannotOpenItsModelStopsEveryProcessNamingIt) {
   ExpectEveryProcessStopsNaming("engine rank 1", {"--model", "/nonexistent/model.safetensors"},
                                 "/nonexistent/model.safetensors");
+}
+
+// Catches: main exiting 2 on a rank's refused command line without
+// report_refused_command_line (the others wait 30 s and say "missing engine
+// rank 1"), and a report that drops the parser's reason.
+TEST(SetupFailure, AnEngineWhoseCommandLineIsRefusedStopsEveryProcessNamingIt) {
+  ExpectEveryProcessStopsNaming("engine rank 1", {"--bucket-size", "0"}, "0 is not a bucket size");
 }
 
 }  // namespace

@@ -3,11 +3,15 @@
 // names the setting and both values; never as a transfer error mid-refit.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
+#include <filesystem>
 
 #include "job.h"
 #include "refit/model.h"
 #include "refit/plan.h"
+#include "refit/safetensors.h"
 #include "transport/transport.h"
 
 namespace refit {
@@ -84,6 +88,31 @@ TEST(SetupRejection, PlanDigestMismatchNamesTheFirstDifferingTensor) {
   spec.extra["trainer rank 1"] = {"--layers", "2"};
   expect_setup_failure(spec, {"plan digest mismatch", "tensor " + std::to_string(first),
                               "'" + engine[first].name + "'"});
+}
+
+// Catches: a digest mismatch from another --rule on one side that names the
+// tensor but not how each side cut it (mutation: trainer_rank.cc not filling
+// join.rules, or engine_rank.cc's `join.rules = rules_` dropped, so no rule
+// is shown; both ranks must send them). A one-tensor checkpoint, o_proj (row by
+// default): trainer rank 1 is told column, so it plans engine rank 1's shard
+// as rows 4..8 and the engine holds columns 4..8.
+TEST(SetupRejection, PlanDigestMismatchNamesEachSidesShardRule) {
+  char dir[] = "/tmp/refit-rule-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/model.safetensors";
+  const TensorSpec o_proj{"layers.0.o_proj.weight", DType::kBFloat16, {8, 8}};
+  const std::vector<std::byte> bytes(o_proj.nbytes(), std::byte{1});
+  const std::vector<SafetensorsWriteTensor> tensors = {{o_proj, bytes}};
+  ASSERT_TRUE(write_safetensors(path, tensors).ok());
+  JobSpec spec;
+  spec.model = path;
+  spec.extra["trainer rank 1"] = {"--rule", "*.o_proj.weight=column"};
+  expect_setup_failure(spec, {"plan digest mismatch",
+                              "tensor 0 differs in shape and rule: trainer rank 1 has 'layers.0.o_proj.weight' "
+                              "bfloat16[4, 8] (rule column), engine rank 1 has 'layers.0.o_proj.weight' "
+                              "bfloat16[8, 4] (rule row)"});
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 // Catches: accepting fewer trainer ranks than engine ranks (an engine rank

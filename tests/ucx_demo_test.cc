@@ -75,7 +75,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 struct UcxKillCase {
   std::string victim;
-  int delay_ms;
+  int refit;  // the refit the kill lands in (1: the first)
 };
 
 class UcxKillTest : public ::testing::TestWithParam<UcxKillCase> {};
@@ -83,6 +83,11 @@ class UcxKillTest : public ::testing::TestWithParam<UcxKillCase> {};
 // A rank killed mid-job over UCX's tcp transport: every survivor exits
 // non-zero within the refit deadline naming it, nothing is committed past
 // the failure. A killed trainer must not take its engine down with it.
+// The kill lands inside refit c.refit: a trainer (the victim, or trainer
+// rank 0) stops itself right after submitting its first bucket of that
+// refit (--debug-stop-after-bucket), the test waits for its line, kills the
+// victim and resumes the stopped trainer; so refits 1..c.refit-1 and no
+// other are committed.
 // Catches: an engine process aborted by UCX when its trainer dies mid-write
 // (UCX 1.13's software put), a trainer that hangs on writes into a dead
 // engine (no peer error handling), survivors that do not name the victim.
@@ -97,10 +102,13 @@ TEST_P(UcxKillTest, EverySurvivorFailsNamingTheLostRank) {
   spec.transport = "ucx";
   spec.refit_timeout_s = 10;
   ProcessGroup group;
+  const std::string stopped = c.victim.rfind("trainer", 0) == 0 ? c.victim : "trainer rank 0";
+  testing::stop_mid_refit(spec, stopped, static_cast<std::uint64_t>(c.refit));
   ASSERT_TRUE(start_job(group, spec));
-  ASSERT_TRUE(testing::wait_for_setup(group)) << group.all_stderr();
-  std::this_thread::sleep_for(std::chrono::milliseconds(c.delay_ms));
+  ASSERT_TRUE(testing::wait_for_refit_under_way(group, stopped, static_cast<std::uint64_t>(c.refit)))
+      << group.all_stderr();
   group.kill(c.victim, SIGKILL);
+  if (stopped != c.victim) group.resume(stopped);
   ASSERT_TRUE(group.wait_all(spec.refit_timeout_s + 10)) << "a survivor hung:\n" << group.all_stderr();
   for (const auto& name : group.names()) {
     if (name == c.victim) continue;
@@ -112,18 +120,19 @@ TEST_P(UcxKillTest, EverySurvivorFailsNamingTheLostRank) {
   auto report = json::parse(group.report());
   EXPECT_FALSE(report["verified"].get<bool>());
   const auto& refits = report["refits"];
+  EXPECT_EQ(refits.size(), static_cast<std::size_t>(c.refit - 1)) << report.dump();
   for (std::size_t i = 0; i < refits.size(); ++i) EXPECT_EQ(refits[i]["version"], i + 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Roles, UcxKillTest,
-                         ::testing::Values(UcxKillCase{"trainer rank 0", 300}, UcxKillCase{"engine rank 1", 300},
-                                           UcxKillCase{"trainer rank 1", 50}),
+                         ::testing::Values(UcxKillCase{"trainer rank 0", 3}, UcxKillCase{"engine rank 1", 3},
+                                           UcxKillCase{"trainer rank 1", 1}),
                          [](const auto& info) {
                            std::string v = info.param.victim;
                            for (char& ch : v) {
                              if (ch == ' ') ch = '_';
                            }
-                           return v + "_" + std::to_string(info.param.delay_ms) + "ms";
+                           return v + "_refit" + std::to_string(info.param.refit);
                          });
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "refit/engine.h"
+#include "refit/model.h"
 #include "refit/status.h"
 #include "refit/tensor.h"
 #include "refit/roles.h"
@@ -40,6 +41,10 @@ namespace refit {
 struct EngineBinding {
   // This rank's stream: the specs of its shards, in model order.
   std::vector<TensorSpec> stream;
+  // The shard rule that cut each tensor of `stream` (one per tensor), sent
+  // in the join so that a plan digest mismatch names each side's rule;
+  // empty: unknown (the join carries none).
+  std::vector<ShardRule> rules;
   // When not empty: every rank's stream as this process expects it (its own
   // sharding of the model); setup fails when the coordinator's differ.
   std::vector<std::vector<TensorSpec>> expected_streams;

@@ -148,6 +148,17 @@ struct EngineOptions : RankOptions {
 // CUDA device (...)" otherwise). Errors name the setting.
 Status validate_rank_settings(const RankOptions& options, bool engine);
 
+// Tells the coordinator at options.coordinator that this rank (rank
+// options.rank: an engine rank when `engine`, else a trainer rank) failed
+// its setup before it joined, and why (`error`), so that the coordinator
+// and every other rank stop at once naming it instead of waiting out the
+// setup deadline. Call it in place of joining: after validate_rank_settings
+// or opening the model failed, or a command line was refused; a rank that
+// has joined reports through its control link instead. Best effort: it
+// blocks at most min(options.setup_timeout_s, 3 s), and does nothing
+// without a coordinator address or when `error` is OK.
+void report_rank_setup_failure(const RankOptions& options, bool engine, const Status& error);
+
 Status run_trainer(const RankOptions& options);
 Status run_engine(const EngineOptions& options);
 

@@ -210,7 +210,8 @@ def _set(options, field, value, convert=None):
 
 
 def _rank_options(options, coordinator, rank, trainer_ranks, engine_ranks, bucket_size, transport, mode, device,
-                  gpu, setup_timeout, refit_timeout, bucket_timeout, secret):
+                  gpu, setup_timeout, refit_timeout, bucket_timeout, secret, *, heartbeat_interval=None,
+                  heartbeat_timeout=None):
     options.coordinator = _address(coordinator)
     _set(options, "rank", rank)
     _set(options, "trainer_ranks", trainer_ranks)
@@ -223,6 +224,8 @@ def _rank_options(options, coordinator, rank, trainer_ranks, engine_ranks, bucke
     _set(options, "setup_timeout_s", setup_timeout, float)
     _set(options, "refit_timeout_s", refit_timeout, float)
     _set(options, "bucket_timeout_s", bucket_timeout, float)
+    _set(options, "heartbeat_interval_s", heartbeat_interval, float)
+    _set(options, "heartbeat_timeout_s", heartbeat_timeout, float)
     options.secret = secret or ""
     return options
 
@@ -234,10 +237,18 @@ class Coordinator:
     trainer rank called Trainer.refit(version), and the job ends when every
     trainer rank called finish(). refits=N schedules N refits (Trainer.serve()).
     The constructor returns once the socket listens (`address`, `port`).
+
+    Liveness: the coordinator sends every rank a heartbeat each
+    `heartbeat_interval` seconds (default 1) and loses a rank it heard nothing
+    from for `heartbeat_timeout` seconds (default 10), in any phase, idle
+    between on-demand refits included: a stalled, dead or cut-off rank ends
+    the job that soon, named. heartbeat_timeout must exceed every rank's
+    heartbeat_interval. None keeps these defaults (CoordinatorOptions').
     """
 
     def __init__(self, trainer_ranks=None, engine_ranks=None, refits=0, listen=None, *, seed=None,
-                 setup_timeout=None, refit_timeout=None, secret=None, progress=None, log_joins=False):
+                 setup_timeout=None, refit_timeout=None, heartbeat_interval=None, heartbeat_timeout=None,
+                 secret=None, progress=None, log_joins=False):
         o = _refit.CoordinatorOptions()
         _set(o, "trainer_ranks", trainer_ranks)
         _set(o, "engine_ranks", engine_ranks)
@@ -245,12 +256,15 @@ class Coordinator:
         _set(o, "seed", seed)
         _set(o, "setup_timeout_s", setup_timeout, float)
         _set(o, "refit_timeout_s", refit_timeout, float)
+        _set(o, "heartbeat_interval_s", heartbeat_interval, float)
+        _set(o, "heartbeat_timeout_s", heartbeat_timeout, float)
         _set(o, "progress", progress)
         # refits=0 (on demand) and log_joins=False are this class's own
         # defaults, unlike the `refit coordinator` command's: a Python
         # trainer asks for each refit, and logs through its own logging.
-        self._impl = _refit.Coordinator(o.listen, o.trainer_ranks, o.engine_ranks, refits, o.seed,
-                                        o.setup_timeout_s, o.refit_timeout_s, secret or "", o.progress, log_joins)
+        o.refits = refits
+        o.log_joins = log_joins
+        self._impl = _refit.Coordinator(o, secret or "")
 
     @property
     def address(self):
@@ -268,7 +282,10 @@ class Coordinator:
     def wait(self, timeout=None):
         """Blocks until the job ends; returns its report (a dict: "refits",
         "ranks", ..., and "error" when it failed). DeadlineExceededError after
-        `timeout` seconds."""
+        `timeout` seconds. timeout=None waits as long as the job runs: it ends
+        when every rank left, or once a rank is lost (heartbeat_timeout), but
+        an on-demand job whose ranks stay alive runs until they finish().
+        Ctrl-C (KeyboardInterrupt) interrupts the wait, not the job."""
         return self._impl.wait(-1.0 if timeout is None else float(timeout))
 
     def __enter__(self):
@@ -296,15 +313,25 @@ class Trainer:
         ("replicated", "column", "row", "vocab"), or {name: rule} (unlisted
         names: "auto"). A rule in a (name, tensor, rule) entry wins.
     Tensors on a CUDA device: refit() waits for the device first, so updates
-    queued on any stream have landed. Other arguments: see README "Python".
+    queued on any stream have landed.
+    heartbeat_interval: this rank sends the coordinator a heartbeat each this
+        many seconds, whatever it is doing (default 1; below the
+        coordinator's heartbeat_timeout). heartbeat_timeout: a coordinator
+        heard nothing from for this many seconds is lost (default 10): every
+        call waiting on it, refit() waiting for the next refit to start
+        included, raises UnavailableError "lost the coordinator: ...". None
+        keeps these defaults (RankOptions'). Other arguments: see README
+        "Python".
     """
 
     def __init__(self, coordinator, tensors, *, rank=None, trainer_ranks=None, engine_ranks=None, rules="auto",
                  bucket_size=None, transport=None, mode=None, device=None, gpu=None, setup_timeout=None,
-                 refit_timeout=None, bucket_timeout=None, secret=None):
+                 refit_timeout=None, bucket_timeout=None, heartbeat_interval=None, heartbeat_timeout=None,
+                 secret=None):
         entries = self._entries(tensors, rules)
         options = _rank_options(_refit.RankOptions(), coordinator, rank, trainer_ranks, engine_ranks, bucket_size,
-                                transport, mode, device, gpu, setup_timeout, refit_timeout, bucket_timeout, secret)
+                                transport, mode, device, gpu, setup_timeout, refit_timeout, bucket_timeout, secret,
+                                heartbeat_interval=heartbeat_interval, heartbeat_timeout=heartbeat_timeout)
         if gpu is None:
             options.gpu = 0
         self._impl = _refit.Trainer(options, entries)
@@ -411,17 +438,23 @@ class Engine:
         caches that depend on the weights there (KV cache, DESIGN.md rule 9).
         A failed refit calls it not at all. An exception it raises comes out of
         next(); the version stays committed.
+    heartbeat_interval, heartbeat_timeout: as Trainer's (defaults 1 and 10
+        seconds): a coordinator silent for heartbeat_timeout ends next(),
+        also while it waits for the next refit to start, with
+        UnavailableError "lost the coordinator: ...".
     """
 
     def __init__(self, coordinator, params, *, rank=None, trainer_ranks=None, engine_ranks=None, bucket_size=None,
                  transport=None, mode=None, device=None, gpu=None, base_gpu_id=None, pool_slots=None,
                  memory_limit=None, listen_host=None, poison_recycled=None, supported_dtypes=None,
-                 setup_timeout=None, refit_timeout=None, bucket_timeout=None, secret=None, on_commit=None):
+                 setup_timeout=None, refit_timeout=None, bucket_timeout=None, heartbeat_interval=None,
+                 heartbeat_timeout=None, secret=None, on_commit=None):
         entries = self._entries(params)
         if device is None:
             device = "cuda" if entries and len(entries[0]) == 2 and _is_cuda(entries[0][1]) else "cpu"
         options = _rank_options(_refit.EngineOptions(), coordinator, rank, trainer_ranks, engine_ranks, bucket_size,
-                                transport, mode, device, gpu, setup_timeout, refit_timeout, bucket_timeout, secret)
+                                transport, mode, device, gpu, setup_timeout, refit_timeout, bucket_timeout, secret,
+                                heartbeat_interval=heartbeat_interval, heartbeat_timeout=heartbeat_timeout)
         _set(options, "base_gpu_id", base_gpu_id)
         _set(options, "pool_slots", pool_slots, _slot_count)
         _set(options, "memory_limit", memory_limit, parse_bytes)

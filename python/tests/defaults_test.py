@@ -21,7 +21,8 @@ from refit import _refit
 RANK_FIELDS = {
     "rank": "rank", "trainer_ranks": "trainer_ranks", "engine_ranks": "engine_ranks", "bucket_size": "bucket_size",
     "transport": "transport", "mode": "mode", "setup_timeout": "setup_timeout_s", "refit_timeout": "refit_timeout_s",
-    "bucket_timeout": "bucket_timeout_s",
+    "bucket_timeout": "bucket_timeout_s", "heartbeat_interval": "heartbeat_interval_s",
+    "heartbeat_timeout": "heartbeat_timeout_s",
 }
 ENGINE_FIELDS = dict(RANK_FIELDS, base_gpu_id="base_gpu_id", pool_slots="pool_slots", memory_limit="memory_limit",
                      listen_host="listen_host", poison_recycled="poison_recycled")
@@ -29,6 +30,7 @@ ENGINE_FIELDS = dict(RANK_FIELDS, base_gpu_id="base_gpu_id", pool_slots="pool_sl
 COORDINATOR_FIELDS = {
     "trainer_ranks": "trainer_ranks", "engine_ranks": "engine_ranks", "listen": "listen", "seed": "seed",
     "setup_timeout": "setup_timeout_s", "refit_timeout": "refit_timeout_s", "progress": "progress",
+    "heartbeat_interval": "heartbeat_interval_s", "heartbeat_timeout": "heartbeat_timeout_s",
 }
 
 
@@ -62,6 +64,20 @@ class DefaultsComeFromTheStructs(unittest.TestCase):
         self.assertEqual(options.bucket_size, 0)  # auto: each rank resolves it by transport
         self.assertEqual(options.pool_slots, 0)  # auto
         self.assertEqual(options.gpu, -1)  # None: base_gpu_id + rank (engines)
+
+    # Catches: a heartbeat keyword that does not reach its field (dropped in
+    # _rank_options, or set on the other field: interval and timeout swapped).
+    def test_heartbeat_keywords_reach_the_options(self):
+        options = refit._rank_options(_refit.RankOptions(), "127.0.0.1:1", None, None, None, None, None, None, None,
+                                      None, None, None, None, None, heartbeat_interval=0.25, heartbeat_timeout=3)
+        self.assertEqual(options.heartbeat_interval_s, 0.25)
+        self.assertEqual(options.heartbeat_timeout_s, 3.0)
+        defaults = _refit.RankOptions()
+        self.assertEqual((defaults.heartbeat_interval_s, defaults.heartbeat_timeout_s), (1.0, 10.0),
+                         "the docstrings of Trainer, Engine and Coordinator say 1 s and 10 s")
+        coordinator = _refit.CoordinatorOptions()
+        self.assertEqual((coordinator.heartbeat_interval_s, coordinator.heartbeat_timeout_s), (1.0, 10.0),
+                         "Coordinator's docstring says 1 s and 10 s")
 
     # Catches: "auto" refused by Python while the CLI takes it, or mapped to
     # something other than the structs' auto value.

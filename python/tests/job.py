@@ -4,6 +4,8 @@ Each role runs in its own process (`python3 job.py <role> <config.json>`):
 
   coordinator  refit.Coordinator; prints its address on stdout, writes the
                report to <out>/coordinator.json when the job ends
+               (heartbeat_interval / heartbeat_timeout in the config reach
+               every role; absent: the library's defaults)
   trainer      refit.Trainer over numpy arrays (full tensors); before refit v
                it overwrites every array IN PLACE with bytes that are a
                function of (seed, v, tensor), saves a copy to
@@ -84,7 +86,9 @@ def _error(e, started):
 def run_coordinator(c):
     import refit
     coordinator = refit.Coordinator(c["trainer_ranks"], c["engine_ranks"], refits=c.get("refits", 0),
-                                    setup_timeout=c.get("setup_timeout", 30), refit_timeout=c.get("refit_timeout", 60))
+                                    setup_timeout=c.get("setup_timeout", 30), refit_timeout=c.get("refit_timeout", 60),
+                                    heartbeat_interval=c.get("heartbeat_interval"),
+                                    heartbeat_timeout=c.get("heartbeat_timeout"))
     print(coordinator.address, flush=True)
     _write(os.path.join(c["out"], "coordinator.json"), coordinator.wait())
 
@@ -101,6 +105,7 @@ def run_trainer(c):
                            trainer_ranks=c["trainer_ranks"], engine_ranks=c["engine_ranks"],
                            bucket_size=c.get("bucket_size", 4096), transport=c.get("transport", "shm"),
                            bucket_timeout=c.get("bucket_timeout", 60), refit_timeout=c.get("refit_timeout", 60),
+                           heartbeat_interval=c.get("heartbeat_interval"), heartbeat_timeout=c.get("heartbeat_timeout"),
                            setup_timeout=30) as trainer:
             for v in c["versions"]:
                 for i, t in enumerate(model):
@@ -150,6 +155,7 @@ def run_engine(c):
                           bucket_size=c.get("bucket_size", 4096), transport=c.get("transport", "shm"),
                           poison_recycled=True, bucket_timeout=c.get("bucket_timeout", 60),
                           refit_timeout=c.get("refit_timeout", 60), setup_timeout=30,
+                          heartbeat_interval=c.get("heartbeat_interval"), heartbeat_timeout=c.get("heartbeat_timeout"),
                           on_commit=result["flushes"].append) as engine:
             try:
                 while True:

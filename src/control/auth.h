@@ -55,9 +55,10 @@ namespace refit {
 inline constexpr std::string_view kControlAuthContext = "refit control v1";
 // Data plane (trainer rank -> engine rank): "refit data v1 -> engine rank N".
 inline constexpr std::string_view kDataAuthContext = "refit data v1";
-// How long an engine rank gives one data connection to authenticate before
-// it refuses it (bounded by the setup deadline): a silent stranger delays
-// the trainer ranks queued behind it by at most this long.
+// How long an engine rank gives one data connection to authenticate (and,
+// without a secret, to send its hello) after its accept, bounded by the
+// setup deadline; handshakes run concurrently (runtime/data_links.h), so a
+// silent stranger delays no trainer rank.
 inline constexpr std::chrono::milliseconds kDataAuthTimeout{5000};
 inline constexpr std::uint64_t kMaxAuthMessageBytes = 4096;
 inline constexpr std::size_t kAuthNonceBytes = 32;

@@ -30,6 +30,7 @@
 #include "net/link.h"
 #include "refit/format.h"
 #include "refit/log.h"
+#include "core/refit_tally.h"
 
 namespace refit {
 namespace {
@@ -58,6 +59,7 @@ class Coordinator {
     Status status = setup(on_listening);
     if (status.ok()) {
       status = drive();
+      if (status.ok()) note(LogLevel::kInfo, summary());  // the job ended well; the ranks say theirs
     } else {
       // Setup failed before the machine ran: every rank that joined hears it.
       for (Member* m : joined()) {
@@ -69,6 +71,16 @@ class Coordinator {
   }
 
  private:
+  // "3 refits (versions 1..3) committed and verified, 53.77 MiB moved each
+  // (161.3 MiB in all), 0.41 s from setup to the last commit", and the
+  // failed refits recovered from, if any.
+  std::string summary() const {
+    std::string line = tally_.summary(
+        "moved", every_commit_verified_ ? "committed and verified" : "committed (not every byte verified)");
+    if (recovered_failures_ > 0) line += "; " + format_count(recovered_failures_, "failed refit") + " recovered from";
+    return line;
+  }
+
   // ---- setup: listen, admit, check, send Setup ---------------------------------
 
   Status setup(const std::function<void(int)>& on_listening) {
@@ -366,6 +378,8 @@ class Coordinator {
       }
     } else if (auto* commit = std::get_if<RecordCommit>(&action)) {
       report_.record_commit(*commit);
+      tally_.add(commit->version, report_.bytes_per_refit());
+      every_commit_verified_ = every_commit_verified_ && commit->verified;
       // Written before commit(v) goes out: a coordinator lost from here on
       // leaves a report that names v committed.
       Status kept = report_.persist_running("at the commit decision of refit " + std::to_string(commit->version));
@@ -375,6 +389,7 @@ class Coordinator {
       note(LogLevel::kWarning, "refit " + std::to_string(failure->version) + " failed: " + failure->error.message() +
                                    "; recovering");
       report_.record_failure(*failure);
+      ++recovered_failures_;
     } else if (auto* recovery = std::get_if<RecordRecovery>(&action)) {
       report_.record_recovery(*recovery);
       note(LogLevel::kInfo, "recovered from the failed refit " + std::to_string(recovery->version) +
@@ -436,6 +451,11 @@ class Coordinator {
   Status end_status_;
   ReportBuilder report_;
   ProgressLine progress_;
+  // For the summary line: every committed refit (every engine rank's bytes),
+  // whether each was verified, and the failed refits recovered from.
+  RefitTally tally_;
+  bool every_commit_verified_ = true;
+  std::uint64_t recovered_failures_ = 0;
 };
 
 }  // namespace

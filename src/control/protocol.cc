@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "control/spec_json.h"
+#include "refit/checkpoint.h"
 
 namespace refit {
 
@@ -67,7 +68,8 @@ const std::vector<Schema>& schemas() {
                   {"pool_slots", kUint, false, kMaxPoolSlots},
                   {"memory_limit", kUint},
                   {"supported_dtypes", kArr, false, 64, kStr},
-                  {"specs", kArr}}});
+                  {"specs", kArr},
+                  {"rules", kArr, false, 0, kStr}}});  // one per spec: decode_join checks the count and names
     s.push_back({"linked", {{"version", kUint}, {"weights_complete", kBool}}});
     for (const char* t : {"ready", "sent", "committed", "request"}) s.push_back({t, {version}});
     s.push_back({"done", {version, {"verified", kBool}, {"stats", kObj}}});
@@ -224,6 +226,32 @@ StatusOr<std::vector<TensorSpec>> specs_field(const Json& m, const std::string& 
   return specs_from_json(*it, "'" + type + "' field '" + field + "'");
 }
 
+// The "rules" of a join: one shard rule name per spec of `specs`, in stream
+// order; absent: none sent.
+StatusOr<std::vector<ShardRule>> rules_field(const Json& m, std::size_t specs) {
+  std::vector<ShardRule> rules;
+  auto it = m.find("rules");
+  if (it == m.end()) return rules;
+  if (it->size() != specs) {
+    return InvalidArgument("'join' field 'rules': expected one shard rule per spec (" + std::to_string(specs) +
+                           "), got " + std::to_string(it->size()));
+  }
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    auto rule = parse_shard_rule((*it)[i].get_ref<const std::string&>());
+    if (!rule.ok()) {
+      return InvalidArgument("'join' field 'rules': element " + std::to_string(i) + ": " + rule.status().message());
+    }
+    rules.push_back(*rule);
+  }
+  return rules;
+}
+
+Json rules_to_json(const std::vector<ShardRule>& rules) {
+  Json names = Json::array();
+  for (ShardRule r : rules) names.push_back(std::string(shard_rule_name(r)));
+  return names;
+}
+
 StatusOr<Role> role_field(const Json& m) {
   const std::string role = str(m, "role");
   if (role == "trainer") return Role::kTrainer;
@@ -257,6 +285,7 @@ StatusOr<Join> decode_join(const Json& m) {
     for (const Json& d : *it) j.supported_dtypes.push_back(d.get<std::string>());
   }
   ASSIGN_OR_RETURN(j.specs, specs_field(m, "join", "specs"));
+  ASSIGN_OR_RETURN(j.rules, rules_field(m, j.specs.size()));
   return j;
 }
 
@@ -280,6 +309,8 @@ Json encode_join(const Join& j) {
     m["supported_dtypes"] = j.supported_dtypes;
     m["specs"] = specs_to_json(j.specs);
   }
+  // Either role: the rule beside each spec, when the rank knows its model.
+  if (!j.rules.empty()) m["rules"] = rules_to_json(j.rules);
   return m;
 }
 

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "control/control_message.h"
+#include "refit/model.h"
 #include "refit/status.h"
 #include "refit/tensor.h"
 
@@ -127,6 +128,13 @@ struct Join {
   // engine rank it feeds, so that a digest mismatch names the first tensor
   // that differs; empty: not sent.
   std::vector<TensorSpec> specs;
+  // Optional: the shard rule that cut each tensor of `specs` out of its full
+  // tensor (model.h), in stream order, so that a digest mismatch names the
+  // rule on each side; empty: not sent (an engine bound to tensors without a
+  // model, or a rank from before this field). On the wire: "rules", one rule
+  // name per spec ("column", ...); another count or an unknown name is
+  // refused.
+  std::vector<ShardRule> rules;
 };
 // Setup done (every data link up), or after a relink the rank's state.
 struct Linked {

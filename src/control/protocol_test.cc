@@ -285,6 +285,73 @@ TEST(Protocol, EveryMessageRoundTrips) {
   }
 }
 
+// A join's shard rules (one per spec, stream order) survive encode and
+// decode for either role; a join without them is accepted with none.
+// Catches: encode_join dropping "rules" (mutation: its
+// `m["rules"] = rules_to_json(j.rules)` line removed, so the rules come
+// back empty), or a schema that makes them required.
+TEST(Protocol, JoinRulesRoundTripForEitherRoleAndAreOptional) {
+  for (Role role : {Role::kTrainer, Role::kEngine}) {
+    SCOPED_TRACE(role_name(role));
+    Join join;
+    join.role = role;
+    join.specs = {TensorSpec{"embed", DType::kBFloat16, {4, 2}}, TensorSpec{"norm", DType::kFloat32, {2}},
+                  TensorSpec{"o_proj", DType::kBFloat16, {2, 1}}};
+    join.rules = {ShardRule::kVocab, ShardRule::kReplicated, ShardRule::kRow};
+    const Json wire = encode(RankMessage(join));
+    EXPECT_EQ(wire.at("rules"), Json({"vocab", "replicated", "row"}));
+    auto back = decode_rank_message(wire);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(std::get<Join>(*back).rules, join.rules);
+  }
+  Join without;  // a rank that knows no rules (or predates them)
+  without.role = Role::kEngine;
+  without.specs = {TensorSpec{"w", DType::kBFloat16, {2}}};
+  const Json wire = encode(RankMessage(without));
+  EXPECT_FALSE(wire.contains("rules"));
+  auto back = decode_rank_message(wire);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(std::get<Join>(*back).specs, without.specs);
+  EXPECT_TRUE(std::get<Join>(*back).rules.empty());
+}
+
+// Catches: a join whose rules do not match its specs one to one accepted
+// (mutation: rules_field's count check removed, so one rule for two specs
+// decodes and a digest mismatch could show another tensor's rule), an
+// unknown rule name accepted or refused without the field's name (mutation:
+// rules_field's `if (!rule.ok())` return dropped), and a rule of the wrong
+// JSON kind passing the schema.
+TEST(Protocol, JoinRulesOfAnotherCountOrUnknownNameAreRefusedNamingTheField) {
+  Join join;
+  join.role = Role::kEngine;
+  join.specs = {TensorSpec{"a", DType::kBFloat16, {2}}, TensorSpec{"b", DType::kBFloat16, {2}}};
+  join.rules = {ShardRule::kColumn, ShardRule::kRow};
+  const Json good = encode(RankMessage(join));
+  ASSERT_TRUE(decode_rank_message(good).ok());
+
+  Json fewer = good;
+  fewer["rules"] = Json::array({"column"});
+  Status s = decode_rank_message(fewer).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_HAS(s.message(), "'join' field 'rules': expected one shard rule per spec (2), got 1");
+  Json without_specs = good;
+  without_specs.erase("specs");
+  EXPECT_HAS(decode_rank_message(without_specs).status().message(),
+             "'join' field 'rules': expected one shard rule per spec (0), got 2");
+
+  Json unknown = good;
+  unknown["rules"][1] = "diagonal";
+  s = decode_rank_message(unknown).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_HAS(s.message(), "'join' field 'rules': element 1: unknown shard rule 'diagonal'");
+
+  Json wrong_kind = good;
+  wrong_kind["rules"][0] = 3;
+  EXPECT_HAS(decode_rank_message(wrong_kind).status().message(), "'join' field 'rules': element 0 must be a string");
+  wrong_kind["rules"] = "column";
+  EXPECT_HAS(decode_rank_message(wrong_kind).status().message(), "'join' field 'rules': expected an array");
+}
+
 // Catches: a decoder that accepts a message meant for the other direction
 // (a rank taking a join for a coordinator's message) or an unknown type.
 TEST(Protocol, UnknownAndMisdirectedTypesAreRefusedNamingThem) {

@@ -33,7 +33,7 @@ void RefusalLog::refused(const std::string& peer, const std::string& why) {
   }
   if (c.unlogged > 0) log_count(c, now);
   c.last_logged = now;
-  log(LogLevel::kWarning, source_, "refused a connection from " + peer + ": " + why);
+  log(LogLevel::kWarning, source_, "refused a " + what_ + " from " + peer + ": " + why);
 }
 
 void RefusalLog::flush(bool all) {
@@ -56,7 +56,7 @@ void RefusalLog::log_count(PerCause& c, std::chrono::steady_clock::time_point no
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.1f", std::chrono::duration<double>(now - c.last_logged).count());
   log(LogLevel::kWarning, source_,
-      "refused " + std::to_string(c.unlogged) + " more connection" + (c.unlogged == 1 ? "" : "s") + " in the last " +
+      "refused " + std::to_string(c.unlogged) + " more " + what_ + (c.unlogged == 1 ? "" : "s") + " in the last " +
           seconds + " s for the same reason; the last from " + c.last);
   c.unlogged = 0;
   c.last.clear();

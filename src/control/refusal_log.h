@@ -1,5 +1,5 @@
-// RefusalLog: the coordinator's lines about refused connections, at most one
-// per cause per second.
+// RefusalLog: lines about refused connections (the coordinator's join gate,
+// an engine rank's data port), at most one per cause per second.
 //
 // A flood of hostile connections (idle ones, a slowloris loop reopening
 // them) would otherwise write a line per connection: 10,900 lines in 30 s
@@ -12,6 +12,7 @@
 // that cause or the next flush(), whichever comes first):
 //   "refused a connection from A: <why>"
 //   "refused 412 more connections in the last 1.0 s for the same reason; the last from A: <why>"
+// ("a data connection", "data connections" where `what` says so).
 // Reasons can quote a peer's bytes, so at most kMaxRefusalCauses causes are
 // told apart per period; the others share one count.
 //
@@ -30,9 +31,11 @@ inline constexpr std::size_t kMaxRefusalCauses = 64;
 
 class RefusalLog {
  public:
-  // `source` is who speaks in refit::log ("refit coordinator").
-  explicit RefusalLog(std::string source, std::chrono::milliseconds period = std::chrono::seconds(1))
-      : source_(std::move(source)), period_(period) {}
+  // `source` is who speaks in refit::log ("refit coordinator", "engine
+  // rank 0"); `what` is what was refused ("connection", "data connection").
+  explicit RefusalLog(std::string source, std::chrono::milliseconds period = std::chrono::seconds(1),
+                      std::string what = "connection")
+      : source_(std::move(source)), period_(period), what_(std::move(what)) {}
   ~RefusalLog() { flush(/*all=*/true); }
   RefusalLog(const RefusalLog&) = delete;
   RefusalLog& operator=(const RefusalLog&) = delete;
@@ -53,6 +56,7 @@ class RefusalLog {
 
   const std::string source_;
   const std::chrono::milliseconds period_;
+  const std::string what_;
   std::mutex mu_;
   std::unordered_map<std::string, PerCause> causes_;
 };

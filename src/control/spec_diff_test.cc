@@ -52,6 +52,46 @@ TEST(FirstSpecDifference, OneStreamLongerNamesItsFirstExtraTensor) {
   EXPECT_EQ(diff({kEmbed, kNorm}, {kEmbed, kNorm}), "");
 }
 
+std::string diff(const std::vector<TensorSpec>& trainer, const std::vector<ShardRule>& trainer_rules,
+                 const std::vector<TensorSpec>& engine, const std::vector<ShardRule>& engine_rules) {
+  return first_spec_difference({"trainer rank 1", &trainer, &trainer_rules}, {"engine rank 1", &engine, &engine_rules});
+}
+
+// Catches: a tensor whose only difference is its shard rule reported as
+// equal (mutation: the `*rule_a != *rule_b` comparison left out of
+// differing_fields, so diff returns ""), or named without the rule on each
+// side.
+TEST(FirstSpecDifference, ARuleOnlyDifferenceNamesBothRules) {
+  const std::vector<TensorSpec> stream = {kEmbed, kNorm, kMlp};
+  EXPECT_EQ(diff(stream, {ShardRule::kVocab, ShardRule::kReplicated, ShardRule::kRow}, stream,
+                 {ShardRule::kVocab, ShardRule::kReplicated, ShardRule::kColumn}),
+            "tensor 2 differs in rule: trainer rank 1 has 'layers.1.mlp' bfloat16[4, 16] (rule row), engine rank 1 "
+            "has 'layers.1.mlp' bfloat16[4, 16] (rule column)");
+  EXPECT_EQ(diff(stream, {ShardRule::kVocab, ShardRule::kReplicated, ShardRule::kRow}, stream,
+                 {ShardRule::kVocab, ShardRule::kReplicated, ShardRule::kRow}),
+            "");
+}
+
+// Catches: rules shown or compared when only one side sent them (an engine
+// bound without a model sends none), and a shape difference that no longer
+// shows the rules beside it when both sent them.
+TEST(FirstSpecDifference, RulesAreShownOnlyWhenBothSidesSentThem) {
+  TensorSpec half = kMlp;
+  half.shape = {2, 16};
+  const std::vector<ShardRule> replicated = {ShardRule::kVocab, ShardRule::kReplicated, ShardRule::kReplicated};
+  const std::vector<ShardRule> column = {ShardRule::kVocab, ShardRule::kReplicated, ShardRule::kColumn};
+  EXPECT_EQ(diff({kEmbed, kNorm, half}, column, {kEmbed, kNorm, kMlp}, replicated),
+            "tensor 2 differs in shape and rule: trainer rank 1 has 'layers.1.mlp' bfloat16[2, 16] (rule column), "
+            "engine rank 1 has 'layers.1.mlp' bfloat16[4, 16] (rule replicated)");
+  EXPECT_EQ(diff({kEmbed, kNorm, half}, column, {kEmbed, kNorm, kMlp}, {}),
+            "tensor 2 differs in shape: trainer rank 1 has 'layers.1.mlp' bfloat16[2, 16], engine rank 1 has "
+            "'layers.1.mlp' bfloat16[4, 16]");
+  EXPECT_EQ(diff({kEmbed, kNorm, kMlp}, column, {kEmbed, kNorm, kMlp}, {}), "");
+  EXPECT_EQ(diff({kEmbed}, {ShardRule::kVocab}, {kEmbed, kNorm}, {ShardRule::kVocab, ShardRule::kReplicated}),
+            "trainer rank 1 has 1 tensor, engine rank 1 has 2: the first one more is tensor 1 'layers.0.norm' "
+            "float32[4] (rule replicated) of engine rank 1");
+}
+
 Join joined(Role role, const std::vector<TensorSpec>& specs) {
   Join j;
   j.role = role;
@@ -66,8 +106,10 @@ Join joined(Role role, const std::vector<TensorSpec>& specs) {
 }
 
 // Catches: the coordinator's digest mismatch without the first differing
-// tensor when the trainer sent its specs, and without the settings to
-// compare when it did not.
+// tensor when the trainer sent its specs, without each side's rule when
+// both sent rules (mutation: why_digests_differ passing no rules to
+// first_spec_difference, so the "(rule row)" needle is missing), and
+// without the settings to compare when the trainer sent no specs.
 TEST(PlanTopology, DigestMismatchNamesTheFirstDifferingTensor) {
   TensorSpec half_norm = kNorm;
   half_norm.dtype = DType::kBFloat16;
@@ -83,6 +125,16 @@ TEST(PlanTopology, DigestMismatchNamesTheFirstDifferingTensor) {
                          "has 'layers.0.norm' float32[4]"),
             std::string::npos)
       << message;
+  // With both sides' rules, the tensor is shown with each side's rule.
+  trainer.rules = {ShardRule::kVocab, ShardRule::kRow};
+  Join ruled_engine = engine;
+  ruled_engine.rules = {ShardRule::kVocab, ShardRule::kReplicated};
+  const std::string ruled = plan_topology({trainer}, {ruled_engine}, 1, false).status().message();
+  EXPECT_NE(ruled.find("tensor 1 differs in dtype and rule: trainer rank 0 has 'layers.0.norm' bfloat16[4] (rule row), "
+                       "engine rank 0 has 'layers.0.norm' float32[4] (rule replicated)"),
+            std::string::npos)
+      << ruled;
+  trainer.rules.clear();
   trainer.specs.clear();  // a trainer that sent only its digest
   const std::string without = plan_topology({trainer}, {engine}, 1, false).status().message();
   EXPECT_NE(without.find("compare the --model, --layers and --rule of trainer rank 0 and engine rank 0"),

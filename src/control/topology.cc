@@ -57,15 +57,16 @@ Status check_agreement(const std::vector<Join>& trainers, const std::vector<Join
 }
 
 // Why trainer `t` and engine `e` computed different plans of e's stream:
-// the first tensor that differs (spec_diff.h) when t sent its specs; else,
-// or when the specs agree, the settings to compare.
+// the first tensor that differs (spec_diff.h) when t sent its specs, with
+// each side's shard rule when both sent rules; else, or when the specs
+// agree, the settings to compare.
 std::string why_digests_differ(const Join& t, const Join& e) {
   const std::string tn = rank_name(Role::kTrainer, t.rank), en = rank_name(Role::kEngine, e.rank);
   if (t.specs.empty()) {
     return "the two sides disagree on the tensor specs; compare the --model, --layers and --rule of " + tn +
            " and " + en;
   }
-  const std::string diff = first_spec_difference({tn, &t.specs}, {en, &e.specs});
+  const std::string diff = first_spec_difference({tn, &t.specs, &t.rules}, {en, &e.specs, &e.rules});
   if (!diff.empty()) return diff;
   return "the tensor specs agree, so the two refit builds plan differently; run the same refit build everywhere";
 }

@@ -3,11 +3,21 @@
 // reverted).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "refit/coordinator.h"
+#include "refit/engine_rank.h"
+#include "refit/model.h"
 #include "refit/reference_engine.h"
+#include "refit/trainer_rank.h"
+#include "testing/status_matchers.h"
 
 namespace refit {
 namespace {
@@ -243,6 +253,183 @@ TEST(ReferenceEngine, OneCacheFlushPerCommit) {
   ASSERT_TRUE(engine.commit(2).ok());
   EXPECT_EQ(engine.stats().cache_flushes, 2u);
   EXPECT_EQ(engine.stats().begins, 3u);
+}
+
+
+// An Engine that forwards every call to a ReferenceEngine and records it:
+// "begin V", "apply SEQUENCE", "commit V", "abort V", and "flush" right
+// after the call during which the engine's cache-flush counter rose (once
+// per flush). The order rule 9 is about, read from outside the engine.
+class RecordingEngine : public Engine {
+ public:
+  explicit RecordingEngine(ReferenceEngine& engine) : engine_(engine) {}
+  Status begin(std::uint64_t version) override {
+    return Record("begin " + std::to_string(version), engine_.begin(version));
+  }
+  Status apply(const AlignedBatch& batch) override {
+    return Record("apply " + std::to_string(batch.sequence), engine_.apply(batch));
+  }
+  Status commit(std::uint64_t version) override {
+    return Record("commit " + std::to_string(version), engine_.commit(version));
+  }
+  void abort(std::uint64_t version, const Status& why) override {
+    engine_.abort(version, why);
+    (void)Record("abort " + std::to_string(version), Status::Ok());
+  }
+  std::uint64_t weight_version() const override { return engine_.weight_version(); }
+  bool weights_complete() const override { return engine_.weights_complete(); }
+  const std::vector<std::string>& calls() const { return calls_; }
+
+ private:
+  Status Record(std::string call, Status status) {
+    calls_.push_back(std::move(call));
+    for (; flushes_ < engine_.stats().cache_flushes; ++flushes_) calls_.push_back("flush");
+    return status;
+  }
+  ReferenceEngine& engine_;
+  std::uint64_t flushes_ = 0;
+  std::vector<std::string> calls_;
+};
+
+// Rule 9, in order: the one flush of a refit comes with its commit, after
+// its last aligned batch; begin, apply, abort and a refused commit flush
+// nothing.
+// Catches: the flush counted before commit()'s checks (a refused commit(2)
+// after the abort would flush: `++stats_.cache_flushes` moved to the top of
+// ReferenceEngine::commit), or counted in begin() or apply().
+TEST(ReferenceEngine, TheFlushComesWithTheCommitAfterTheLastBatchAndNeverWithoutOne) {
+  Fixture f(2);
+  ReferenceEngine engine(f.streams, {0, 1});
+  RecordingEngine recorder(engine);
+  ASSERT_OK(recorder.begin(1));
+  for (std::size_t i = 0; i < 6; i += 2) ASSERT_OK(recorder.apply(f.batch(i, i + 2)));
+  ASSERT_OK(recorder.commit(1));
+  ASSERT_OK(recorder.begin(2));
+  ASSERT_OK(recorder.apply(f.batch(0, 3)));
+  recorder.abort(2, Aborted("trainer rank 0 died"));
+  EXPECT_FALSE(recorder.commit(2).ok());  // no refit open: refused, and no flush
+  ASSERT_OK(recorder.begin(2));
+  ASSERT_OK(recorder.apply(f.batch(0, 6)));
+  ASSERT_OK(recorder.commit(2));
+  const std::vector<std::string> expected = {"begin 1", "apply 0",  "apply 2",  "apply 4", "commit 1",
+                                             "flush",   "begin 2",  "apply 0",  "abort 2", "commit 2",
+                                             "begin 2", "apply 0",  "commit 2", "flush"};
+  EXPECT_EQ(recorder.calls(), expected);
+}
+
+// Rule 9 as a job drives it: a coordinator, a trainer rank and an engine
+// rank (EngineRank, over shm, 1 MiB buckets: several aligned batches), all
+// in this process, run 3 refits; the trainer fails refit 2 after its first
+// bucket (--debug-fail-refit 2), so refits 1 and 3 commit. The engine rank's
+// calls, recorded: each committed refit applies every aligned batch of the
+// job's schedule (the report's aligned_batches, sequences 0..n-1), then
+// commits and flushes once; refit 2 applies a part, is aborted and flushes
+// nothing.
+// Catches: an engine rank that commits a failed refit instead of aborting
+// it (engine_rank.cc next(): `engine_->abort(version, status)` replaced by
+// `(void)engine_->commit(version)`: refit 2 flushes), and one that stops
+// taking batches before the aligner's last (after 10 of 54: no refit
+// commits, each is aborted after "apply 9").
+TEST(ReferenceEngine, AJobFlushesOncePerCommittedRefitAfterItsLastBatchAndNeverForAFailedOne) {
+  ASSERT_OK_AND_ASSIGN(Model model, make_model("tiny", -1));
+  const std::vector<std::vector<TensorSpec>> streams = {engine_stream(model, 0, 1)};
+  ReferenceEngine engine(streams, {0});
+  RecordingEngine recorder(engine);
+  constexpr std::uint64_t kBucket = 1 << 20;
+
+  CoordinatorOptions coordinator_options;
+  coordinator_options.refits = 3;
+  coordinator_options.seed = 7;
+  coordinator_options.setup_timeout_s = 30;
+  coordinator_options.refit_timeout_s = 30;
+  coordinator_options.log_joins = false;
+  std::promise<int> listening;
+  JobReport report;
+  std::thread coordinator([&] {
+    bool told = false;
+    report = run_coordinator(coordinator_options, [&](int port) {
+      told = true;
+      listening.set_value(port);
+    });
+    if (!told) listening.set_value(-1);
+  });
+  const int port = listening.get_future().get();
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+
+  RankOptions trainer_options;
+  trainer_options.coordinator = address;
+  trainer_options.bucket_size = kBucket;
+  trainer_options.setup_timeout_s = 30;
+  trainer_options.refit_timeout_s = 30;
+  trainer_options.debug_fail_refit = 2;
+  Status trainer_status;
+  std::thread trainer([&] {
+    if (port < 0) return;
+    trainer_status = [&]() -> Status {
+      ASSIGN_OR_RETURN(auto source, make_rank_source(trainer_options));
+      ASSIGN_OR_RETURN(auto rank, TrainerRank::Join(trainer_options, std::move(source)));
+      return rank->serve();
+    }();
+  });
+
+  EngineOptions engine_options;
+  engine_options.coordinator = address;
+  engine_options.bucket_size = kBucket;
+  engine_options.setup_timeout_s = 30;
+  engine_options.refit_timeout_s = 30;
+  EngineBinding binding;
+  binding.stream = streams[0];
+  binding.engine = &recorder;
+  std::vector<std::uint64_t> committed;
+  int failed = 0;
+  const Status engine_status = port < 0 ? Internal("the coordinator did not listen") : [&]() -> Status {
+    ASSIGN_OR_RETURN(auto rank, EngineRank::Join(engine_options, binding));
+    for (;;) {
+      auto next = rank->next();
+      if (!next.ok() && rank->recovered()) {
+        ++failed;
+        continue;
+      }
+      if (!next.ok()) return next.status();
+      if (!*next) return Status::Ok();
+      committed.push_back(**next);
+    }
+  }();
+  trainer.join();
+  coordinator.join();
+
+  ASSERT_OK(engine_status);
+  EXPECT_OK(trainer_status);
+  EXPECT_EQ(committed, (std::vector<std::uint64_t>{1, 3}));
+  EXPECT_EQ(failed, 1);
+  EXPECT_EQ(report.committed_version, 3u) << report.json;
+  const auto json = nlohmann::json::parse(report.json, nullptr, false);
+  ASSERT_TRUE(json.is_object()) << report.json;
+  const std::uint64_t batches = json.value("aligned_batches", std::uint64_t{0});
+  ASSERT_GE(batches, 2u) << "one aligned batch cannot show the flush after the last one\n" << report.json;
+
+  const std::vector<std::string>& calls = recorder.calls();
+  const auto begin2 = std::find(calls.begin(), calls.end(), "begin 2");
+  ASSERT_NE(begin2, calls.end());
+  std::uint64_t partial = 0;  // refit 2's batches applied before its abort
+  for (auto it = begin2 + 1; it != calls.end() && *it == "apply " + std::to_string(partial); ++it) ++partial;
+  EXPECT_LT(partial, batches);
+  std::vector<std::string> expected;
+  const auto refit = [&](std::uint64_t version, std::uint64_t applied, bool commits) {
+    expected.push_back("begin " + std::to_string(version));
+    for (std::uint64_t b = 0; b < applied; ++b) expected.push_back("apply " + std::to_string(b));
+    if (commits) {
+      expected.push_back("commit " + std::to_string(version));
+      expected.push_back("flush");
+    } else {
+      expected.push_back("abort " + std::to_string(version));
+    }
+  };
+  refit(1, batches, true);
+  refit(2, partial, false);
+  refit(3, batches, true);
+  EXPECT_EQ(calls, expected);
+  EXPECT_EQ(engine.stats().cache_flushes, 2u);
 }
 
 }  // namespace

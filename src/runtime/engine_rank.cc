@@ -33,7 +33,7 @@
 #include "transport/transport.h"
 #include "runtime/data_links.h"
 #include "runtime/model_choice.h"
-#include "runtime/refit_tally.h"
+#include "core/refit_tally.h"
 #include "runtime/setup_failure.h"
 #include "runtime/weight_verify.h"
 
@@ -141,6 +141,10 @@ class EngineRank::Impl {
                              std::to_string(options_.engine_ranks) + ")");
     }
     if (binding_.engine == nullptr) return InvalidArgument("no engine to apply the weights to");
+    if (!binding_.rules.empty() && binding_.rules.size() != binding_.stream.size()) {
+      return InvalidArgument(std::to_string(binding_.rules.size()) + " shard rules for a stream of " +
+                             std::to_string(binding_.stream.size()) + " tensors");
+    }
     engine_ = binding_.engine;
     direct_ = options_.mode == "direct";
     on_device_ = binding_.memory == MemoryKind::kCuda;
@@ -204,6 +208,7 @@ class EngineRank::Impl {
       join.supported_dtypes = options_.supported_dtypes;
     }
     join.specs = binding_.stream;
+    join.rules = binding_.rules;
     if (on_device_) {  // for the coordinator's check of ranks sharing a GPU
       if (auto uuid = cuda_device_uuid(device_); uuid.ok()) join.gpu = *uuid;
     }
@@ -524,6 +529,7 @@ Status make_local_engine(const EngineOptions& options, LocalEngine& local) {
 EngineBinding bind_local_engine(const EngineOptions& options, const LocalEngine& local) {
   EngineBinding binding;
   binding.stream = local.streams[static_cast<std::size_t>(options.rank)];
+  for (const Weight& w : local.choice.model.weights) binding.rules.push_back(w.rule);  // stream order
   binding.expected_streams = local.streams;
   binding.engine = local.engine.get();
   binding.arena = local.engine->arena(options.rank);

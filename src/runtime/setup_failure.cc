@@ -20,4 +20,8 @@ void report_setup_failure(const RankOptions& options, Role role, const Status& e
                                     Deadline::AfterSeconds(seconds));
 }
 
+void report_rank_setup_failure(const RankOptions& options, bool engine, const Status& error) {
+  report_setup_failure(options, engine ? Role::kEngine : Role::kTrainer, error);
+}
+
 }  // namespace refit

@@ -31,4 +31,8 @@ enum class SetupStage {
 // coordinator address.
 void report_setup_failure(const RankOptions& options, Role role, const Status& error);
 
+// report_rank_setup_failure (refit/roles.h), the public form of this one
+// (the role as validate_rank_settings takes it), is defined in
+// setup_failure.cc.
+
 }  // namespace refit

@@ -28,7 +28,7 @@
 #include "model/shard_copy.h"
 #include "transport/transport.h"
 #include "runtime/model_choice.h"
-#include "runtime/refit_tally.h"
+#include "core/refit_tally.h"
 #include "runtime/setup_failure.h"
 #include "refit/format.h"
 #include "refit/log.h"
@@ -148,6 +148,8 @@ class TrainerRank::Impl : public BucketProtocol {
     join.engine_rank = static_cast<std::uint64_t>(engine_rank_);
     join.plan_digest = plan_.digest_hex();
     join.specs = plan_.specs;  // so that a digest mismatch names the first differing tensor
+    // ... and the shard rule that cut each (engine_stream: one spec per weight, model order).
+    for (const Weight& w : model.weights) join.rules.push_back(w.rule);
     for (const TensorSpec& s : plan_.specs) join.stream_dtypes.emplace(std::string(dtype_name(s.dtype)), s.name);
     // Which physical GPU this rank uses (the coordinator warns where two
     // ranks share one); a rank that cannot tell just says nothing.

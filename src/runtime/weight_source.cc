@@ -48,6 +48,12 @@ class SyntheticSource : public WeightSource {
   const std::byte* data(std::size_t i) const override {
     return const_cast<SyntheticSource*>(this)->arena() + offsets_[i];
   }
+  // The host arena is allocated once and filled in place by prepare(): its
+  // range never moves, so a trainer feeding GPU engines can register it.
+  std::vector<std::pair<const std::byte*, std::uint64_t>> stable_host_ranges() const override {
+    if (memory_ == MemoryKind::kCuda || host_arena_.empty()) return {};
+    return {{host_arena_.data(), host_arena_.size()}};
+  }
 
  private:
   std::byte* arena() { return memory_ == MemoryKind::kCuda ? device_arena_.data() : host_arena_.data(); }

@@ -2,6 +2,7 @@
 // Prints the JSON report on stdout (or writes it to --report) and fails when
 // the report holds an error.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -20,6 +21,7 @@ struct CoordinatorFlags {
   CoordinatorOptions options;
   std::string secret_file;
   std::string port_file;    // "": say the port on stderr
+  CLI::Option* progress = nullptr;  // --progress/--no-progress
 };
 
 // Writes `port` to `path` atomically (a reader never sees a partial file);
@@ -38,6 +40,9 @@ void write_port_file(const std::string& path, int port) {
 
 Status run_coordinator_command(CoordinatorFlags& f) {
   ASSIGN_OR_RETURN(f.options.secret, resolve_secret(f.secret_file));
+  // Neither --progress nor --no-progress: draw when a person watches
+  // stderr (a terminal), not into a pipe or a file.
+  if (f.progress->count() == 0) f.options.progress = ::isatty(STDERR_FILENO) == 1;
   JobReport report = run_coordinator(f.options, [&](int port) {
     if (!f.port_file.empty()) {
       write_port_file(f.port_file, port);
@@ -69,7 +74,8 @@ void add_coordinator_command(CLI::App& app, CommandTable& table) {
                   "Write the JSON report to this file, at every commit decision and at the end (default: stdout, "
                   "at the end)");
   add_fault_hook_flag(*cmd, o.debug_fault);
-  cmd->add_flag("--progress", o.progress, "Draw a progress bar on stderr");
+  f->progress = cmd->add_flag("--progress,!--no-progress", o.progress,
+                              "Draw setup progress and a progress bar on stderr (default: when stderr is a terminal)");
   cmd->add_flag("!--quiet", o.log_joins, "Do not log each rank that joins");
   add_secret_file_flag(*cmd, f->secret_file);
   table.push_back({cmd, [f] { return run_coordinator_command(*f); }});

@@ -250,6 +250,11 @@ StatusOr<std::vector<std::string>> job_environment(const DemoOptions& o) {
   return environment_with("REFIT_SECRET", bytes);
 }
 
+// Where the trainers' weights live: --trainer-device, or --device.
+const std::string& trainer_device(const DemoOptions& o) {
+  return o.trainer_device.empty() ? o.device : o.trainer_device;
+}
+
 // Settings that no process could run with: refused before any starts.
 Status check_settings(const DemoOptions& o, int trainers) {
   RankOptions settings;
@@ -257,6 +262,13 @@ Status check_settings(const DemoOptions& o, int trainers) {
   settings.device = o.device;
   settings.mode = o.mode;
   RETURN_IF_ERROR(validate_rank_settings(settings, /*engine=*/true));
+  if (trainer_device(o) == "cuda" && o.device == "cpu") {
+    return InvalidArgument(
+        "--trainer-device cuda with --device cpu: trainers' device weights cannot feed engines that keep host "
+        "memory (give --device cuda, or leave --trainer-device out)");
+  }
+  settings.device = trainer_device(o);
+  RETURN_IF_ERROR(validate_rank_settings(settings, /*engine=*/false));
   return validate_rank_counts(trainers, o.engine_ranks);
 }
 
@@ -322,7 +334,7 @@ std::string flag_value(std::uint64_t value, std::uint64_t auto_value) {
 void start_ranks(const DemoOptions& o, int trainers, const std::string& port, DemoJob& job) {
   std::vector<std::string> rank_common = {"--coordinator", "127.0.0.1:" + port, "--model", o.model,
                                           "--layers", std::to_string(o.layers), "--transport", o.transport,
-                                          "--device", o.device, "--mode", o.mode,
+                                          "--mode", o.mode,
                                           "--bucket-size", flag_value(o.bucket_size, kAutoBucketSize)};
   rank_common.insert(rank_common.end(), job.common.begin(), job.common.end());
   for (int e = 0; e < o.engine_ranks; ++e) {
@@ -333,14 +345,23 @@ void start_ranks(const DemoOptions& o, int trainers, const std::string& port, De
                                      "--pool-slots",
                                      flag_value(static_cast<std::uint64_t>(o.pool_slots), kAutoPoolSlots),
                                      "--memory-limit",
-                                     std::to_string(o.memory_limit)};
+                                     std::to_string(o.memory_limit),
+                                     "--device",
+                                     o.device};
     args.insert(args.end(), rank_common.begin(), rank_common.end());
     if (o.poison_recycled) args.push_back("--poison-recycled");
     args.insert(args.end(), o.debug_engine_flags.begin(), o.debug_engine_flags.end());
     job.children.push_back(start_child("engine rank " + std::to_string(e), args, {}, job.env));
   }
   for (int t = 0; t < trainers; ++t) {
-    std::vector<std::string> args = {job.self, "trainer", "--rank", std::to_string(t)};
+    std::vector<std::string> args = {job.self,
+                                     "trainer",
+                                     "--rank",
+                                     std::to_string(t),
+                                     "--device",
+                                     trainer_device(o),
+                                     "--register-host-weights",
+                                     o.register_host_weights ? "true" : "false"};
     args.insert(args.end(), rank_common.begin(), rank_common.end());
     job.children.push_back(start_child("trainer rank " + std::to_string(t), args, {}, job.env));
   }
@@ -568,6 +589,11 @@ void add_demo_flags(CLI::App& cmd, DemoOptions& o) {
   cmd.add_option("--seed", o.seed, "Seed of the synthetic weights")->capture_default_str();
   cmd.add_flag("--json", o.json, "Print a JSON report on stdout instead of the table");
   add_device_flag(cmd, o.device);
+  cmd.add_option("--trainer-device", o.trainer_device,
+                 "Where the trainers' weights live, if not where --device says: cpu with --device cuda feeds GPU "
+                 "engines from host memory (default: as --device)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  add_register_host_weights_flag(cmd, o.register_host_weights);
   add_mode_flag(cmd, o.mode);
   add_pool_slots_flag(cmd, o.pool_slots, "Receive pool slots per engine rank", kFewestPoolSlots);
   add_byte_size_option(cmd, "--memory-limit", o.memory_limit, "Receive pool memory limit per engine rank (0: none)");

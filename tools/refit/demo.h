@@ -25,6 +25,13 @@ struct DemoOptions {
   int trainer_ranks = 0;  // 0: as many as engine ranks
   std::string transport = RankOptions{}.transport;
   std::string device = RankOptions{}.device;  // cpu or cuda (trainer weights, pools, engine weights)
+  // Where the trainers' weights live when not where --device puts them:
+  // "cpu" with --device cuda is host weights feeding GPU engines (copied by
+  // the trainer's --gpu). "": as --device.
+  std::string trainer_device;
+  // Host trainer weights into GPU engines: registered with the GPU (its copy
+  // engines read them) or, false, packed through pinned buffers.
+  bool register_host_weights = RankOptions{}.register_host_weights;
   std::string mode = RankOptions{}.mode;      // staged or direct
   std::uint64_t bucket_size = RankOptions{}.bucket_size;
   int refits = 5;

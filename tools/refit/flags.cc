@@ -77,7 +77,39 @@ struct PoolSlots : CLI::Validator {
   }
 };
 
+// The one text `cmd` read for option `name`, as given (before its checks
+// ran or after they passed); "" when `cmd` has no such option, or it was
+// not given once.
+std::string given_text(const CLI::App& cmd, const std::string& name) {
+  const CLI::Option* option = cmd.get_option_no_throw(name);
+  if (option == nullptr || option->results().size() != 1) return "";
+  return option->results()[0];
+}
+
 }  // namespace
+
+void report_refused_command_line(const CLI::App& cmd, const std::string& error) {
+  const std::string command = cmd.get_name();
+  const bool engine = command == "engine" || command == "save";
+  if (!engine && command != "trainer" && command != "push") return;
+  RankOptions options;
+  options.coordinator = given_text(cmd, "--coordinator");
+  std::string rank = given_text(cmd, command == "push" ? "--first-rank" : "--rank");
+  if (rank.empty() && command == "push") rank = "0";  // push runs from trainer rank 0 by default
+  const auto [end, ec] = std::from_chars(rank.data(), rank.data() + rank.size(), options.rank);
+  if (options.coordinator.empty() || rank.empty() || ec != std::errc() || end != rank.data() + rank.size() ||
+      options.rank < 0) {
+    return;
+  }
+  auto secret = resolve_secret(given_text(cmd, "--secret-file"));
+  if (!secret.ok()) return;  // the coordinator would refuse it unauthenticated
+  options.secret = secret->bytes();
+  // The coordinator is normally listening already: a second is plenty, and
+  // a mistyped command line never waits long for a coordinator that is not.
+  options.setup_timeout_s = 1;
+  report_rank_setup_failure(options, engine,
+                            InvalidArgument("refit " + command + " refused its command line: " + error));
+}
 
 std::string byte_size_text(std::uint64_t bytes) {
   static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
@@ -191,6 +223,14 @@ CLI::Option* add_transport_flag(CLI::App& cmd, std::string& transport) {
 CLI::Option* add_device_flag(CLI::App& cmd, std::string& device) {
   return cmd.add_option("--device", device, "Where weights and buffers live: cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+}
+
+CLI::Option* add_register_host_weights_flag(CLI::App& cmd, bool& register_host_weights) {
+  return cmd
+      .add_option("--register-host-weights", register_host_weights,
+                  "GPU engines fed from host weights: register the weights with the GPU so its copy engines read "
+                  "them directly (false: pack through pinned buffers)")
       ->capture_default_str();
 }
 

@@ -19,6 +19,13 @@
 
 namespace refit::cli {
 
+// A rank command (`refit trainer|engine|save|push`) whose command line
+// `cmd` refused with `error` (exit 2): when --coordinator and --rank (push:
+// --first-rank, 0 when not given) were read, its coordinator hears why
+// (report_rank_setup_failure, with the --secret-file or REFIT_SECRET given),
+// within a second; other commands, or a rank that cannot be read, nothing.
+void report_refused_command_line(const CLI::App& cmd, const std::string& error);
+
 // "4MiB" for 4 << 20, "1GiB", "512KiB", "4097": the shortest text that
 // parse_byte_size reads back as exactly `bytes` (what --help shows).
 std::string byte_size_text(std::uint64_t bytes);
@@ -77,6 +84,10 @@ void add_rank_count_flags(CLI::App& cmd, int& trainer_ranks, const std::string& 
 CLI::Option* add_transport_flag(CLI::App& cmd, std::string& transport);
 // --device: cpu or cuda.
 CLI::Option* add_device_flag(CLI::App& cmd, std::string& device);
+// --register-host-weights (trainer, push, demo, bench): host weights that
+// feed GPU engines are registered with the GPU, or packed through pinned
+// buffers (false).
+CLI::Option* add_register_host_weights_flag(CLI::App& cmd, bool& register_host_weights);
 // --mode: staged or direct.
 CLI::Option* add_mode_flag(CLI::App& cmd, std::string& mode);
 

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "command.h"
+#include "flags.h"
 
 int main(int argc, char** argv) {
   using namespace refit::cli;
@@ -33,6 +34,11 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);  // prints the usage error
+    // A rank refused here would leave the rest of its job waiting out the
+    // setup timeout for it: its coordinator hears why first (flags.h).
+    for (const Command& command : commands) {
+      if (*command.app) report_refused_command_line(*command.app, e.what());
+    }
     return 2;
   }
   for (const Command& command : commands) {

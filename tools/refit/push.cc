@@ -18,7 +18,10 @@
 #include <vector>
 
 #include "command.h"
+#include "demo_errors.h"
 #include "flags.h"
+#include "refit/format.h"
+#include "refit/plan.h"
 #include "refit/roles.h"
 #include "refit/trainer_rank.h"
 #include "refit/transports.h"
@@ -35,32 +38,52 @@ struct PushOptions {
   std::string secret_file;
 };
 
-// The transports a push can send its checkpoint over: the checkpoint is
-// mapped into host memory, so those whose trainer side takes host weights
-// (validate_rank_settings), into host or GPU engines alike.
-std::vector<std::string> push_transports(const RankOptions& o) {
+// Those of transport_names() whose side `engine` (or the trainer's) takes
+// settings `o` with `device` (validate_rank_settings is the judge).
+std::vector<std::string> transports_taking(const RankOptions& o, bool engine, const std::string& device) {
   std::vector<std::string> names;
   for (const std::string& name : transport_names()) {
     RankOptions trial = o;
     trial.transport = name;
+    trial.device = device;
     trial.trainer_ranks = trial.engine_ranks;  // the rank counts are another check's
     trial.mode = "staged";                     // and so is the mode
-    if (validate_rank_settings(trial, /*engine=*/false).ok()) names.push_back(name);
+    if (validate_rank_settings(trial, engine).ok()) names.push_back(name);
   }
   return names;
 }
 
+// Those of `names` that are also in `of`.
+std::vector<std::string> only(const std::vector<std::string>& names, const std::vector<std::string>& of) {
+  std::vector<std::string> out;
+  for (const std::string& n : names) {
+    if (std::find(of.begin(), of.end(), n) != of.end()) out.push_back(n);
+  }
+  return out;
+}
+
 // A transport that cannot send from host memory (nccl sends only from the
-// sender's GPU memory) is a usage error naming what push can use: push has
-// no --device of its own; the engines' --device decides where the weights
-// land.
+// sender's GPU memory) is a usage error naming what push can use, per kind
+// of engine: push has no --device of its own; the engines' --device decides
+// where the weights land, and each kind of engine takes only some of push's
+// transports (GPU engines those that reach device memory: not shm or tcp).
 void check_transport(const RankOptions& o) {
-  const std::vector<std::string> usable = push_transports(o);
+  // The checkpoint is mapped into host memory: the trainer side takes host weights.
+  const std::vector<std::string> usable = transports_taking(o, /*engine=*/false, "cpu");
   if (std::find(usable.begin(), usable.end(), o.transport) != usable.end()) return;
-  throw CLI::ValidationError("--transport", o.transport + " sends only from GPU memory, and refit push sends the "
-                                            "checkpoint from host memory; refit push sends over " +
-                                            join_names(usable) +
-                                            " (into host or GPU engines: the engines' --device decides)");
+  const std::vector<std::string> host = only(usable, transports_taking(o, /*engine=*/true, "cpu"));
+  // GPU engines can be asked only where this process sees a CUDA device:
+  // with none, every cuda engine refuses before its transport is looked at.
+  const std::vector<std::string> gpu = only(usable, transports_taking(o, /*engine=*/true, "cuda"));
+  throw CLI::ValidationError(
+      "--transport", o.transport + " sends only from GPU memory, and refit push sends the checkpoint from host "
+                                   "memory; refit push sends over " +
+                         join_names(usable) + ", as the engines' --device allows: into host engines (cpu) over " +
+                         (host.empty() ? std::string("none of them") : join_names(host)) +
+                         "; into GPU engines (cuda) over " +
+                         (gpu.empty() ? std::string("those of them that reach device memory (no CUDA device here to "
+                                                    "ask which)")
+                                      : join_names(gpu)));
 }
 
 // The number of ranks this process runs; a usage error (exit 2) when they do
@@ -90,14 +113,31 @@ void check_ranks(PushOptions& o) {
   }
 }
 
-// One trainer rank's whole part in the job; its committed version in `version`.
-Status push_one_rank(const PushOptions& options, RankOptions o, std::uint64_t& version) {
+// What one trainer rank of the push did: its committed version, and the
+// bytes it sent in its last committed refit.
+struct RankOutcome {
+  std::uint64_t version = 0;
+  std::uint64_t bytes = 0;
+};
+
+std::string trainer_rank_name(int rank) { return "trainer rank " + std::to_string(rank); }
+
+// One trainer rank's whole part in the job; what it did in `outcome`.
+Status push_one_rank(const PushOptions& options, RankOptions o, RankOutcome& outcome) {
   auto source = make_rank_source(o);
-  if (!source.ok()) return source.status().WithContext("trainer rank " + std::to_string(o.rank));
+  if (!source.ok()) {
+    // The coordinator and the engines hear why now, not at the setup deadline.
+    report_rank_setup_failure(o, /*engine=*/false, source.status());
+    return source.status().WithContext(trainer_rank_name(o.rank));
+  }
   ASSIGN_OR_RETURN(auto rank, TrainerRank::Join(o, std::move(*source)));
+  auto done = [&] {
+    outcome.version = rank->committed_version();
+    if (auto last = rank->last_refit()) outcome.bytes = last->bytes;
+  };
   if (!rank->on_demand()) {
     RETURN_IF_ERROR(rank->serve());
-    version = rank->committed_version();
+    done();
     return Status::Ok();
   }
   for (int k = 0; k < std::max(options.repeat, 1); ++k) {
@@ -109,25 +149,32 @@ Status push_one_rank(const PushOptions& options, RankOptions o, std::uint64_t& v
       return refit;
     }
   }
-  version = rank->committed_version();
+  done();
   return rank->finish();
 }
 
-// The cause among the ranks' failures: the first that is not an abort (a
-// rank aborted because another failed), else the first. The others are
-// printed as notes before it.
-Status first_cause(const std::vector<Status>& results) {
-  const Status* cause = nullptr;
-  for (const Status& s : results) {
-    if (!s.ok() && (cause == nullptr || (cause->code() == StatusCode::kAborted && s.code() != StatusCode::kAborted))) {
-      cause = &s;
+// The cause among the ranks' failures (results[i]: trainer rank first_rank
+// + i): the first that is not an abort (a rank aborted because another
+// failed), else the first. The others are printed as notes before it,
+// except those that repeat it (demo_errors.h: repeats_cause, the demo's
+// rule), as every rank's failure to open the same checkpoint would.
+Status first_cause(const std::vector<Status>& results, int first_rank) {
+  std::size_t cause = results.size();
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const Status& s = results[i];
+    if (!s.ok() && (cause == results.size() ||
+                    (results[cause].code() == StatusCode::kAborted && s.code() != StatusCode::kAborted))) {
+      cause = i;
     }
   }
-  if (cause == nullptr) return Status::Ok();
-  for (const Status& s : results) {
-    if (!s.ok() && &s != cause) std::fprintf(stderr, "refit push: another rank failed: %s\n", s.ToString().c_str());
+  if (cause == results.size()) return Status::Ok();
+  auto name = [&](std::size_t i) { return trainer_rank_name(first_rank + static_cast<int>(i)); };
+  const Cause said{results[cause].ToString(), name(cause)};
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (results[i].ok() || i == cause || repeats_cause(results[i].ToString(), name(i), said)) continue;
+    std::fprintf(stderr, "refit push: another rank failed: %s\n", results[i].ToString().c_str());
   }
-  return *cause;
+  return results[cause];
 }
 
 Status run_push(PushOptions& options) {
@@ -136,20 +183,25 @@ Status run_push(PushOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   const auto count = static_cast<std::size_t>(options.ranks);
   std::vector<Status> results(count);
-  std::vector<std::uint64_t> versions(count, 0);
+  std::vector<RankOutcome> outcomes(count);
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < count; ++i) {
     threads.emplace_back([&, i] {
       RankOptions o = options.rank;
       o.rank = options.first_rank + static_cast<int>(i);
-      results[i] = push_one_rank(options, o, versions[i]);  // each thread writes its own slot
+      results[i] = push_one_rank(options, o, outcomes[i]);  // each thread writes its own slot
     });
   }
   for (auto& t : threads) t.join();
-  RETURN_IF_ERROR(first_cause(results));
+  RETURN_IF_ERROR(first_cause(results, options.first_rank));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  std::fprintf(stderr, "refit push: %s committed as version %llu by %zu trainer rank(s) in %.2f s\n",
-               options.rank.model.c_str(), static_cast<unsigned long long>(versions[0]), count, seconds);
+  std::uint64_t bytes = 0;
+  for (const RankOutcome& r : outcomes) bytes += r.bytes;
+  // "refit push: ckpt committed as version 1 by 2 trainer ranks (53.77 MiB sent per refit) in 0.41 s"
+  std::fprintf(stderr, "refit push: %s committed as version %llu by %s (%s sent per refit) in %s\n",
+               options.rank.model.c_str(), static_cast<unsigned long long>(outcomes[0].version),
+               format_count(count, "trainer rank").c_str(), format_bytes(bytes).c_str(),
+               format_seconds(seconds).c_str());
   return Status::Ok();
 }
 

@@ -59,6 +59,7 @@ void add_trainer_command(CLI::App& app, CommandTable& table) {
   cmd->add_option("--gpu", f->options.gpu, "Local CUDA device of this trainer rank (inside CUDA_VISIBLE_DEVICES)")
       ->check(WholeInt(0, "a device index", "device indices"))
       ->capture_default_str();
+  add_register_host_weights_flag(*cmd, f->options.register_host_weights);
   table.push_back({cmd, [f] { return run_trainer_command(*f); }});
 }
 

@@ -1,9 +1,11 @@
-// What a rank did over a job, for the one line it logs when the job ends
+// What a role did over a job, for the one line it logs when the job ends
 // well (issue 17: "a one-line summary from each role on success"):
 //   engine rank 0: 3 refits (versions 1..3) committed and verified, 53.77 MiB
 //   received each (161.3 MiB in all), 0.41 s from setup to the last commit
+// The ranks (runtime/) and the coordinator (control/) keep one each, so it
+// lives in core/ and needs only public headers.
 //
-// Thread safety: none; the rank's thread.
+// Thread safety: none; its owner's thread.
 #pragma once
 
 #include <chrono>

@@ -1,0 +1,226 @@
+// quantize_fp8_block_device: quant/fp8_block.h's format on the GPU.
+//
+// Layout of the work: one CUDA block of 32 x 8 threads per 128 x 128 block
+// of one matrix of the box (grid x: column blocks, y: row blocks, z:
+// matrices, each grid-striding past CUDA's limits). Thread (tx, ty) holds
+// columns tx + 32 j (j < 4) of rows ty + 8 i (i < 16) of the block in
+// registers: 64 values, read once. A warp's 32 lanes read 32 consecutive
+// elements of one row. The block's amax is reduced across the warp with
+// shuffles, then across the 8 warps in shared memory; thread 0 computes and
+// stores s; every thread then divides and converts its values.
+//
+// Bit exactness with the CPU reference (src/quant/fp8_block.cc):
+//   - amax is a maximum of exact magnitudes, so the reduction order does not
+//     matter;
+//   - s and the quotients use __fdiv_rn (IEEE division, nearest even),
+//     whatever -prec-div says;
+//   - the conversion is __nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3),
+//     on sm_89+ one cvt.rn.satfinite.e4m3x2.f32: nearest even, saturating
+//     to +-448, sign of zero kept (checked against e4m3_from_float for every
+//     fp32 by the gpu test); NaN would give 0x7F, but a NaN is reported and
+//     the outputs are then not to be used.
+#include "cuda/fp8_block.h"
+
+#include <algorithm>
+#include <string>
+
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_check.h"
+
+namespace refit {
+namespace {
+
+constexpr int kTileX = 32;
+constexpr int kTileY = 8;
+constexpr int kThreads = kTileX * kTileY;
+constexpr int kColsPerThread = static_cast<int>(kFp8BlockSize) / kTileX;  // 4
+constexpr int kRowsPerThread = static_cast<int>(kFp8BlockSize) / kTileY;  // 16
+static_assert(kColsPerThread * kTileX == kFp8BlockSize && kRowsPerThread * kTileY == kFp8BlockSize);
+
+struct QuantizeArgs {
+  const std::byte* data;        // the source's element [0, 0, 0]
+  std::int64_t row_stride;      // elements
+  std::int64_t matrix_stride;   // elements
+  std::int64_t matrix_begin, row_begin, col_begin;  // the box in the source
+  std::int64_t matrices, rows, cols;                // the box's sizes
+  std::int64_t block_rows, block_cols;              // ceil(rows / 128), ceil(cols / 128)
+  std::uint8_t* weight;
+  float* scale;
+  unsigned long long* report;
+};
+
+__device__ __forceinline__ std::uint8_t e4m3_rn_satfinite(float x) {
+  return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+
+template <bool kBf16>
+__device__ __forceinline__ float load_element(const std::byte* data, std::int64_t i) {
+  if constexpr (kBf16) {
+    const unsigned short bits = reinterpret_cast<const unsigned short*>(data)[i];
+    return __uint_as_float(static_cast<unsigned>(bits) << 16);
+  } else {
+    return reinterpret_cast<const float*>(data)[i];
+  }
+}
+
+template <bool kBf16>
+__global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeArgs a) {
+  __shared__ float warp_amax[kTileY];
+  __shared__ float block_scale;
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  for (std::int64_t m = blockIdx.z; m < a.matrices; m += gridDim.z) {
+    for (std::int64_t bi = blockIdx.y; bi < a.block_rows; bi += gridDim.y) {
+      for (std::int64_t bj = blockIdx.x; bj < a.block_cols; bj += gridDim.x) {
+        const std::int64_t r0 = bi * kFp8BlockSize, c0 = bj * kFp8BlockSize;
+        const std::int64_t h = min(kFp8BlockSize, a.rows - r0), w = min(kFp8BlockSize, a.cols - c0);
+        // Element (r, c) of this block: source index base + r * row_stride + c;
+        // box C-order index out + r * cols + c.
+        const std::int64_t base = (a.matrix_begin + m) * a.matrix_stride + (a.row_begin + r0) * a.row_stride +
+                                  a.col_begin + c0;
+        const std::int64_t out = (m * a.rows + r0) * a.cols + c0;
+        float v[kRowsPerThread][kColsPerThread];
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kRowsPerThread; ++i) {
+          const int r = ty + kTileY * i;
+#pragma unroll
+          for (int j = 0; j < kColsPerThread; ++j) {
+            const int c = tx + kTileX * j;
+            v[i][j] = 0.0f;
+            if (r < h && c < w) {
+              const float x = load_element<kBf16>(a.data, base + r * a.row_stride + c);
+              const unsigned bits = __float_as_uint(x);
+              if ((bits & 0x7F800000u) == 0x7F800000u) {
+                const unsigned long long kind = (bits & 0x7FFFFFu) != 0 ? 0 : (bits >> 31) ? 2 : 1;
+                const auto at = static_cast<unsigned long long>(out + static_cast<std::int64_t>(r) * a.cols + c);
+                atomicMin(a.report, (at << 2) | kind);
+              }
+              amax = fmaxf(amax, fabsf(x));
+              v[i][j] = x;
+            }
+          }
+        }
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) {
+          amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
+        }
+        if (tx == 0) warp_amax[ty] = amax;
+        __syncthreads();
+        if (tx == 0 && ty == 0) {
+          float block_amax = warp_amax[0];
+          for (int k = 1; k < kTileY; ++k) block_amax = fmaxf(block_amax, warp_amax[k]);
+          const float s = __fdiv_rn(fmaxf(block_amax, kFp8ScaleFloor), kFp8E4M3Max);
+          block_scale = s;
+          a.scale[(m * a.block_rows + bi) * a.block_cols + bj] = s;
+        }
+        __syncthreads();
+        const float s = block_scale;
+#pragma unroll
+        for (int i = 0; i < kRowsPerThread; ++i) {
+          const int r = ty + kTileY * i;
+#pragma unroll
+          for (int j = 0; j < kColsPerThread; ++j) {
+            const int c = tx + kTileX * j;
+            if (r < h && c < w) {
+              a.weight[out + static_cast<std::int64_t>(r) * a.cols + c] = e4m3_rn_satfinite(__fdiv_rn(v[i][j], s));
+            }
+          }
+        }
+        __syncthreads();  // warp_amax and block_scale are reused by the next block
+      }
+    }
+  }
+}
+
+__global__ void e4m3_bits_kernel(std::uint32_t first, std::uint64_t count, std::uint8_t* dst) {
+  const std::uint64_t threads = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = static_cast<std::uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += threads) {
+    dst[i] = e4m3_rn_satfinite(__uint_as_float(first + static_cast<std::uint32_t>(i)));
+  }
+}
+
+// The device to launch on: the stream's, or the pointer's for the default stream.
+StatusOr<int> launch_device(void* stream, const void* p, const std::string& what) {
+  int device = -1;
+  if (stream != nullptr) {
+    RETURN_IF_ERROR(cuda_check(cudaStreamGetDevice(static_cast<cudaStream_t>(stream), &device),
+                               what + ": cudaStreamGetDevice"));
+    return device;
+  }
+  cudaPointerAttributes attr{};
+  RETURN_IF_ERROR(cuda_check(cudaPointerGetAttributes(&attr, p), what + ": cudaPointerGetAttributes"));
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {
+    return InvalidArgument(what + ": the pointer is not device memory (pass a stream to use mapped memory)");
+  }
+  return attr.device;
+}
+
+unsigned grid_dim(std::int64_t n, std::int64_t limit) {
+  return static_cast<unsigned>(std::clamp<std::int64_t>(n, 1, limit));
+}
+
+}  // namespace
+
+Status quantize_fp8_block_device(const Fp8Source& source, const Fp8Box& box, const Fp8DeviceOutput& out,
+                                 void* stream) {
+  std::string what = "quantize_fp8_block_device";
+  RETURN_IF_ERROR(validate_fp8_box(source, box).WithContext(what));
+  if (box.elements() == 0) return Status::Ok();
+  if (out.weight == nullptr || out.scale == nullptr || out.report == nullptr) {
+    return InvalidArgument(what + ": null output (weight, scale and report are all required)");
+  }
+  if (reinterpret_cast<std::uintptr_t>(source.data) % dtype_size(source.dtype) != 0 ||
+      reinterpret_cast<std::uintptr_t>(out.scale) % alignof(float) != 0 ||
+      reinterpret_cast<std::uintptr_t>(out.report) % alignof(std::uint64_t) != 0) {
+    return InvalidArgument(what + ": misaligned source, scale or report pointer");
+  }
+  ASSIGN_OR_RETURN(const int device, launch_device(stream, source.data, what));
+  what += "(" + std::string(dtype_name(source.dtype)) + " box of " + std::to_string(box.matrices) + " x " +
+          std::to_string(box.rows) + " x " + std::to_string(box.cols) + ") on device " + std::to_string(device);
+  ScopedDevice scope(device);
+  RETURN_IF_ERROR(scope.status().WithContext(what));
+  const QuantizeArgs args{
+      .data = source.data,
+      .row_stride = source.row_stride,
+      .matrix_stride = source.matrix_stride,
+      .matrix_begin = box.matrix_begin,
+      .row_begin = box.row_begin,
+      .col_begin = box.col_begin,
+      .matrices = box.matrices,
+      .rows = box.rows,
+      .cols = box.cols,
+      .block_rows = fp8_blocks(box.rows),
+      .block_cols = fp8_blocks(box.cols),
+      .weight = out.weight,
+      .scale = out.scale,
+      .report = reinterpret_cast<unsigned long long*>(out.report),
+  };
+  static_assert(sizeof(unsigned long long) == sizeof(std::uint64_t));
+  const dim3 grid(grid_dim(args.block_cols, 0x7FFFFFFF), grid_dim(args.block_rows, 65535),
+                  grid_dim(args.matrices, 65535));
+  const dim3 threads(kTileX, kTileY);
+  auto* s = static_cast<cudaStream_t>(stream);
+  if (source.dtype == DType::kBFloat16) {
+    quantize_kernel<true><<<grid, threads, 0, s>>>(args);
+  } else {
+    quantize_kernel<false><<<grid, threads, 0, s>>>(args);
+  }
+  return cuda_check_launch(what);
+}
+
+Status e4m3_from_float_bits_device(std::uint32_t first_bits, std::uint64_t count, std::uint8_t* dst, void* stream) {
+  if (count == 0) return Status::Ok();
+  if (dst == nullptr) return InvalidArgument("e4m3_from_float_bits_device: null dst");
+  const std::string what = "e4m3_from_float_bits_device(" + std::to_string(count) + " values)";
+  ASSIGN_OR_RETURN(const int device, launch_device(stream, dst, what));
+  ScopedDevice scope(device);
+  RETURN_IF_ERROR(scope.status().WithContext(what));
+  constexpr int kBitsThreads = 256;
+  const auto blocks = static_cast<unsigned>(std::min<std::uint64_t>((count + kBitsThreads - 1) / kBitsThreads, 65536));
+  e4m3_bits_kernel<<<blocks, kBitsThreads, 0, static_cast<cudaStream_t>(stream)>>>(first_bits, count, dst);
+  return cuda_check_launch(what);
+}
+
+}  // namespace refit

@@ -1,0 +1,390 @@
+// GPU tests of cuda/fp8_block.h (label gpu): the kernel must produce the CPU
+// reference's bytes (quant/fp8_block.h defines the format) bit for bit, and
+// report NaN and Inf exactly as the CPU check names them.
+#include "cuda/fp8_block.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda/device.h"
+#include "cuda/gpu_test_util.h"
+#include "quant/fp8_block.h"
+
+namespace refit {
+namespace {
+
+// The device entry points, or (refit built without CUDA, where no stub
+// defines them) a failure the tests never reach: SetUp skips first.
+Status quantize_device(const Fp8Source& source, const Fp8Box& box, const Fp8DeviceOutput& out, void* stream) {
+#if REFIT_HAVE_CUDA
+  return quantize_fp8_block_device(source, box, out, stream);
+#else
+  (void)source, (void)box, (void)out, (void)stream;
+  return FailedPrecondition("quantize_fp8_block_device: refit was built without CUDA");
+#endif
+}
+
+Status e4m3_bits_device(std::uint32_t first, std::uint64_t count, std::uint8_t* dst, void* stream) {
+#if REFIT_HAVE_CUDA
+  return e4m3_from_float_bits_device(first, count, dst, stream);
+#else
+  (void)first, (void)count, (void)dst, (void)stream;
+  return FailedPrecondition("e4m3_from_float_bits_device: refit was built without CUDA");
+#endif
+}
+
+class Fp8BlockGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#if !REFIT_HAVE_CUDA
+    GTEST_SKIP() << "no CUDA device: refit was built without CUDA";
+#endif
+    REFIT_SKIP_WITHOUT_CUDA_DEVICE();
+  }
+};
+
+float from_bits(std::uint32_t u) { return std::bit_cast<float>(u); }
+std::uint32_t bits_of(float f) { return std::bit_cast<std::uint32_t>(f); }
+
+std::vector<std::byte> encode(DType dtype, const std::vector<float>& values) {
+  std::vector<std::byte> out(values.size() * dtype_size(dtype));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const std::uint32_t u = bits_of(values[i]);
+    if (dtype == DType::kBFloat16) {
+      const auto h = static_cast<std::uint16_t>(u >> 16);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    } else {
+      std::memcpy(out.data() + 4 * i, &u, 4);
+    }
+  }
+  return out;
+}
+
+// Random finite values (truncated to bf16 for a bf16 source), a kind per
+// 128 x 128 block: random bit patterns, normals of a random magnitude,
+// exact ties (amax 448 * s, s = (8 + j) / 8 * 2^k, the rest e4m3 codes or
+// midpoints times s), zeros of both signs with tiny values, uniform values.
+std::vector<float> random_values(DType dtype, std::uint64_t seed, std::int64_t E, std::int64_t R, std::int64_t C) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  const std::int64_t rb = fp8_blocks(R), cb = fp8_blocks(C);
+  std::vector<int> kind(E * rb * cb), shift(E * rb * cb);
+  for (std::size_t i = 0; i < kind.size(); ++i) {
+    kind[i] = static_cast<int>(rng() % 5);
+    shift[i] = static_cast<int>(rng() % 41) - 20;
+  }
+  auto finite = [&](std::uint32_t u) {
+    if (dtype == DType::kBFloat16) u &= 0xFFFF0000u;
+    if ((u & 0x7F800000u) == 0x7F800000u) u &= 0xBFFFFFFFu;
+    return from_bits(u);
+  };
+  std::vector<float> v(E * R * C);
+  for (std::int64_t m = 0; m < E; ++m) {
+    for (std::int64_t r = 0; r < R; ++r) {
+      for (std::int64_t c = 0; c < C; ++c) {
+        const std::int64_t blk = (m * rb + r / 128) * cb + c / 128;
+        float x = 0;
+        switch (kind[blk]) {
+          case 0: x = finite(static_cast<std::uint32_t>(rng())); break;
+          case 1: x = std::ldexp(normal(rng), shift[blk] * 6); break;
+          case 2: {  // s = (8 + j) / 8 * 2^k exactly, so x / s lands on codes and ties
+            const float step = static_cast<float>(8 + (shift[blk] + 20) % 8) / 8.0f;
+            if (r % 128 == 0 && c % 128 == 0) {
+              x = 448.0f * step;
+            } else {
+              const auto code = static_cast<std::uint8_t>(rng() % 0x7E);
+              const float lo = e4m3_to_float(code), hi = e4m3_to_float(static_cast<std::uint8_t>(code + 1));
+              x = (rng() % 2 ? lo : lo + (hi - lo) / 2) * step;
+            }
+            x = std::ldexp(rng() % 2 ? -x : x, shift[blk]);
+            break;
+          }
+          case 3: {
+            const std::uint64_t p = rng() % 16;
+            x = p < 6 ? 0.0f : p < 12 ? -0.0f : finite(static_cast<std::uint32_t>(rng() % 0x00900000u | (p % 2) << 31));
+            break;
+          }
+          default: x = std::uniform_real_distribution<float>(-1, 1)(rng) * std::ldexp(1.0f, shift[blk]); break;
+        }
+        v[(m * R + r) * C + c] = finite(bits_of(x));
+      }
+    }
+  }
+  return v;
+}
+
+struct Result {
+  std::vector<std::uint8_t> weight;
+  std::vector<float> scale;
+  std::uint64_t report = 0;
+};
+
+// The CPU reference over `box` of `source` (host memory).
+void cpu_quantize(const Fp8Source& source, const Fp8Box& box, Result* out) {
+  out->weight.assign(box.elements(), 0);
+  out->scale.assign(box.scales(), 0.0f);
+  REFIT_ASSERT_OK(quantize_fp8_block(source, box, out->weight, out->scale));
+  out->report = kFp8AllFinite;
+}
+
+// `source` describes host bytes inside `host`; the same bytes go to the
+// device, the kernel quantizes `box` there, and the outputs come back.
+// Output buffers start poisoned (0xA5) with a guard after each.
+void gpu_quantize(const std::vector<std::byte>& host, const Fp8Source& source, const Fp8Box& box, Result* out) {
+  const std::uint64_t n = box.elements(), ns = box.scales();
+  REFIT_ASSERT_OK_AND_ASSIGN(DeviceBuffer src, DeviceBuffer::Allocate(0, std::max<std::size_t>(host.size(), 1)));
+  REFIT_ASSERT_OK_AND_ASSIGN(DeviceBuffer w, DeviceBuffer::Allocate(0, n + 64));
+  REFIT_ASSERT_OK_AND_ASSIGN(DeviceBuffer sc, DeviceBuffer::Allocate(0, ns * 4 + 64));
+  REFIT_ASSERT_OK_AND_ASSIGN(DeviceBuffer report, DeviceBuffer::Allocate(0, 8));
+  REFIT_ASSERT_OK_AND_ASSIGN(CudaStream stream, CudaStream::Create(0));
+  REFIT_ASSERT_OK(copy_host_to_device(src.data(), host));
+  REFIT_ASSERT_OK(device_memset(w.data(), 0xA5, w.size()));
+  REFIT_ASSERT_OK(device_memset(sc.data(), 0xA5, sc.size()));
+  REFIT_ASSERT_OK(device_memset(report.data(), 0xFF, 8));
+  Fp8Source dev = source;
+  dev.data = src.data() + (source.data - host.data());
+  const Fp8DeviceOutput o{reinterpret_cast<std::uint8_t*>(w.data()), reinterpret_cast<float*>(sc.data()),
+                          reinterpret_cast<std::uint64_t*>(report.data())};
+  REFIT_ASSERT_OK(quantize_device(dev, box, o, stream.handle()));
+  REFIT_ASSERT_OK(stream.synchronize());
+  std::vector<std::byte> wb(n + 64), sb(ns * 4 + 64), rb(8);
+  REFIT_ASSERT_OK(copy_device_to_host(wb, w.data()));
+  REFIT_ASSERT_OK(copy_device_to_host(sb, sc.data()));
+  REFIT_ASSERT_OK(copy_device_to_host(rb, report.data()));
+  for (std::size_t i = n; i < wb.size(); ++i) ASSERT_EQ(wb[i], std::byte{0xA5}) << "wrote past the codes";
+  for (std::size_t i = ns * 4; i < sb.size(); ++i) ASSERT_EQ(sb[i], std::byte{0xA5}) << "wrote past the scales";
+  out->weight.resize(n);
+  out->scale.resize(ns);
+  std::memcpy(out->weight.data(), wb.data(), n);
+  std::memcpy(out->scale.data(), sb.data(), ns * 4);
+  std::memcpy(&out->report, rb.data(), 8);
+}
+
+// Bit-for-bit equality, naming the first difference.
+void expect_identical(const Result& gpu, const Result& cpu, const std::string& where) {
+  ASSERT_EQ(gpu.report, cpu.report) << where;
+  ASSERT_EQ(gpu.scale.size(), cpu.scale.size()) << where;
+  for (std::size_t i = 0; i < cpu.scale.size(); ++i) {
+    ASSERT_EQ(bits_of(gpu.scale[i]), bits_of(cpu.scale[i])) << where << ": scale " << i << " gpu " << gpu.scale[i]
+                                                            << " cpu " << cpu.scale[i];
+  }
+  const auto mm = std::mismatch(cpu.weight.begin(), cpu.weight.end(), gpu.weight.begin());
+  ASSERT_TRUE(mm.first == cpu.weight.end()) << where << ": code " << (mm.first - cpu.weight.begin()) << " cpu 0x"
+                                            << std::hex << int(*mm.first) << " gpu 0x" << int(*mm.second);
+}
+
+// Catches: a device conversion that differs from e4m3_from_float anywhere
+// (ties away from zero, no saturation above 448 or for Inf, a lost sign of
+// zero, flushed fp32 subnormals turned into the wrong zero), checked on all
+// 2^32 fp32 bit patterns but NaN.
+TEST_F(Fp8BlockGpuTest, ConversionMatchesTheReferenceForEveryFp32) {
+  constexpr std::uint64_t kChunk = 1ull << 28;
+  REFIT_ASSERT_OK_AND_ASSIGN(DeviceBuffer buf, DeviceBuffer::Allocate(0, kChunk));
+  REFIT_ASSERT_OK_AND_ASSIGN(CudaStream stream, CudaStream::Create(0));
+  std::vector<std::byte> got(kChunk);
+  const unsigned workers = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  for (std::uint64_t first = 0; first < (1ull << 32); first += kChunk) {
+    REFIT_ASSERT_OK(e4m3_bits_device(static_cast<std::uint32_t>(first), kChunk,
+                                     reinterpret_cast<std::uint8_t*>(buf.data()), stream.handle()));
+    REFIT_ASSERT_OK(stream.synchronize());
+    REFIT_ASSERT_OK(copy_device_to_host(got, buf.data()));
+    std::vector<std::uint64_t> bad(workers, ~0ull);
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < workers; ++t) {
+      threads.emplace_back([&, t] {
+        for (std::uint64_t i = t; i < kChunk; i += workers) {
+          const auto bits = static_cast<std::uint32_t>(first + i);
+          if ((bits & 0x7FFFFFFFu) > 0x7F800000u) continue;  // NaN: refused before conversion
+          if (static_cast<std::uint8_t>(got[i]) != e4m3_from_float(from_bits(bits))) {
+            bad[t] = std::min(bad[t], i);
+            return;
+          }
+        }
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    const std::uint64_t i = *std::min_element(bad.begin(), bad.end());
+    ASSERT_EQ(i, ~0ull) << "fp32 bits 0x" << std::hex << (first + i) << " (" << std::hexfloat
+                        << from_bits(static_cast<std::uint32_t>(first + i)) << "): gpu 0x"
+                        << int(static_cast<std::uint8_t>(got[i])) << ", reference 0x"
+                        << int(e4m3_from_float(from_bits(static_cast<std::uint32_t>(first + i))));
+  }
+}
+
+// Catches: any difference from the CPU reference in the amax reduction
+// (a lane or warp left out, a stale shared value from the previous block of
+// a grid-strided loop), in s or the quotient (a fast division), in partial
+// edge blocks (reading across rows or matrices), in stacked experts, in grid
+// striding past 65535 row blocks or matrices, and writes past the outputs.
+TEST_F(Fp8BlockGpuTest, MatchesTheCpuReferenceOnRandomInputs) {
+  struct Shape {
+    std::int64_t e, r, c;
+  };
+  const Shape shapes[] = {{1, 1, 1},     {1, 127, 129},  {1, 128, 128}, {1, 130, 257},
+                          {1, 300, 260}, {3, 130, 129},  {2, 1, 300},   {1, 513, 5},
+                          {8, 256, 384}, {1, 1000, 4100}};
+  for (DType dtype : {DType::kBFloat16, DType::kFloat32}) {
+    for (const Shape& s : shapes) {
+      const std::vector<std::byte> b = encode(dtype, random_values(dtype, 77 + s.r * 3 + s.c, s.e, s.r, s.c));
+      const Fp8Source src = fp8_dense_source(dtype, b.data(), s.e, s.r, s.c);
+      Result cpu, gpu;
+      ASSERT_NO_FATAL_FAILURE(cpu_quantize(src, fp8_whole_box(src), &cpu));
+      ASSERT_NO_FATAL_FAILURE(gpu_quantize(b, src, fp8_whole_box(src), &gpu));
+      ASSERT_NO_FATAL_FAILURE(expect_identical(gpu, cpu,
+                                               std::string(dtype_name(dtype)) + " [" + std::to_string(s.e) + ", " +
+                                                   std::to_string(s.r) + ", " + std::to_string(s.c) + "]"));
+    }
+  }
+  // Grid striding: 65537 row blocks (y limit 65535), 65537 matrices (z).
+  for (const Shape& s : {Shape{1, 65536 * 128 + 5, 1}, Shape{65537, 1, 2}, Shape{1, 4096, 4096}}) {
+    const std::vector<std::byte> b = encode(DType::kBFloat16, random_values(DType::kBFloat16, 5, s.e, s.r, s.c));
+    const Fp8Source src = fp8_dense_source(DType::kBFloat16, b.data(), s.e, s.r, s.c);
+    Result cpu, gpu;
+    ASSERT_NO_FATAL_FAILURE(cpu_quantize(src, fp8_whole_box(src), &cpu));
+    ASSERT_NO_FATAL_FAILURE(gpu_quantize(b, src, fp8_whole_box(src), &gpu));
+    ASSERT_NO_FATAL_FAILURE(expect_identical(gpu, cpu, "bfloat16 [" + std::to_string(s.e) + ", " +
+                                                           std::to_string(s.r) + ", " + std::to_string(s.c) + "]"));
+  }
+}
+
+// Catches: box offsets or strides applied differently on the device (a TP
+// shard quantized in place from the full tensor, a source with padded rows).
+TEST_F(Fp8BlockGpuTest, BoxesAndStridesMatchTheCpuReference) {
+  const std::int64_t E = 2, R = 300, C = 260, padded = 300;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat32}) {
+    // Rows padded to 300 elements: columns 260..299 hold NaN, outside every box.
+    std::vector<float> v = random_values(dtype, 3, E, R, padded);
+    for (std::int64_t i = 0; i < E * R; ++i) {
+      for (std::int64_t c = C; c < padded; ++c) v[i * padded + c] = std::nanf("");
+    }
+    const std::vector<std::byte> b = encode(dtype, v);
+    const Fp8Source src{dtype, b.data(), E, R, C, padded, R * padded};
+    const Fp8Box boxes[] = {fp8_whole_box(src),          {1, 1, 128, 172, 128, 128}, {0, 2, 0, 128, 256, 4},
+                            {0, 1, 256, 44, 0, 260},     {1, 1, 0, 300, 0, 128}};
+    for (const Fp8Box& box : boxes) {
+      Result cpu, gpu;
+      ASSERT_NO_FATAL_FAILURE(cpu_quantize(src, box, &cpu));
+      ASSERT_NO_FATAL_FAILURE(gpu_quantize(b, src, box, &gpu));
+      ASSERT_NO_FATAL_FAILURE(expect_identical(gpu, cpu,
+                                               std::string(dtype_name(dtype)) + " box rows " +
+                                                   std::to_string(box.row_begin) + "+" + std::to_string(box.rows) +
+                                                   " cols " + std::to_string(box.col_begin) + "+" +
+                                                   std::to_string(box.cols)));
+    }
+    // The shard as its own source (data at its first element).
+    const std::int64_t offset = (1 * R + 128) * padded + 128;
+    const Fp8Source shard{dtype, b.data() + offset * dtype_size(dtype), 1, 172, 128, padded, R * padded};
+    Result cpu, gpu;
+    ASSERT_NO_FATAL_FAILURE(cpu_quantize(src, boxes[1], &cpu));
+    ASSERT_NO_FATAL_FAILURE(gpu_quantize(b, shard, fp8_whole_box(shard), &gpu));
+    ASSERT_NO_FATAL_FAILURE(expect_identical(gpu, cpu, "shard as its own source"));
+  }
+}
+
+// The hand cases of quant/fp8_block_test.cc, on the device: exact values
+// where the answer is known without the reference.
+// Catches: a multiplication by the reciprocal (the 3.125 and 3.625 ties of
+// amax 1.53125 go up), no floor (1e-13 would become 448), a quotient above
+// 448 not saturated, a lost sign of zero, NaN from an all-zero block.
+TEST_F(Fp8BlockGpuTest, HandCases) {
+  struct Case {
+    DType dtype;
+    std::vector<float> values;
+    std::vector<std::uint8_t> codes;
+    std::uint32_t scale_bits;
+  };
+  const Case cases[] = {
+      {DType::kBFloat16, {448.0f, 1.0625f, 1.1875f, 432.0f, 400.0f, 0.0009765625f, 0.0029296875f, 0.0146484375f,
+                          -1.0625f, 0.0f, -0.0f, -0.00048828125f},
+       {0x7E, 0x38, 0x3A, 0x7E, 0x7C, 0x00, 0x02, 0x08, 0xB8, 0x00, 0x80, 0x80}, 0x3F800000u},
+      {DType::kBFloat16, {1.53125f, bf16_to_float(0x3C2F), bf16_to_float(0x3C4B)}, {0x7E, 0x44, 0x46}, 0x3B600000u},
+      {DType::kBFloat16, {1.0f, 0.5f, -0.5f}, {0x7E, 0x76, 0xF6}, 0x3B124925u},
+      {DType::kBFloat16, {bf16_to_float(0x3F83), -bf16_to_float(0x3F83)}, {0x7E, 0xFE}, 0},  // q > 448
+      {DType::kFloat32, {1e-13f, -1e-13f, 0.0f}, {0x63, 0xE3, 0x00}, 0x2720D7C5u},
+      {DType::kFloat32, {from_bits(0x007FFFFF), from_bits(0x00000001), from_bits(0x80000001), from_bits(0x80400000)},
+       {0x00, 0x00, 0x80, 0x80}, 0x2720D7C5u},
+      {DType::kFloat32, {448.0f, from_bits(0x007FFFFF), from_bits(0x80000001)}, {0x7E, 0x00, 0x80}, 0x3F800000u},
+      {DType::kBFloat16, {0.0f, -0.0f, 0.0f, -0.0f}, {0x00, 0x80, 0x00, 0x80}, 0x2720D7C5u},
+  };
+  for (const Case& c : cases) {
+    const std::vector<std::byte> b = encode(c.dtype, c.values);
+    const Fp8Source src = fp8_dense_source(c.dtype, b.data(), 1, 1, static_cast<std::int64_t>(c.values.size()));
+    Result gpu;
+    ASSERT_NO_FATAL_FAILURE(gpu_quantize(b, src, fp8_whole_box(src), &gpu));
+    EXPECT_EQ(gpu.weight, c.codes) << c.values[0];
+    if (c.scale_bits != 0) {
+      EXPECT_EQ(bits_of(gpu.scale[0]), c.scale_bits) << c.values[0];
+    }
+    EXPECT_EQ(gpu.report, kFp8AllFinite);
+  }
+}
+
+// Catches: NaN or Inf not reported, a report that is not the first element
+// in C order when several blocks hold one (the atomic minimum across
+// blocks), box-relative indices decoded into the wrong coordinates.
+TEST_F(Fp8BlockGpuTest, NanAndInfAreReportedAsTheCpuCheckNamesThem) {
+  const std::int64_t E = 2, R = 300, C = 260;
+  std::vector<float> v(E * R * C, 1.0f);
+  auto at = [&](std::int64_t m, std::int64_t r, std::int64_t c) -> float& { return v[(m * R + r) * C + c]; };
+  at(1, 5, 3) = std::nanf("");                       // block (0, 0)
+  at(1, 0, 200) = -std::numeric_limits<float>::infinity();  // block (0, 1), first in C order
+  at(1, 299, 259) = std::numeric_limits<float>::infinity();  // block (2, 2)
+  for (DType dtype : {DType::kBFloat16, DType::kFloat32}) {
+    const std::vector<std::byte> b = encode(dtype, v);
+    const Fp8Source src = fp8_dense_source(dtype, b.data(), E, R, C);
+    struct Expect {
+      Fp8Box box;
+      std::string message;
+    };
+    const Expect expects[] = {
+        {fp8_whole_box(src), "element [1, 0, 200] is -inf"},
+        {{1, 1, 0, 300, 0, 128}, "element [1, 5, 3] is nan"},
+        {{1, 1, 256, 44, 256, 4}, "element [1, 299, 259] is inf;"},
+        {{0, 1, 0, 300, 0, 260}, ""},
+    };
+    for (const Expect& e : expects) {
+      Result gpu;
+      ASSERT_NO_FATAL_FAILURE(gpu_quantize(b, src, e.box, &gpu));
+      const Status device = fp8_nonfinite_status(src, e.box, gpu.report, "experts.w2.weight", 41);
+      const Status host = check_fp8_finite(src, e.box, "experts.w2.weight", 41);
+      EXPECT_EQ(device.ToString(), host.ToString());
+      if (e.message.empty()) {
+        EXPECT_EQ(gpu.report, kFp8AllFinite);
+      } else {
+        EXPECT_NE(device.message().find(e.message), std::string::npos) << device.ToString();
+      }
+    }
+  }
+}
+
+// Catches: invalid boxes or missing outputs launched anyway (the host
+// checks come first; nothing touches the device).
+TEST_F(Fp8BlockGpuTest, RefusesBadArgumentsBeforeLaunching) {
+  REFIT_ASSERT_OK_AND_ASSIGN(DeviceBuffer buf, DeviceBuffer::Allocate(0, 1 << 20));
+  std::byte* d = buf.data();
+  const Fp8Source src = fp8_dense_source(DType::kBFloat16, d, 1, 256, 256);
+  const Fp8DeviceOutput out{reinterpret_cast<std::uint8_t*>(d + 131072), reinterpret_cast<float*>(d + 262144),
+                            reinterpret_cast<std::uint64_t*>(d + 262400)};
+  Status s = quantize_device(src, {0, 1, 64, 128, 0, 256}, out, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("not a multiple of 128"), std::string::npos) << s.ToString();
+  s = quantize_device(src, fp8_whole_box(src), Fp8DeviceOutput{out.weight, out.scale, nullptr}, nullptr);
+  EXPECT_NE(s.message().find("null output"), std::string::npos) << s.ToString();
+  Fp8Source odd = src;
+  odd.data = d + 1;
+  s = quantize_device(odd, fp8_whole_box(src), out, nullptr);
+  EXPECT_NE(s.message().find("misaligned"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(quantize_device(src, {0, 1, 0, 0, 0, 256}, Fp8DeviceOutput{}, nullptr).ok());  // empty: nothing to do
+}
+
+}  // namespace
+}  // namespace refit
