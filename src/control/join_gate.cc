@@ -1,5 +1,6 @@
 #include "control/join_gate.h"
 
+#include "net/event_fd.h"
 #include "net/poll_wait.h"
 #include "control/protocol.h"
 
@@ -14,25 +15,6 @@
 #include "refit/log.h"
 
 namespace refit {
-namespace {
-
-void signal_fd(int fd) {
-  const std::uint64_t one = 1;
-  ssize_t rc;
-  do {
-    rc = ::write(fd, &one, sizeof one);
-  } while (rc < 0 && errno == EINTR);
-}
-
-void drain_fd(int fd) {
-  std::uint64_t value = 0;
-  ssize_t rc;
-  do {
-    rc = ::read(fd, &value, sizeof value);
-  } while (rc < 0 && errno == EINTR);
-}
-
-}  // namespace
 
 StatusOr<std::unique_ptr<JoinGate>> JoinGate::Start(std::unique_ptr<Listener> listener, Options options) {
   int ready = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -59,7 +41,7 @@ JoinGate::~JoinGate() {
       if (h.link) h.link->shutdown();
     }
   }
-  signal_fd(stop_fd_);
+  signal_event_fd(stop_fd_);
   acceptor_.join();
   reap(/*all=*/true);
   ::close(ready_fd_);
@@ -69,12 +51,12 @@ JoinGate::~JoinGate() {
 std::optional<JoinGate::Candidate> JoinGate::take() {
   std::lock_guard<std::mutex> lock(mu_);
   if (queue_.empty()) {
-    drain_fd(ready_fd_);
+    drain_event_fd(ready_fd_);
     return std::nullopt;
   }
   Candidate c = std::move(queue_.front());
   queue_.pop_front();
-  if (queue_.empty()) drain_fd(ready_fd_);
+  if (queue_.empty()) drain_event_fd(ready_fd_);
   return c;
 }
 
@@ -130,7 +112,7 @@ void JoinGate::handshake(Handshake* h, std::unique_ptr<Link> link) {
     h->done = true;
     if (admitted && !stopping_) {
       queue_.push_back(Candidate{std::move(admitted), std::move(join)});
-      signal_fd(ready_fd_);
+      signal_event_fd(ready_fd_);
     }
   };
   Status auth = authenticate_as_server(*link, options_.secret, kControlAuthContext, deadline);

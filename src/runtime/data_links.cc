@@ -20,6 +20,7 @@
 #include "control/auth.h"
 #include "control/refusal_log.h"
 #include "net/frames.h"
+#include "net/event_fd.h"
 #include "net/poll_wait.h"
 
 namespace refit {
@@ -68,21 +69,6 @@ StatusOr<std::size_t> admit_link(Link& link, const DataPort& port, Deadline hand
   return static_cast<std::size_t>(it - port.feeders.begin());
 }
 
-void signal_fd(int fd) {
-  const std::uint64_t one = 1;
-  ssize_t rc;
-  do {
-    rc = ::write(fd, &one, sizeof one);
-  } while (rc < 0 && errno == EINTR);
-}
-
-void drain_fd(int fd) {
-  std::uint64_t value = 0;
-  ssize_t rc;
-  do {
-    rc = ::read(fd, &value, sizeof value);
-  } while (rc < 0 && errno == EINTR);
-}
 
 // How long a handshake accepted just before every trainer rank linked may
 // still take to end by itself: a stranger's refusal takes milliseconds.
@@ -248,7 +234,7 @@ class Handshakes {
       done_.notify_all();
       if (index.ok() && !h->evicted && !h->cut) {
         admitted_.push_back(Admitted{*index, std::move(link), address});
-        signal_fd(ready_fd_);
+        signal_event_fd(ready_fd_);
         return;
       }
       if (h->evicted) {
@@ -303,7 +289,7 @@ StatusOr<std::vector<std::unique_ptr<Link>>> accept_data_links(Listener& listene
     handshakes.reap();
     if (!ready.ok() && ready.status().code() != StatusCode::kDeadlineExceeded) return ready.status();
     if (ready.ok() && (fds[1].revents & POLLIN)) {
-      drain_fd(ready_fd);
+      drain_event_fd(ready_fd);
       for (Admitted& a : handshakes.take()) {
         if (links[a.index]) {
           handshakes.refuse(a.address, "trainer rank " + std::to_string(port.feeders[a.index]) +
