@@ -342,6 +342,17 @@ class TransportConformance : public ::testing::TestWithParam<std::string> {
 // write path that does not cross processes (private mapping), receive_data
 // ignoring slot/offset, and a seal() that cuts off already-open initiators.
 TEST_P(TransportConformance, WritesFromAnotherProcessLandBitExact) {
+#if defined(__SANITIZE_ADDRESS__)
+  // Known, not fixed (docs/RELIABILITY.md "Known issues"): under ASan on a
+  // loaded 2-core machine a write over UCX's shared-memory transports
+  // (rma over sysv/posix) stalls for good in about 1 run in 5 to 16 (with
+  // a 60 s deadline as with 10 s); 0 of 64 runs of the release build, also
+  // 4 at a time. A refit over it fails at its bucket deadline, never hangs.
+  // The main stage runs this case.
+  if (GetParam() == std::string("ucx@sm")) {
+    GTEST_SKIP() << "ucx@sm writes can stall under ASan (UCX 1.13 shared memory; docs/RELIABILITY.md Known issues)";
+  }
+#endif
   RunCrossProcess(name_, [&] { return transport_->create_target(Options()); });
 }
 
