@@ -135,28 +135,7 @@ class TrainerRank::Impl : public BucketProtocol {
 
     stage_ = SetupStage::kJoining;
     ASSIGN_OR_RETURN(client_, ControlClient::Connect(options_.coordinator, Secret(options_.secret), deadline));
-    refit::Join join;
-    join.role = Role::kTrainer;
-    join.rank = options_.rank;
-    join.pid = ::getpid();
-    join.device = source_on_device_ ? "cuda" : "cpu";
-    join.mode = options_.mode;
-    join.trainer_ranks = static_cast<std::uint64_t>(options_.trainer_ranks);
-    join.engine_ranks = static_cast<std::uint64_t>(options_.engine_ranks);
-    join.bucket_size = options_.bucket_size;
-    join.transport = options_.transport;
-    join.engine_rank = static_cast<std::uint64_t>(engine_rank_);
-    join.plan_digest = plan_.digest_hex();
-    join.specs = plan_.specs;  // so that a digest mismatch names the first differing tensor
-    // ... and the shard rule that cut each (engine_stream: one spec per weight, model order).
-    for (const Weight& w : model.weights) join.rules.push_back(w.rule);
-    for (const TensorSpec& s : plan_.specs) join.stream_dtypes.emplace(std::string(dtype_name(s.dtype)), s.name);
-    // Which physical GPU this rank uses (the coordinator warns where two
-    // ranks share one); a rank that cannot tell just says nothing.
-    if (source_on_device_) {
-      if (auto uuid = cuda_device_uuid(source_->device()); uuid.ok()) join.gpu = *uuid;
-    }
-    ASSIGN_OR_RETURN(Setup setup, client_->join(join, deadline));
+    ASSIGN_OR_RETURN(Setup setup, client_->join(make_join(model), deadline));
     stage_ = SetupStage::kJoined;
     // From its Setup on, the coordinator and this rank watch each other's
     // heartbeats; an abort closes the data link, waking any wait on it.
@@ -194,6 +173,34 @@ class TrainerRank::Impl : public BucketProtocol {
 
     RETURN_IF_ERROR(make_sender(writer));
     return client_->send(Linked{});
+  }
+
+  // This rank's join: its settings, plan digest, and the specs and shard
+  // rules of the engine rank's stream (so that a digest mismatch names the
+  // first differing tensor and how each side cut it).
+  refit::Join make_join(const Model& model) const {
+    refit::Join join;
+    join.role = Role::kTrainer;
+    join.rank = options_.rank;
+    join.pid = ::getpid();
+    join.device = source_on_device_ ? "cuda" : "cpu";
+    join.mode = options_.mode;
+    join.trainer_ranks = static_cast<std::uint64_t>(options_.trainer_ranks);
+    join.engine_ranks = static_cast<std::uint64_t>(options_.engine_ranks);
+    join.bucket_size = options_.bucket_size;
+    join.transport = options_.transport;
+    join.engine_rank = static_cast<std::uint64_t>(engine_rank_);
+    join.plan_digest = plan_.digest_hex();
+    join.specs = plan_.specs;  // so that a digest mismatch names the first differing tensor
+    // ... and the shard rule that cut each (engine_stream: one spec per weight, model order).
+    for (const Weight& w : model.weights) join.rules.push_back(w.rule);
+    for (const TensorSpec& s : plan_.specs) join.stream_dtypes.emplace(std::string(dtype_name(s.dtype)), s.name);
+    // Which physical GPU this rank uses (the coordinator warns where two
+    // ranks share one); a rank that cannot tell just says nothing.
+    if (source_on_device_) {
+      if (auto uuid = cuda_device_uuid(source_->device()); uuid.ok()) join.gpu = *uuid;
+    }
+    return join;
   }
 
  private:

@@ -1,0 +1,66 @@
+// The flags `refit demo` and `refit bench` share (demo.h add_demo_flags),
+// and the demo's fit of an auto bucket to --memory-limit.
+#include <algorithm>
+#include <cstdint>
+
+#include "demo.h"
+#include "flags.h"
+#include "refit/model.h"
+#include "refit/plan.h"
+#include "refit/transfer_defaults.h"
+
+namespace refit::cli {
+
+namespace {
+
+// With --memory-limit and an auto bucket size, the demo (which starts every
+// rank, so all agree) picks the auto size or, where the pool's slots of it
+// would not fit the limit, the largest whole MiB (at least kMinBucketSize) of
+// which they do: a small limit gets small buckets instead of a refusal. The
+// slots: --pool-slots as given, or 2 where auto (the fewest auto picks) or
+// direct (what the engine joins with).
+void fit_auto_bucket_to_limit(DemoOptions& o) {
+  if (o.bucket_size != kAutoBucketSize || o.memory_limit == 0) return;
+  const bool two = o.mode == "direct" || o.pool_slots == kAutoPoolSlots;
+  const std::uint64_t fits = o.memory_limit / (two ? 2 : static_cast<std::uint64_t>(o.pool_slots));
+  if (fits >= default_bucket_size(o.transport)) return;
+  constexpr std::uint64_t kMiB = 1ull << 20;
+  const std::uint64_t rounded = fits >= kMiB ? fits / kMiB * kMiB : fits / kPlanAlignment * kPlanAlignment;
+  o.bucket_size = std::max<std::uint64_t>(kMinBucketSize, rounded);
+}
+
+}  // namespace
+
+void add_demo_flags(CLI::App& cmd, DemoOptions& o) {
+  cmd.add_option("--model", o.model, "Model preset: " + join_names(model_presets()))
+      ->check(CLI::IsMember(model_presets()))
+      ->capture_default_str();
+  cmd.add_option("--layers", o.layers, "Keep the first N decoder layers (-1: all)")->capture_default_str();
+  cmd.add_option("--engine-ranks", o.engine_ranks, "Engine ranks (TP size)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd.add_option("--trainer-ranks", o.trainer_ranks, "Trainer ranks (default: as many as engine ranks)")
+      ->check(CLI::Range(1, 256));
+  add_transport_flag(cmd, o.transport);
+  add_bucket_size_flag(cmd, o.bucket_size);
+  cmd.add_option("--seed", o.seed, "Seed of the synthetic weights")->capture_default_str();
+  cmd.add_flag("--json", o.json, "Print a JSON report on stdout instead of the table");
+  add_device_flag(cmd, o.device);
+  cmd.add_option("--trainer-device", o.trainer_device,
+                 "Where the trainers' weights live, if not where --device says: cpu with --device cuda feeds GPU "
+                 "engines from host memory (default: as --device)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  add_register_host_weights_flag(cmd, o.register_host_weights);
+  add_mode_flag(cmd, o.mode);
+  add_pool_slots_flag(cmd, o.pool_slots, "Receive pool slots per engine rank", kFewestPoolSlots);
+  add_byte_size_option(cmd, "--memory-limit", o.memory_limit, "Receive pool memory limit per engine rank (0: none)");
+  cmd.callback([&o] {
+    fit_auto_bucket_to_limit(o);
+    check_receive_pool(o.pool_slots, o.bucket_size, o.memory_limit, o.mode);
+  });
+  cmd.add_flag("--poison-recycled", o.poison_recycled, "Debug: poison every recycled staging buffer");
+  add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
+  add_secret_file_flag(cmd, o.secret_file);
+}
+
+}  // namespace refit::cli
