@@ -79,7 +79,11 @@ struct CoordinatorOptions {
 };
 
 // The topology rule every process checks before anything else: at least one
-// rank of each role, and at least as many trainer ranks as engine ranks.
+// rank of each role. Full-weight trainers also need at least as many trainer
+// ranks as engine ranks (validate_full_trainer_counts, trainer_layout.h);
+// sharded trainers may be fewer (one feeds several engine ranks), so the
+// coordinator and the engines, which learn the layout from the joins, check
+// that at setup.
 Status validate_rank_counts(int trainer_ranks, int engine_ranks);
 
 // What a job ended with. `status` is OK when the job ran to its end (every

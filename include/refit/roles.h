@@ -41,6 +41,12 @@ struct RankOptions {
   std::vector<std::string> shard_rules;
   // Keep the first N decoder layers; -1: all. Default: -1.
   int layers = -1;
+  // Trainer: how the trainer ranks hold the weights (trainer_layout.h:
+  // "full", "fsdp", "tp", "tp:X,fsdp:Y"). A sharded layout makes the
+  // synthetic source hold only this rank's shards and feeds every engine
+  // rank they reach; in this build host weights into host engines, staged
+  // (shm, tcp). Default: "full".
+  std::string trainer_layout = "full";
   // Bytes per transport bucket; every rank of a job must agree (checked at
   // setup). Larger buckets amortise per-bucket costs on GPUs (docs/PERF.md),
   // smaller ones keep staging memory small. Default: kAutoBucketSize, which

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "refit/layout.h"
 #include "refit/model.h"
 #include "refit/status.h"
 #include "refit/tensor.h"
@@ -57,6 +58,13 @@ class WeightSource {
   // naming the file (checkpoint.h); sources whose bytes cannot change under
   // them answer OK.
   virtual Status check_unchanged() const { return Status::Ok(); }
+  // Sharded trainers (issue 19): how the trainer ranks split each weight,
+  // one layout per weight in model order (layout.h, trainer_layout.h), when
+  // this source holds one trainer rank's local shards: data(i) is then that
+  // rank's local shard of weight i (the C-order bytes of its layout_box),
+  // model().weights[i].spec stays the full spec. Empty (the default): every
+  // data(i) is the full tensor.
+  virtual std::vector<Layout> trainer_layouts() const { return {}; }
 };
 
 // A preset (model.h make_model) whose weights live in one arena of host
@@ -65,6 +73,16 @@ class WeightSource {
 StatusOr<std::unique_ptr<WeightSource>> make_synthetic_source(const std::string& preset, int layers,
                                                               MemoryKind memory, int device);
 
+// The preset's weights as trainer rank `rank` of `layouts` holds them (one
+// layout per weight, model order; trainer_layouts() returns them): data(i)
+// is its local shard of weight i, holding exactly the bytes the full
+// synthetic tensor holds in its box, so that engines verify what they
+// receive against the same content. Errors name the tensor: a layout count
+// other than the weights', a layout the tensor does not fit, a rank outside
+// the layouts' ranks.
+StatusOr<std::unique_ptr<WeightSource>> make_synthetic_shard_source(const std::string& preset, int layers,
+                                                                    std::vector<Layout> layouts, int rank,
+                                                                    MemoryKind memory, int device);
 // The caller's tensors: data[i] holds model.weights[i]'s full bytes, in
 // `memory` (on `device` for kCuda). Checks that the counts match and that no
 // pointer is null (unless the tensor is empty).

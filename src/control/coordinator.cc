@@ -465,11 +465,6 @@ Status validate_rank_counts(int trainer_ranks, int engine_ranks) {
     return FailedPrecondition("trainer_ranks (" + std::to_string(trainer_ranks) + ") and engine_ranks (" +
                               std::to_string(engine_ranks) + ") must be at least 1");
   }
-  if (trainer_ranks < engine_ranks) {
-    return FailedPrecondition("fewer trainer ranks (" + std::to_string(trainer_ranks) + ") than engine ranks (" +
-                              std::to_string(engine_ranks) +
-                              "): every engine rank needs at least one trainer rank to feed it");
-  }
   return Status::Ok();
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "control/shard_json.h"
 #include "control/spec_json.h"
 #include "refit/checkpoint.h"
 
@@ -100,6 +101,11 @@ StatusOr<Join> decode_join(const Json& m) {
   }
   ASSIGN_OR_RETURN(j.specs, specs_field(m, "join", "specs"));
   ASSIGN_OR_RETURN(j.rules, rules_field(m, j.specs.size()));
+  j.layout = str(m, "layout", "full");
+  j.transfer_digest = str(m, "transfer_digest");
+  if (auto it = m.find("feeds"); it != m.end()) {
+    ASSIGN_OR_RETURN(j.feeds, feeds_from_json(*it, "'join' field 'feeds'"));
+  }
   return j;
 }
 
@@ -115,6 +121,11 @@ Json encode_join(const Join& j) {
     // Its plan of the engine rank's stream: a digest mismatch then names
     // the first tensor that differs (topology.cc).
     if (!j.specs.empty()) m["specs"] = specs_to_json(j.specs);
+    if (j.layout != "full") {
+      m["layout"] = j.layout;
+      m["transfer_digest"] = j.transfer_digest;
+      m["feeds"] = feeds_to_json(j.feeds);
+    }
   } else {
     m["data_address"] = j.data_address;
     m["descriptor"] = j.descriptor;
@@ -148,6 +159,16 @@ StatusOr<Setup> decode_setup(const Json& m) {
   s.trainer_index = u64(m, "trainer_index");
   s.feeder_count = u64(m, "feeder_count");
   s.on_demand = boolean(m, "on_demand");
+  if (auto it = m.find("parts"); it != m.end()) {
+    for (std::size_t j = 0; j < it->size(); ++j) {
+      ASSIGN_OR_RETURN(auto parts, parts_from_json((*it)[j], "'setup' field 'parts': bucket " + std::to_string(j)));
+      s.parts.push_back(std::move(parts));
+    }
+  }
+  if (auto it = m.find("targets"); it != m.end()) {
+    ASSIGN_OR_RETURN(s.targets, targets_from_json(*it, "'setup' field 'targets'"));
+    s.on_demand = boolean(m, "on_demand");
+  }
   return s;
 }
 
@@ -164,6 +185,15 @@ Json encode_setup(const Setup& s) {
                   {"descriptor", s.descriptor},       {"engine_device", s.engine_device},
                   {"trainer_index", s.trainer_index}, {"feeder_count", s.feeder_count},
                   {"on_demand", s.on_demand}});
+  }
+  if (!s.parts.empty()) {
+    Json parts = Json::array();
+    for (const auto& bucket : s.parts) parts.push_back(parts_to_json(bucket));
+    m["parts"] = std::move(parts);
+  }
+  if (!s.targets.empty()) {
+    m["targets"] = targets_to_json(s.targets);
+    m["on_demand"] = s.on_demand;
   }
   return m;
 }

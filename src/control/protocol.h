@@ -59,8 +59,10 @@ namespace refit {
 // The version of this protocol. A rank sends it in its join; the coordinator
 // refuses a rank of another version, naming both. Bump it whenever a message
 // or a field changes meaning.
-// Version 3 added heartbeat; version 4 setup_failed.
-inline constexpr std::uint64_t kControlProtocolVersion = 4;
+// Version 3 added heartbeat; version 4 setup_failed; version 5 sharded
+// trainers (the join's layout, transfer_digest and feeds; the setup's parts
+// and targets).
+inline constexpr std::uint64_t kControlProtocolVersion = 5;
 
 // How often a side sends a heartbeat, and how long it waits for a word from
 // its peer before it treats the peer as lost (stalled, dead or cut off).
@@ -99,6 +101,30 @@ struct Refusal {
   Status error;
 };
 
+// ---- sharded trainers (issue 19) -----------------------------------------------
+
+// One (bucket, bytes) part a link writes: on the join, a bucket of the fed
+// engine rank's plan and the bytes this trainer rank writes into it; on an
+// engine's setup, the index of a feeder (into Setup::feeders) and its bytes.
+struct Part {
+  std::uint64_t index = 0;
+  std::uint64_t bytes = 0;
+  friend bool operator==(const Part&, const Part&) = default;
+};
+// A sharded trainer rank's join: one engine rank it writes into.
+struct Feed {
+  std::uint64_t engine_rank = 0;
+  std::string plan_digest;  // its plan of that engine rank's stream
+  std::vector<Part> parts;  // (bucket, bytes), ascending bucket, bytes > 0
+  friend bool operator==(const Feed&, const Feed&) = default;
+};
+// A sharded trainer rank's setup: how to reach one engine rank it feeds.
+struct EngineTarget {
+  std::uint64_t engine_rank = 0;
+  std::string address, descriptor, device = "cpu";
+  friend bool operator==(const EngineTarget&, const EngineTarget&) = default;
+};
+
 // ---- rank -> coordinator -------------------------------------------------------
 
 // The first message after authentication: who the rank is and the settings
@@ -135,6 +161,13 @@ struct Join {
   // name per spec ("column", ...); another count or an unknown name is
   // refused.
   std::vector<ShardRule> rules;
+  // Trainer: how the trainer ranks hold the weights (trainer_layout.h,
+  // TrainerLayout::ToString: "full", "fsdp:4", ...). A sharded layout also
+  // sends the transfer plan's digest and every engine rank it writes into
+  // (`feeds`, ascending engine rank) in place of engine_rank / plan_digest.
+  std::string layout = "full";
+  std::string transfer_digest;
+  std::vector<Feed> feeds;
 };
 // Setup done (every data link up), or after a relink the rank's state.
 struct Linked {
@@ -198,6 +231,12 @@ struct Setup {
   std::string engine_address, descriptor, engine_device = "cpu";
   std::uint64_t trainer_index = 0, feeder_count = 0;
   bool on_demand = false;
+  // Sharded trainers. Engine: per bucket of its plan, the feeders that
+  // write a part of it (index into `feeders`, bytes), ascending; empty:
+  // bucket j comes whole from feeder j % feeders. Trainer: every engine rank
+  // it feeds (its feeds, in order), in place of engine_rank .. feeder_count.
+  std::vector<std::vector<Part>> parts;
+  std::vector<EngineTarget> targets;
 };
 struct Start {
   std::uint64_t version = 0;

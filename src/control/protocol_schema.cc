@@ -68,7 +68,10 @@ const std::vector<Schema>& schemas() {
                   {"memory_limit", kUint},
                   {"supported_dtypes", kArr, false, 64, kStr},
                   {"specs", kArr},
-                  {"rules", kArr, false, 0, kStr}}});  // one per spec: decode_join checks the count and names
+                  {"rules", kArr, false, 0, kStr},  // one per spec: decode_join checks the count and names
+                  {"layout", kStr, false, kMaxNameBytes},
+                  {"transfer_digest", kStr, false, kMaxNameBytes},
+                  {"feeds", kArr, false, kMaxRanks, kObj}}});  // shard_json.cc checks each
     s.push_back({"linked", {{"version", kUint}, {"weights_complete", kBool}}});
     for (const char* t : {"ready", "sent", "committed", "request"}) s.push_back({t, {version}});
     s.push_back({"done", {version, {"verified", kBool}, {"stats", kObj}}});
@@ -93,7 +96,9 @@ const std::vector<Schema>& schemas() {
                   {"engine_device", kStr, false, kMaxNameBytes},
                   {"trainer_index", kUint, false, kMaxRanks},
                   {"feeder_count", kUint, false, kMaxRanks},
-                  {"on_demand", kBool}}});
+                  {"on_demand", kBool},
+                  {"parts", kArr, false, 0, kArr},            // per bucket; shard_json.cc checks each
+                  {"targets", kArr, false, kMaxRanks, kObj}}});
     for (const char* t : {"start", "go", "commit", "relink"}) s.push_back({t, {version}});
     s.push_back({"abort", {version, error}});
     s.push_back({"shutdown", {{"error", kObj}, {"committed_version", kUint}}});

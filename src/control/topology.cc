@@ -2,6 +2,7 @@
 
 #include "control/gpu_sharing.h"
 #include "control/spec_diff.h"
+#include "control/sharded_topology.h"
 #include "control/spec_json.h"
 #include "aligner/aligner.h"
 #include "refit/plan.h"
@@ -81,8 +82,8 @@ StatusOr<std::uint64_t> engine_slot_bytes(const Join& e) {
   return pool_slot_bytes(*plan);
 }
 
-// Engine-local resources, and each trainer against the engine rank it feeds.
-Status check_pairs(const std::vector<Join>& trainers, const std::vector<Join>& engines) {
+// Engine-local resources: the receive pool against the memory limit.
+Status check_engine_pools(const std::vector<Join>& engines) {
   for (const Join& e : engines) {
     const std::string name = rank_name(Role::kEngine, e.rank);
     if (e.pool_slots < 2) {
@@ -99,6 +100,34 @@ Status check_pairs(const std::vector<Join>& trainers, const std::vector<Join>& e
                                                   : " (raise --memory-limit, or lower --bucket-size)"));
     }
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status check_dtypes(const Join& t, const Join& e) {
+  const std::string tn = rank_name(Role::kTrainer, t.rank), en = rank_name(Role::kEngine, e.rank);
+  for (const auto& [dtype, example] : t.stream_dtypes) {
+    bool ok = false;
+    for (const std::string& s : e.supported_dtypes) ok = ok || s == dtype;
+    if (!ok) {
+      return FailedPrecondition("unsupported dtype: " + tn + " sends " + dtype + " (tensor '" + example + "') but " +
+                                en + " supports only " + names(e.supported_dtypes));
+    }
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// Full-weight trainers: each against the engine rank it feeds (t % N).
+Status check_full_trainers(const std::vector<Join>& trainers, const std::vector<Join>& engines) {
+  if (trainers.size() < engines.size()) {
+    return FailedPrecondition("fewer trainer ranks (" + std::to_string(trainers.size()) + ") than engine ranks (" +
+                              std::to_string(engines.size()) +
+                              "): every engine rank needs at least one full-weight trainer rank to feed it (or "
+                              "give the trainers a sharded --trainer-layout)");
+  }
   for (const Join& t : trainers) {
     const Join& e = engines[static_cast<std::size_t>(t.rank) % engines.size()];
     const std::string tn = rank_name(Role::kTrainer, t.rank), en = rank_name(Role::kEngine, e.rank);
@@ -108,14 +137,7 @@ Status check_pairs(const std::vector<Join>& trainers, const std::vector<Join>& e
                                 "'s stream, " + en + " computed " + shown(e.plan_digest) + " (same bucket_size " +
                                 std::to_string(e.bucket_size) + "): " + why_digests_differ(t, e));
     }
-    for (const auto& [dtype, example] : t.stream_dtypes) {
-      bool ok = false;
-      for (const std::string& s : e.supported_dtypes) ok = ok || s == dtype;
-      if (!ok) {
-        return FailedPrecondition("unsupported dtype: " + tn + " sends " + dtype + " (tensor '" + example + "') but " +
-                                  en + " supports only " + names(e.supported_dtypes));
-      }
-    }
+    RETURN_IF_ERROR(check_dtypes(t, e));
   }
   return Status::Ok();
 }
@@ -180,10 +202,35 @@ Status check_join(const Join& join, int trainer_ranks, int engine_ranks) {
   return Status::Ok();
 }
 
+namespace {
+
+// Full-weight trainers: engine rank e is fed by trainers e, e + N, ...; each
+// trainer writes whole buckets (bucket j from feeder j % feeders).
+void full_setups(const std::vector<Join>& trainers, const std::vector<Join>& engines, Topology& topology) {
+  const std::size_t engine_count = engines.size();
+  for (std::size_t e = 0; e < engine_count; ++e) {
+    for (std::size_t t = e; t < trainers.size(); t += engine_count) topology.engine_setups[e].feeders.push_back(t);
+  }
+  for (const Join& t : trainers) {
+    const std::size_t e = static_cast<std::size_t>(t.rank) % engine_count;
+    Setup& setup = topology.trainer_setups[static_cast<std::size_t>(t.rank)];
+    setup.engine_rank = e;
+    setup.engine_address = engines[e].data_address;
+    setup.descriptor = engines[e].descriptor;
+    setup.engine_device = engines[e].device;
+    setup.trainer_index = static_cast<std::uint64_t>(t.rank) / engine_count;
+    setup.feeder_count = (trainers.size() - e + engine_count - 1) / engine_count;
+  }
+}
+
+}  // namespace
+
 StatusOr<Topology> plan_topology(const std::vector<Join>& trainers, const std::vector<Join>& engines,
                                  std::uint64_t seed, bool on_demand) {
   RETURN_IF_ERROR(check_agreement(trainers, engines));
-  RETURN_IF_ERROR(check_pairs(trainers, engines));
+  RETURN_IF_ERROR(check_engine_pools(engines));
+  const bool sharded = trainers[0].layout != "full";
+  RETURN_IF_ERROR(sharded ? check_sharded_trainers(trainers, engines) : check_full_trainers(trainers, engines));
   Topology topology;
   RETURN_IF_ERROR(check_alignment(engines, &topology));
   if (transport_topology(engines[0].transport).shared_gpu_serializes) {
@@ -193,30 +240,20 @@ StatusOr<Topology> plan_topology(const std::vector<Join>& trainers, const std::v
     }
     topology.warnings = shared_gpu_warnings(placed);
   }
-  const std::size_t engine_count = engines.size();
   std::vector<std::vector<TensorSpec>> streams;
   for (const Join& e : engines) streams.push_back(e.specs);
-  for (std::size_t e = 0; e < engine_count; ++e) {
-    Setup setup;
-    setup.seed = seed;
-    for (std::size_t t = e; t < trainers.size(); t += engine_count) setup.feeders.push_back(t);
-    setup.streams = streams;
-    topology.engine_setups.push_back(std::move(setup));
+  topology.engine_setups.assign(engines.size(), Setup{});
+  for (Setup& setup : topology.engine_setups) setup.streams = streams;
+  topology.trainer_setups.assign(trainers.size(), Setup{});
+  if (sharded) {
+    sharded_setups(trainers, engines, topology);
+  } else {
+    full_setups(trainers, engines, topology);
   }
-  for (const Join& t : trainers) {
-    const std::size_t e = static_cast<std::size_t>(t.rank) % engine_count;
-    const Join& engine = engines[e];
-    Setup setup;
-    setup.seed = seed;
-    setup.engine_rank = e;
-    setup.engine_address = engine.data_address;
-    setup.descriptor = engine.descriptor;
-    setup.engine_device = engine.device;
-    setup.trainer_index = static_cast<std::uint64_t>(t.rank) / engine_count;
-    setup.feeder_count = (trainers.size() - e + engine_count - 1) / engine_count;
-    setup.on_demand = on_demand;
-    topology.trainer_setups.push_back(std::move(setup));
+  for (auto* group : {&topology.engine_setups, &topology.trainer_setups}) {
+    for (Setup& setup : *group) setup.seed = seed;
   }
+  for (Setup& setup : topology.trainer_setups) setup.on_demand = on_demand;
   return topology;
 }
 

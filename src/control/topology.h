@@ -33,6 +33,10 @@ struct Topology {
 // Every cross-rank check of the joined ranks (trainers[t], engines[e] joined
 // as rank t, e), and the Setup each is sent. `seed` and `on_demand` go into
 // every Setup.
+// Every dtype trainer `t` sends (its join's stream_dtypes) is one engine
+// `e` supports: kFailedPrecondition naming the dtype, a tensor and both ranks.
+Status check_dtypes(const Join& t, const Join& e);
+
 StatusOr<Topology> plan_topology(const std::vector<Join>& trainers, const std::vector<Join>& engines,
                                  std::uint64_t seed, bool on_demand);
 

@@ -5,20 +5,54 @@
 
 namespace refit {
 
+BucketFeeders round_robin_feeders(const Plan& plan, std::size_t links) {
+  BucketFeeders feeders(plan.buckets.size());
+  for (std::size_t j = 0; j < feeders.size(); ++j) feeders[j].push_back({j % links, plan.buckets[j].bytes});
+  return feeders;
+}
+
 LandingLedger::LandingLedger(const Plan* plan, std::string owner)
-    : plan_(plan), owner_(std::move(owner)), slot_(plan->buckets.size(), -1), landed_(plan->buckets.size(), 0) {}
+    : plan_(plan), owner_(std::move(owner)), slot_(plan->buckets.size(), -1), owed_(plan->buckets.size(), 0) {}
+
+void LandingLedger::set_links(std::vector<std::string> names, BucketFeeders feeders) {
+  links_ = std::move(names);
+  feeders_ = std::move(feeders);
+  part_landed_.assign(feeders_.size(), {});
+  for (std::size_t j = 0; j < feeders_.size(); ++j) part_landed_[j].assign(feeders_[j].size(), 0);
+}
+
+std::string LandingLedger::feeders_of(std::uint64_t bucket) const {
+  const std::vector<BucketContributor>& parts = feeders_[bucket];
+  if (parts.empty()) return "no trainer link";
+  std::string out = links_[parts[0].link];
+  for (std::size_t k = 1; k < parts.size(); ++k) out += (k + 1 == parts.size() ? " and " : ", ") + links_[parts[k].link];
+  return out;
+}
 
 void LandingLedger::begin(std::uint64_t version, bool direct) {
   version_ = version;
   active_ = true;
   std::fill(slot_.begin(), slot_.end(), direct ? 0 : -1);
-  std::fill(landed_.begin(), landed_.end(), 0);
   landed_count_ = 0;
+  for (std::size_t j = 0; j < feeders_.size(); ++j) {
+    std::fill(part_landed_[j].begin(), part_landed_[j].end(), 0);
+    owed_[j] = feeders_[j].size();
+    if (owed_[j] == 0) ++landed_count_;  // nothing to write
+  }
+}
+
+int LandingLedger::part_of(std::uint64_t j, std::size_t i) const {
+  const std::vector<BucketContributor>& parts = feeders_[j];
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    if (parts[k].link == i) return static_cast<int>(k);
+  }
+  return -1;
 }
 
 std::uint64_t LandingLedger::owed_by(std::size_t i) const {
-  for (std::uint64_t j = i; j < buckets(); j += links_.size()) {
-    if (!landed_[j]) return j;
+  for (std::uint64_t j = 0; j < buckets(); ++j) {
+    const int k = part_of(j, i);
+    if (k >= 0 && !part_landed_[j][static_cast<std::size_t>(k)]) return j;
   }
   return buckets();
 }
@@ -36,7 +70,7 @@ Status LandingLedger::check_version(std::size_t i, FrameType type, std::uint64_t
   return Status::Ok();
 }
 
-StatusOr<std::uint64_t> LandingLedger::land(std::size_t i, const FrameHeader& h) {
+StatusOr<LandingLedger::Landing> LandingLedger::land(std::size_t i, const FrameHeader& h) {
   if (h.type != FrameType::kLanded) {
     return DataLoss(owner_ + ": unexpected " + frame_type_name(h.type) + " from " + links_[i] + " on the data plane");
   }
@@ -46,29 +80,36 @@ StatusOr<std::uint64_t> LandingLedger::land(std::size_t i, const FrameHeader& h)
   RETURN_IF_ERROR(check_version(i, h.type, f.version));
   const std::string who = owner_ + ": " + links_[i] + " sent kLanded for bucket " + std::to_string(f.bucket);
   if (f.bucket >= buckets()) return DataLoss(who + ", but the plan has " + std::to_string(buckets()) + " buckets");
-  if (feeder(f.bucket) != i) return DataLoss(who + ", which is fed by " + links_[feeder(f.bucket)]);
+  const int k = part_of(f.bucket, i);
+  if (k < 0) return DataLoss(who + ", which is fed by " + feeders_of(f.bucket));
   const int granted = slot_[f.bucket];
   if (granted < 0) return DataLoss(who + " (slot " + std::to_string(f.slot) + ") before any slot was granted to it");
   if (f.slot != static_cast<std::uint64_t>(granted)) {
     return DataLoss(who + " in slot " + std::to_string(f.slot) + ", but slot " + std::to_string(granted) +
                     " was granted to it");
   }
-  if (landed_[f.bucket]) return DataLoss(who + " twice");
-  if (f.bytes != plan_->buckets[f.bucket].bytes) {
-    return DataLoss(who + " with " + std::to_string(f.bytes) + " bytes; the plan's bucket holds " +
-                    std::to_string(plan_->buckets[f.bucket].bytes));
+  const auto part = static_cast<std::size_t>(k);
+  if (part_landed_[f.bucket][part]) return DataLoss(who + " twice");
+  const std::uint64_t expected = feeders_[f.bucket][part].bytes;
+  if (f.bytes != expected) {
+    const bool whole = feeders_[f.bucket].size() == 1;
+    return DataLoss(who + " with " + std::to_string(f.bytes) + " bytes; " +
+                    (whole ? "the plan's bucket holds " : "its part of the bucket holds ") + std::to_string(expected));
   }
-  landed_[f.bucket] = 1;
-  ++landed_count_;
-  return f.bucket;
+  part_landed_[f.bucket][part] = 1;
+  const bool complete = --owed_[f.bucket] == 0;
+  if (complete) ++landed_count_;
+  return Landing{f.bucket, complete};
 }
 
 Status LandingLedger::check_data(std::size_t i, const FrameHeader& h, std::uint64_t slot_bytes) const {
   auto data = decode_data(h, links_[i]);
   if (!data.ok()) return DataLoss(owner_ + ": " + data.status().message());
   RETURN_IF_ERROR(check_version(i, h.type, data->version));
-  for (std::uint64_t j = i; j < buckets(); j += links_.size()) {
-    if (!landed_[j] && slot_[j] >= 0 && static_cast<std::uint64_t>(slot_[j]) == data->slot) {
+  for (std::uint64_t j = 0; j < buckets(); ++j) {
+    const int k = part_of(j, i);
+    if (k < 0 || part_landed_[j][static_cast<std::size_t>(k)]) continue;
+    if (slot_[j] >= 0 && static_cast<std::uint64_t>(slot_[j]) == data->slot) {
       if (data->offset > slot_bytes || data->payload_bytes > slot_bytes - data->offset) {
         return DataLoss(owner_ + ": " + links_[i] + " sent kData of " + std::to_string(data->payload_bytes) +
                         " bytes at offset " + std::to_string(data->offset) + " into slot " +

@@ -27,20 +27,39 @@
 
 namespace refit {
 
+// One link's part of one bucket: the link writes `bytes` of it and announces
+// them with one kLanded.
+struct BucketContributor {
+  std::size_t link = 0;
+  std::uint64_t bytes = 0;
+  friend bool operator==(const BucketContributor&, const BucketContributor&) = default;
+};
+// Per bucket, the links that write into it, ascending link. A bucket with
+// no contributor (it holds no bytes) counts as landed at once.
+using BucketFeeders = std::vector<std::vector<BucketContributor>>;
+
+// Full-weight trainers: bucket j comes whole from link j % links (links > 0).
+BucketFeeders round_robin_feeders(const Plan& plan, std::size_t links);
+
 class LandingLedger {
  public:
   // `plan` must outlive the ledger; `owner` names the receiver in errors.
   LandingLedger(const Plan* plan, std::string owner);
 
-  // The names of the attached links ("trainer link 0 (<peer>)"), in
-  // feeding order: bucket j comes from link j % links.
-  void set_links(std::vector<std::string> names) { links_ = std::move(names); }
+  // The names of the attached links ("trainer link 0 (<peer>)"), and which
+  // of them write into each bucket (sharded trainers: several, each a part;
+  // round_robin_feeders otherwise). REQUIRES: one entry per bucket, links
+  // inside `names`.
+  void set_links(std::vector<std::string> names, BucketFeeders feeders);
   std::size_t links() const { return links_.size(); }
   const std::string& link_name(std::size_t i) const { return links_[i]; }
-  std::size_t feeder(std::uint64_t bucket) const { return static_cast<std::size_t>(bucket % links_.size()); }
+  const std::vector<BucketContributor>& contributors(std::uint64_t bucket) const { return feeders_[bucket]; }
+  // "trainer link 0 (<peer>)", or "trainer links 0 (<peer>) and 1 (<peer>)":
+  // who writes bucket j, for errors about it.
+  std::string feeders_of(std::uint64_t bucket) const;
 
   // Refit `version` begins: nothing granted (staged) or every bucket granted
-  // slot 0 (direct), nothing landed.
+  // slot 0 (direct), nothing landed but the buckets no link writes.
   void begin(std::uint64_t version, bool direct);
   // The refit's stream ended: every later frame is out of protocol.
   void end() { active_ = false; }
@@ -49,7 +68,8 @@ class LandingLedger {
 
   void grant(std::uint64_t bucket, int slot) { slot_[bucket] = slot; }
   int slot_of(std::uint64_t bucket) const { return slot_[bucket]; }
-  bool landed(std::uint64_t bucket) const { return landed_[bucket] != 0; }
+  // Every contributor of `bucket` announced its part.
+  bool landed(std::uint64_t bucket) const { return owed_[bucket] == 0; }
   std::uint64_t landed_count() const { return landed_count_; }
   // The first bucket link `i` still owes this refit, or buckets() when none.
   std::uint64_t owed_by(std::size_t i) const;
@@ -59,22 +79,32 @@ class LandingLedger {
   // against the refit in progress.
   Status check_version(std::size_t i, FrameType type, std::uint64_t version) const;
   // Validates kLanded `h` (any type is refused) from link `i` and, when it
-  // is in protocol, records the bucket as landed and returns it.
-  StatusOr<std::uint64_t> land(std::size_t i, const FrameHeader& h);
+  // is in protocol, records link i's part of the bucket as landed and
+  // returns the bucket and whether it is now complete (every part landed).
+  struct Landing {
+    std::uint64_t bucket = 0;
+    bool complete = false;
+  };
+  StatusOr<Landing> land(std::size_t i, const FrameHeader& h);
   // Validates kData `h` from link `i`: it may only write into a slot granted
-  // to a bucket this link feeds that has not landed yet, within the slot's
-  // `slot_bytes`.
+  // to a bucket this link writes whose part has not landed yet, within the
+  // slot's `slot_bytes`.
   Status check_data(std::size_t i, const FrameHeader& h, std::uint64_t slot_bytes) const;
 
  private:
+  // Index of link i among bucket j's contributors, or -1.
+  int part_of(std::uint64_t j, std::size_t i) const;
+
   const Plan* plan_;
   std::string owner_;
   std::vector<std::string> links_;
+  BucketFeeders feeders_;
   bool active_ = false;
   std::uint64_t version_ = 0;
-  std::vector<int> slot_;      // slot granted to bucket j, -1 before
-  std::vector<char> landed_;   // bucket j's kLanded arrived (validated)
-  std::uint64_t landed_count_ = 0;
+  std::vector<int> slot_;                  // slot granted to bucket j, -1 before
+  std::vector<std::vector<char>> part_landed_;  // [j][k]: contributor k's kLanded arrived (validated)
+  std::vector<std::size_t> owed_;          // parts of bucket j still to land
+  std::uint64_t landed_count_ = 0;         // buckets complete
 };
 
 }  // namespace refit

@@ -38,7 +38,7 @@ Status Receiver::Impl::start(std::uint64_t v, Deadline deadline) {
     if (ledger.links() != links.size()) {  // the links are fixed from the first start() on
       std::vector<std::string> names;
       for (std::size_t i = 0; i < links.size(); ++i) names.push_back(link_name(i));
-      ledger.set_links(std::move(names));
+      ledger.set_links(std::move(names), feeders.empty() ? round_robin_feeders(*plan, links.size()) : feeders);
     }
     ledger.begin(v, direct);
     error = Status::Ok();
@@ -84,7 +84,7 @@ Status Receiver::Impl::wait_all_landed(Deadline deadline) {
     return DeadlineExceeded(options.name + " timed out waiting for " + std::to_string(missing) + " of " +
                             std::to_string(ledger.buckets()) + " direct buckets (refit " +
                             std::to_string(ledger.version()) + "; the first is bucket " + std::to_string(first) +
-                            " from " + link_name(feeder(first)) + ")");
+                            " from " + feeders_of(first) + ")");
   }
   if (!fatal.ok()) return fatal;
   if (!error.ok()) return error;
@@ -174,6 +174,36 @@ void Receiver::attach_link(std::unique_ptr<Link> link) {
   }
   impl_->links.push_back(std::move(link));
   impl_->closed.emplace_back();
+}
+
+Status Receiver::set_feeders(BucketFeeders feeders) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const std::string name = impl_->options.name;
+  if (impl_->io_started) return FailedPrecondition(name + ": set_feeders() after start()");
+  if (feeders.size() != plan_->buckets.size()) {
+    return InvalidArgument(name + ": feeders for " + std::to_string(feeders.size()) + " buckets, the plan has " +
+                           std::to_string(plan_->buckets.size()));
+  }
+  for (std::size_t j = 0; j < feeders.size(); ++j) {
+    std::uint64_t bytes = 0;
+    for (std::size_t k = 0; k < feeders[j].size(); ++k) {
+      const BucketContributor& c = feeders[j][k];
+      if (c.link >= impl_->links.size() || (k > 0 && c.link <= feeders[j][k - 1].link) || c.bytes == 0) {
+        return InvalidArgument(name + ": bucket " + std::to_string(j) + "'s feeders must be attached links, " +
+                               "ascending, each writing bytes (link " + std::to_string(c.link) + " of " +
+                               std::to_string(impl_->links.size()) + ", " + std::to_string(c.bytes) + " bytes)");
+      }
+      bytes += c.bytes;
+    }
+    std::uint64_t payload = 0;  // the entries' bytes, without the alignment padding between them
+    for (const PlanEntry& e : plan_->buckets[j].entries) payload += e.bytes;
+    if (bytes != payload) {
+      return InvalidArgument(name + ": bucket " + std::to_string(j) + "'s feeders write " + std::to_string(bytes) +
+                             " bytes, its entries hold " + std::to_string(payload));
+    }
+  }
+  impl_->feeders = std::move(feeders);
+  return Status::Ok();
 }
 
 Status Receiver::start(std::uint64_t version, Deadline deadline) { return impl_->start(version, deadline); }

@@ -15,8 +15,10 @@
 // were not granted.
 //
 // Feeding: the plan's buckets are dealt round-robin over the attached links:
-// bucket j comes from link (j % links). Buckets may land out of order across
-// links; batches are yielded in bucket order.
+// bucket j comes from link (j % links), unless set_feeders() says which
+// links write each bucket (sharded trainers: several write parts of one
+// bucket; each gets the bucket's credit and announces its part). Buckets
+// may land out of order across links; batches are yielded in bucket order.
 //
 // Thread safety: next(), start() and attach_link() are called by one consumer
 // thread. cancel() may be called from any thread. Internally one I/O thread
@@ -37,6 +39,7 @@
 #include "batch/batch_source.h"
 #include "refit/deadline.h"
 #include "net/link.h"
+#include "receiver/landing_ledger.h"
 #include "refit/plan.h"
 #include "refit/status.h"
 #include "transport/transport.h"
@@ -83,6 +86,15 @@ class Receiver : public BatchSource {
   // Adds the link of the next feeding trainer (its index = the number of
   // links attached before it). All links are attached before the first start().
   void attach_link(std::unique_ptr<Link> link);
+
+  // Sharded trainers: which attached links write into each bucket and how
+  // many bytes each (landing_ledger.h); a bucket lands once every part was
+  // announced. Without it, bucket j comes whole from link j % links. Errors
+  // (kInvalidArgument, naming the bucket): another bucket count, a link not
+  // attached, links not ascending, a part of 0 bytes, parts that do not add
+  // up to the bucket's entries (padding excluded; a whole bucket from one
+  // link, as without set_feeders, announces the bucket's bytes). REQUIRES: after every attach_link, before start().
+  Status set_feeders(BucketFeeders feeders);
 
   // Begins refit `version`: resets the stream, grants the first slots.
   // Fails, naming the link, when a link closed or sent a frame since the

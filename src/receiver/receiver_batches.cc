@@ -54,7 +54,7 @@ StatusOr<Receiver::Impl::LandedBucket> Receiver::Impl::await_bucket(std::uint64_
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - entered).count();
     return DeadlineExceeded(options.name + " timed out after " + std::to_string(waited) + " ms waiting for bucket " +
                             std::to_string(j) + " of " + std::to_string(plan->buckets.size()) + " from " +
-                            link_name(feeder(j)) + " (refit " + std::to_string(v) + ")");
+                            feeders_of(j) + " (refit " + std::to_string(v) + ")");
   }
   if (!fatal.ok()) return fatal;
   if (!error.ok()) return error;
@@ -73,7 +73,7 @@ Status Receiver::Impl::wait_in_place(LandedBucket& b) {
   };
   RETURN_IF_ERROR(pool->wait_landed(b.slot, b.deadline, interrupted)
                       .WithContext(options.name + ": bucket " + std::to_string(b.index) + " from " +
-                                   link_name(feeder(b.index)) + " (refit " + std::to_string(b.version) + ")"));
+                                   feeders_of(b.index) + " (refit " + std::to_string(b.version) + ")"));
   b.in_place = true;
   return Status::Ok();
 }

@@ -65,6 +65,8 @@ struct Receiver::Impl {
 
   // Fixed once the I/O thread runs (attach_link is refused after start()).
   std::vector<std::unique_ptr<Link>> links;
+  // Which links write into each bucket (set_feeders); empty: round-robin.
+  BucketFeeders feeders;
   int wake_fd = -1;
   std::thread io;
 
@@ -139,7 +141,8 @@ struct Receiver::Impl {
   std::string link_name(std::size_t i) const {
     return "trainer link " + std::to_string(i) + " (" + links[i]->peer() + ")";
   }
-  std::size_t feeder(std::uint64_t bucket) const { return static_cast<std::size_t>(bucket % links.size()); }
+  // Who writes bucket j (set_feeders, or round-robin), for errors. REQUIRES: mu held or the links fixed.
+  std::string feeders_of(std::uint64_t bucket) const { return ledger.feeders_of(bucket); }
   // The largest payload a frame may carry: a bucket's bytes (staged), an
   // in-band announcement (direct: transport.h).
   std::uint64_t max_payload() const { return direct ? kMaxAnnouncementBytes : pool->slot_bytes(); }
@@ -209,7 +212,7 @@ struct Receiver::Impl {
       const int s = free_slots.front();
       free_slots.pop_front();
       ledger.grant(next_grant, s);
-      out.push_back(Grant{feeder(next_grant), next_grant, s});
+      for (const BucketContributor& c : ledger.contributors(next_grant)) out.push_back(Grant{c.link, next_grant, s});
       ++next_grant;
     }
     return out;

@@ -76,14 +76,16 @@ void Receiver::Impl::handle_frame(std::size_t i) {
   switch (h.type) {
     case FrameType::kLanded: {
       std::lock_guard<std::mutex> lock(mu);
-      StatusOr<std::uint64_t> bucket = ledger.land(i, h);
-      if (bucket.ok()) {
-        ++stats.buckets;
-        stats.bytes += plan->buckets[*bucket].bytes;
-        cv.notify_all();
+      StatusOr<LandingLedger::Landing> landing = ledger.land(i, h);
+      if (landing.ok()) {
+        if (landing->complete) {
+          ++stats.buckets;
+          stats.bytes += plan->buckets[landing->bucket].bytes;
+          cv.notify_all();
+        }
         return;
       }
-      bad = bucket.status();
+      bad = landing.status();
       break;
     }
     case FrameType::kData: {

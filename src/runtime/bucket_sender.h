@@ -39,6 +39,7 @@
 #include "refit/status.h"
 #include "transport/transport.h"
 #include "refit/weight_source.h"
+#include "reshard/bucket_feed.h"
 
 namespace refit {
 
@@ -67,6 +68,13 @@ struct SenderContext {
   // Direct mode: each tensor's offset in the engine's weight arena
   // (weight_arena_offsets of the plan's specs). Empty when staged.
   std::vector<std::uint64_t> arena_offsets;
+  // Sharded trainers (issue 19): the fed engine rank's bucket feed
+  // (reshard/bucket_feed.h) and this rank's trainer rank in it; the source
+  // then holds local shards, and each bucket carries only this rank's
+  // share (its runs). Null: full weights, every bucket whole, cut out of
+  // the full tensors for pack_rank.
+  const BucketFeed* feed = nullptr;
+  int feed_rank = 0;
 };
 
 enum class SenderKind {

@@ -241,6 +241,18 @@ class EngineRank::Impl {
       return InvalidArgument("setup: 'feeders' must list the trainer ranks that feed this engine rank");
     }
     feeders_ = setup.feeders;
+    // Sharded trainers: several feeders write parts of a bucket (the
+    // coordinator checked that the parts fill each bucket).
+    if (!setup.parts.empty()) {
+      if (setup.parts.size() != plan_.buckets.size()) {
+        return InvalidArgument("setup: 'parts' lists " + std::to_string(setup.parts.size()) + " buckets, the plan has " +
+                               std::to_string(plan_.buckets.size()));
+      }
+      parts_.assign(setup.parts.size(), {});
+      for (std::size_t j = 0; j < setup.parts.size(); ++j) {
+        for (const Part& p : setup.parts[j]) parts_[j].push_back(BucketContributor{p.index, p.bytes});
+      }
+    }
     return Status::Ok();
   }
 
@@ -265,6 +277,7 @@ class EngineRank::Impl {
                      accept_data_links(*listener_, port, [this] { return client_->abort_reason(); }, deadline));
     std::lock_guard<std::mutex> lock(data_mu_);
     for (auto& link : links) receiver_->attach_link(std::move(link));
+    if (!parts_.empty()) RETURN_IF_ERROR(receiver_->set_feeders(parts_).WithContext(name()));
     return Status::Ok();
   }
 
@@ -418,6 +431,7 @@ class EngineRank::Impl {
   int device_ = -1;  // local CUDA index
   Engine* engine_ = nullptr;  // binding_.engine
   std::vector<std::uint64_t> feeders_;  // trainer ranks feeding this rank, in trainer-index order
+  BucketFeeders parts_;                 // sharded trainers: who writes each bucket; empty: round-robin
   std::mutex data_mu_;  // receiver_: the control reader's cancel vs recovery
   std::unique_ptr<Receiver> receiver_;
   bool recovered_ = false;  // the last failed refit was recovered from

@@ -21,6 +21,8 @@
 #include "refit/plan.h"
 #include "transport/transport.h"
 #include "runtime/bucket_sender.h"
+#include "runtime/shard_channel.h"
+#include "refit/trainer_layout.h"
 #include "cuda/batched_copy.h"
 #include "cuda/copy_engine.h"
 #include "cuda/device.h"
@@ -123,10 +125,18 @@ class TrainerRank::Impl : public BucketProtocol {
     source_on_device_ = source_->memory() == MemoryKind::kCuda;
     direct_ = options_.mode == "direct";
     const Model& model = source_->model();
+    ASSIGN_OR_RETURN(layout_, parse_trainer_layout(options_.trainer_layout, options_.trainer_ranks));
+    RETURN_IF_ERROR(validate_full_trainer_counts(layout_, options_.trainer_ranks, options_.engine_ranks));
     engine_rank_ = options_.rank % options_.engine_ranks;
     pack_rank_ = options_.debug_pack_rank >= 0 ? options_.debug_pack_rank % options_.engine_ranks : engine_rank_;
     options_.bucket_size = effective_bucket_size(options_.bucket_size, options_.transport);
-    ASSIGN_OR_RETURN(plan_, make_plan(engine_stream(model, engine_rank_, options_.engine_ranks), options_.bucket_size));
+    if (!layout_.full) {
+      RETURN_IF_ERROR(check_sharded_settings());
+      ASSIGN_OR_RETURN(sharded_, make_sharded_plan(*source_, options_));
+    } else {
+      ASSIGN_OR_RETURN(plan_,
+                       make_plan(engine_stream(model, engine_rank_, options_.engine_ranks), options_.bucket_size));
+    }
     ASSIGN_OR_RETURN(transport_, make_transport(options_.transport));
     if (source_on_device_ && !transport_->capabilities().device_memory) {
       return FailedPrecondition(name() + ": its weights are in device memory but --transport " + options_.transport +
@@ -142,8 +152,20 @@ class TrainerRank::Impl : public BucketProtocol {
     client_->start_reader(heartbeats, [this](const Status&) {
       std::lock_guard<std::mutex> lock(link_mu_);
       if (link_) link_->shutdown();
+      for (auto& c : channels_) c->shutdown_link();
     });
     seed_ = setup.seed;
+    if (sharded_) {
+      on_demand_ = setup.on_demand;
+      std::vector<std::unique_ptr<ShardChannel>> channels;
+      ASSIGN_OR_RETURN(channels, link_shard_channels(options_, *sharded_, setup.targets, client_.get(),
+                                                     source_.get(), deadline));
+      {
+        std::lock_guard<std::mutex> lock(link_mu_);  // the control reader shuts them down
+        channels_ = std::move(channels);
+      }
+      return client_->send(Linked{});
+    }
     const std::string address = setup.engine_address, descriptor = setup.descriptor;
     if (setup.feeder_count == 0 || setup.trainer_index >= setup.feeder_count) {
       return InvalidArgument("setup: trainer_index out of range");
@@ -189,6 +211,13 @@ class TrainerRank::Impl : public BucketProtocol {
     join.engine_ranks = static_cast<std::uint64_t>(options_.engine_ranks);
     join.bucket_size = options_.bucket_size;
     join.transport = options_.transport;
+    if (sharded_) {
+      join.layout = layout_.ToString();
+      join.transfer_digest = sharded_->transfer.digest_hex();
+      join.feeds = sharded_feeds(*sharded_, options_.rank);
+      join.stream_dtypes = sharded_stream_dtypes(*sharded_);
+      return join;
+    }
     join.engine_rank = static_cast<std::uint64_t>(engine_rank_);
     join.plan_digest = plan_.digest_hex();
     join.specs = plan_.specs;  // so that a digest mismatch names the first differing tensor
@@ -286,7 +315,9 @@ class TrainerRank::Impl : public BucketProtocol {
     if (in_doubt_) return status;
     // A broken CUDA context (a sticky error) fails every later refit the same
     // way: report it, and end this process instead of relinking.
-    const Status health = sender_->stream() != nullptr ? cuda_context_health(sender_->stream()->device()) : Status::Ok();
+    const Status health = sender_ != nullptr && sender_->stream() != nullptr
+                              ? cuda_context_health(sender_->stream()->device())
+                              : Status::Ok();
     if (!health.ok()) status = Status(health.code(), status.message() + "; " + health.message());
     status = client_->report_failure(version, status);
     if (!health.ok()) {
@@ -297,10 +328,12 @@ class TrainerRank::Impl : public BucketProtocol {
     }
     // Nothing of the failed refit may still be writing when the link is
     // replaced: wait for the device, forget the half-sent refit.
-    sender_->abandon();
+    if (sender_) sender_->abandon();
+    for (auto& c : channels_) c->abandon();
     auto relink = client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s));
     if (!relink.ok() || !*relink) return status;
     Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
+    if (sharded_) return relink_channels(version, status, deadline);
     auto fresh = connect_to_engine(deadline);
     if (!fresh.ok()) return status.WithContext("recovery failed: " + fresh.status().message());
     {
@@ -366,6 +399,7 @@ class TrainerRank::Impl : public BucketProtocol {
   // announced and every copy finished, and the weights were checked
   // unchanged: only then may the rank say "sent".
   StatusOr<SentShare> send_share(std::uint64_t version, Deadline deadline) {
+    if (sharded_) return send_sharded(version, deadline);
     const Clock::time_point went = Clock::now();
     CudaStream* stream = sender_->stream();  // the sender's copies, or null (host paths)
     if (gpu_span_) RETURN_IF_ERROR(gpu_span_->first.record(stream->handle()).WithContext(name()));
@@ -389,6 +423,50 @@ class TrainerRank::Impl : public BucketProtocol {
     RETURN_IF_ERROR(source_->check_unchanged().WithContext(name() + ", refit " + std::to_string(version)));
     RETURN_IF_ERROR(client_->send(Progress{version, sent.bytes}));
     return sent;
+  }
+
+  // A sharded rank's share of refit `version`: its part of every bucket of
+  // every engine rank it feeds, one thread per engine rank.
+  StatusOr<SentShare> send_sharded(std::uint64_t version, Deadline deadline) {
+    const Clock::time_point went = Clock::now();
+    ASSIGN_OR_RETURN(const ShardedSent sent, send_over_channels(channels_, version, deadline));
+    SentShare share;
+    share.buckets = sent.buckets;
+    share.bytes = sent.bytes;
+    share.send_ms = std::chrono::duration<double, std::milli>(Clock::now() - went).count();
+    RETURN_IF_ERROR(source_->check_unchanged().WithContext(name() + ", refit " + std::to_string(version)));
+    RETURN_IF_ERROR(client_->send(Progress{version, share.bytes}));
+    return share;
+  }
+
+  // Recovery of a sharded rank: every channel relinks; then linked again.
+  Status relink_channels(std::uint64_t version, const Status& status, Deadline deadline) {
+    for (auto& c : channels_) {
+      Status relinked = c->relink(deadline);
+      if (!relinked.ok()) return status.WithContext("recovery failed: " + relinked.message());
+    }
+    if (Status linked = client_->send(Linked{committed_, std::nullopt}); !linked.ok()) {
+      return status.WithContext("recovery failed: " + linked.message());
+    }
+    log(LogLevel::kWarning, name(),
+        "refit " + std::to_string(version) + " failed (" + status.message() + "); relinked, ready for the next refit");
+    recovered_ = true;
+    return status;
+  }
+
+  // What a sharded layout runs on in this build: host weights into host
+  // engines, staged, over a transport that maps or writes host pools.
+  Status check_sharded_settings() const {
+    const std::string what = name() + ": --trainer-layout " + options_.trainer_layout;
+    if (source_on_device_ || options_.mode != "staged" || (options_.transport != "shm" && options_.transport != "tcp")) {
+      return FailedPrecondition(what + " runs with host weights (--device cpu), --mode staged and --transport shm or "
+                                "tcp in this build (got --device " + options_.device + ", --mode " + options_.mode +
+                                ", --transport " + options_.transport + ")");
+    }
+    if (source_->trainer_layouts().size() != source_->model().weights.size()) {
+      return FailedPrecondition(what + ": its weight source holds full tensors, not this rank's shards");
+    }
+    return Status::Ok();
   }
 
   // Bucket j of refit `version`, and the per-bucket fault injections for
@@ -521,6 +599,19 @@ class TrainerRank::Impl : public BucketProtocol {
   // How this rank's buckets move (chosen once at setup; uses target_ and
   // link_, so declared after them: destroyed first).
   std::unique_ptr<BucketSender> sender_;
+  // Sharded trainers (issue 19): the layout, the plans computed at setup and
+  // one channel per engine rank fed (null / empty for full weights).
+  TrainerLayout layout_;
+  std::optional<ShardedPlan> sharded_;
+  std::vector<std::unique_ptr<ShardChannel>> channels_;
+
+ public:
+  // The control reader may shut the channels' links down until the client
+  // goes: the channels go first, under the lock it takes.
+  ~Impl() {
+    std::lock_guard<std::mutex> lock(link_mu_);
+    channels_.clear();
+  }
   // Timing events on the sender's stream (device weights only): the refit's GPU span.
   std::optional<std::pair<CudaEvent, CudaEvent>> gpu_span_;
 };
@@ -557,8 +648,20 @@ StatusOr<std::unique_ptr<WeightSource>> make_rank_source(const RankOptions& opti
   const std::vector<std::string> presets = model_presets();
   if (std::find(presets.begin(), presets.end(), options.model) != presets.end() && options.shard_rules.empty()) {
     const bool on_device = options.device == "cuda";
+    ASSIGN_OR_RETURN(const TrainerLayout layout, parse_trainer_layout(options.trainer_layout, options.trainer_ranks));
+    if (!layout.full) {
+      ASSIGN_OR_RETURN(Model model, make_model(options.model, options.layers));
+      ASSIGN_OR_RETURN(std::vector<Layout> layouts, trainer_layouts(layout, model));
+      return make_synthetic_shard_source(options.model, options.layers, std::move(layouts), options.rank,
+                                         on_device ? MemoryKind::kCuda : MemoryKind::kHost, options.gpu);
+    }
     return make_synthetic_source(options.model, options.layers, on_device ? MemoryKind::kCuda : MemoryKind::kHost,
                                  options.gpu);
+  }
+  if (options.trainer_layout != "full") {
+    return InvalidArgument("--trainer-layout " + options.trainer_layout +
+                           ": sharded trainers generate a preset's shards (--model " + options.model +
+                           " is a checkpoint); a checkpoint is read whole (--trainer-layout full)");
   }
   if (options.device == "cuda") {
     return InvalidArgument("--device cuda: a checkpoint's weights are read into host memory; use --device cpu "

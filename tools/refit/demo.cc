@@ -28,6 +28,7 @@
 #include "demo_children.h"
 #include "demo_errors.h"
 #include "flags.h"
+#include "refit/trainer_layout.h"
 #include "refit/coordinator.h"
 #include "refit/model.h"
 #include "refit/plan.h"
@@ -269,7 +270,9 @@ Status check_settings(const DemoOptions& o, int trainers) {
   }
   settings.device = trainer_device(o);
   RETURN_IF_ERROR(validate_rank_settings(settings, /*engine=*/false));
-  return validate_rank_counts(trainers, o.engine_ranks);
+  RETURN_IF_ERROR(validate_rank_counts(trainers, o.engine_ranks));
+  ASSIGN_OR_RETURN(const TrainerLayout layout, parse_trainer_layout(o.trainer_layout, trainers));
+  return validate_full_trainer_counts(layout, trainers, o.engine_ranks);
 }
 
 // Starts the coordinator and returns the port it listens on, once it said
@@ -361,7 +364,9 @@ void start_ranks(const DemoOptions& o, int trainers, const std::string& port, De
                                      "--device",
                                      trainer_device(o),
                                      "--register-host-weights",
-                                     o.register_host_weights ? "true" : "false"};
+                                     o.register_host_weights ? "true" : "false",
+                                     "--trainer-layout",
+                                     o.trainer_layout};
     args.insert(args.end(), rank_common.begin(), rank_common.end());
     job.children.push_back(start_child("trainer rank " + std::to_string(t), args, {}, job.env));
   }

@@ -23,6 +23,7 @@ struct DemoOptions {
   int layers = RankOptions{}.layers;
   int engine_ranks = 3;   // the demo's own: shows TP out of the box
   int trainer_ranks = 0;  // 0: as many as engine ranks
+  std::string trainer_layout = RankOptions{}.trainer_layout;  // trainer_layout.h
   std::string transport = RankOptions{}.transport;
   std::string device = RankOptions{}.device;  // cpu or cuda (trainer weights, pools, engine weights)
   // Where the trainers' weights live when not where --device puts them:

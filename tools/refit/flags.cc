@@ -267,6 +267,14 @@ void add_rank_flags(CLI::App& cmd, RankOptions& o) {
   add_mode_flag(cmd, o.mode);
 }
 
+void add_trainer_layout_flag(CLI::App& cmd, std::string& layout) {
+  cmd.add_option("--trainer-layout", layout,
+                 "How the trainer ranks hold the weights: full (every rank all of them), fsdp (FSDP2 dim-0 chunks "
+                 "over all ranks), tp (Megatron TP by each weight's shard rule), tp:X,fsdp:Y (both, X*Y ranks); "
+                 "sharded layouts feed every engine rank their shards reach")
+      ->capture_default_str();
+}
+
 void add_engine_flags(CLI::App& cmd, EngineOptions& o, std::string& secret_file) {
   add_rank_flags(cmd, o);
   add_secret_file_flag(cmd, secret_file);

@@ -108,6 +108,8 @@ StatusOr<Secret> resolve_secret(const std::string& path);
 // rank, counts, model, layers, shard rules, bucket size, transport,
 // timeouts, device and mode.
 void add_rank_flags(CLI::App& cmd, RankOptions& options);
+// --trainer-layout (trainer, demo, bench): how the trainer ranks hold the weights.
+void add_trainer_layout_flag(CLI::App& cmd, std::string& layout);
 
 // What `refit engine` and `refit save` share: the rank flags, the secret
 // file and the receive pool, verification, dtypes and device settings.

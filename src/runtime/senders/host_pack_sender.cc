@@ -27,17 +27,52 @@ class HostPackSender final : public BucketSender {
     runs_.clear();
     append_slot_runs(c_, j, dst, &runs_);
     copy_runs_on_host(runs_);
-    if (!in_place) {
-      const std::uint64_t bytes = c_.plan->buckets[j].bytes;
-      ASSIGN_OR_RETURN(Ticket ticket, c_.target->submit(static_cast<int>(slot), 0,
-                                                        std::span<const std::byte>(dst, bytes), version, deadline));
-      Status written = wait_written(c_, std::span<const Ticket>(&ticket, 1), j, deadline);
-      if (!written.ok()) {
-        c_.target->cancel(ticket);
-        return written;
+    if (!in_place) RETURN_IF_ERROR(submit_packed(version, j, static_cast<int>(slot), dst, deadline));
+    return c_.protocol->send_landed(version, j, slot, deadline);
+  }
+
+  // Two-sided: the packed bucket, or with a feed (a part of a bucket other
+  // trainer ranks write too) only the ranges this rank's runs fill.
+  Status submit_packed(std::uint64_t version, std::uint64_t j, int slot, const std::byte* packed, Deadline deadline) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;  // [begin, end) in the slot
+    if (c_.feed == nullptr) {
+      ranges.emplace_back(0, c_.plan->buckets[j].bytes);
+    } else {
+      ranges = share_ranges(c_.feed->share(j, c_.feed_rank));
+    }
+    std::vector<Ticket> tickets;
+    Status status;
+    for (const auto& [begin, end] : ranges) {
+      auto ticket = c_.target->submit(slot, begin, std::span<const std::byte>(packed + begin, end - begin), version,
+                                      deadline);
+      if (!ticket.ok()) {
+        status = ticket.status();
+        break;
+      }
+      tickets.push_back(*ticket);
+    }
+    if (status.ok()) status = wait_written(c_, tickets, j, deadline);
+    if (!status.ok()) {
+      for (const Ticket& t : tickets) c_.target->cancel(t);
+    }
+    return status;
+  }
+
+  // The slot ranges `share`'s runs write, merged where they touch.
+  static std::vector<std::pair<std::uint64_t, std::uint64_t>> share_ranges(const BucketShare* share) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+    if (share == nullptr) return out;
+    for (const FeedRun& r : share->runs) {
+      for (std::uint64_t i = 0; i < r.count; ++i) {
+        const std::uint64_t begin = r.bucket_offset + i * r.dst_stride;
+        if (!out.empty() && out.back().second == begin) {
+          out.back().second = begin + r.bytes;
+        } else {
+          out.emplace_back(begin, begin + r.bytes);
+        }
       }
     }
-    return c_.protocol->send_landed(version, j, slot, deadline);
+    return out;
   }
 
   Status finish(std::uint64_t, Deadline) override { return Status::Ok(); }

@@ -18,7 +18,25 @@ std::string bucket_where(const SenderContext& c, std::uint64_t bucket) {
   return c.name + ", bucket " + std::to_string(bucket);
 }
 
+namespace {
+
+// A feed run as a copy: rows of `bytes`, src and dst pitched by the strides.
+CopyRun feed_copy(const FeedRun& r, const std::byte* src, std::byte* dst) {
+  if (r.count == 1) return copy_run_1d(src, dst, r.bytes);
+  return CopyRun{src, dst, r.bytes, r.count, r.src_stride, r.dst_stride};
+}
+
+}  // namespace
+
 void append_slot_runs(const SenderContext& c, std::uint64_t bucket, std::byte* slot, std::vector<CopyRun>* runs) {
+  if (c.feed != nullptr) {
+    const BucketShare* share = c.feed->share(bucket, c.feed_rank);
+    if (share == nullptr) return;
+    for (const FeedRun& r : share->runs) {
+      runs->push_back(feed_copy(r, c.source->data(r.tensor) + r.src_offset, slot + r.bucket_offset));
+    }
+    return;
+  }
   for (const PlanEntry& e : c.plan->buckets[bucket].entries) {
     append_shard_copy_runs(c.source->model().weights[e.tensor], c.pack_rank, c.engine_ranks, c.source->data(e.tensor),
                            e.tensor_offset, e.bytes, slot + e.bucket_offset, runs);
@@ -26,6 +44,15 @@ void append_slot_runs(const SenderContext& c, std::uint64_t bucket, std::byte* s
 }
 
 void append_arena_runs(const SenderContext& c, std::uint64_t bucket, std::byte* arena, std::vector<CopyRun>* runs) {
+  if (c.feed != nullptr) {
+    const BucketShare* share = c.feed->share(bucket, c.feed_rank);
+    if (share == nullptr) return;
+    for (const FeedRun& r : share->runs) {
+      runs->push_back(feed_copy(r, c.source->data(r.tensor) + r.src_offset,
+                                arena + c.arena_offsets[r.tensor] + r.tensor_offset));
+    }
+    return;
+  }
   for (const PlanEntry& e : c.plan->buckets[bucket].entries) {
     append_shard_copy_runs(c.source->model().weights[e.tensor], c.pack_rank, c.engine_ranks, c.source->data(e.tensor),
                            e.tensor_offset, e.bytes, arena + c.arena_offsets[e.tensor] + e.tensor_offset, runs);

@@ -1,0 +1,230 @@
+// A sharded trainer rank's channel to one engine rank: see shard_channel.h.
+#include "runtime/shard_channel.h"
+
+#include <thread>
+
+#include "control/auth.h"
+#include "net/frames.h"
+#include "refit/format.h"
+#include "refit/model.h"
+#include "refit/reference_engine.h"
+#include "refit/secret.h"
+#include "refit/transfer_defaults.h"
+
+namespace refit {
+
+StatusOr<ShardedPlan> make_sharded_plan(const WeightSource& source, const RankOptions& options) {
+  const Model& model = source.model();
+  const std::vector<Layout> layouts = source.trainer_layouts();
+  std::vector<TensorLayouts> tensors;
+  for (std::size_t i = 0; i < model.weights.size(); ++i) {
+    const Weight& w = model.weights[i];
+    tensors.push_back(TensorLayouts{w.spec, layouts[i], layout_from_shard_rule(w.rule, options.engine_ranks)});
+  }
+  ShardedPlan out;
+  ASSIGN_OR_RETURN(out.transfer, make_transfer_plan(std::move(tensors), options.trainer_ranks, options.engine_ranks));
+  for (int e = 0; e < options.engine_ranks; ++e) {
+    if (out.transfer.pair(options.rank, e).bytes == 0) continue;
+    ShardedPlan::Fed fed;
+    fed.engine_rank = e;
+    ASSIGN_OR_RETURN(fed.plan, make_plan(engine_stream(model, e, options.engine_ranks), options.bucket_size));
+    ASSIGN_OR_RETURN(fed.feed, make_bucket_feed(out.transfer, e, fed.plan));
+    out.fed.push_back(std::move(fed));
+  }
+  return out;
+}
+
+ShardChannel::ShardChannel(const RankOptions& options, ShardedPlan::Fed* fed, std::string address,
+                           ControlClient* client)
+    : options_(options), fed_(fed), address_(std::move(address)), client_(client) {}
+
+// As the full-weight trainer connects (trainer_rank.cc): refused connections
+// retried in short rounds until `deadline`, stopping at an abort; then the
+// data handshake in the engine rank's context.
+StatusOr<std::unique_ptr<Link>> ShardChannel::connect(Deadline deadline) {
+  const std::string peer = "engine rank " + std::to_string(engine_rank()) + " at " + address_;
+  StatusOr<std::unique_ptr<Link>> connected = Unavailable("never tried to connect to " + peer);
+  do {
+    if (std::optional<Status> abort = client_->abort_reason()) {
+      return Status(abort->code(), abort->message() + " (while connecting to " + peer + ")");
+    }
+    connected = Link::Connect(address_, peer, deadline.min(Deadline::After(std::chrono::milliseconds(100))));
+  } while (!connected.ok() && connected.status().code() == StatusCode::kUnavailable && !deadline.expired());
+  if (!connected.ok()) {
+    return connected.status().WithContext("retried until the setup deadline (" +
+                                          format_seconds(options_.setup_timeout_s) + ")");
+  }
+  std::unique_ptr<Link> link = std::move(*connected);
+  RETURN_IF_ERROR(authenticate_as_client(*link, Secret(options_.secret), data_auth_context(engine_rank()), deadline)
+                      .WithContext("authenticating the data link"));
+  return link;
+}
+
+Status ShardChannel::send_hello(Deadline deadline) {
+  const HelloFrame hello{static_cast<std::uint64_t>(options_.rank), static_cast<std::uint64_t>(engine_rank()),
+                         fed_->plan.digest};
+  return link_->send(encode(hello), {}, deadline);
+}
+
+Status ShardChannel::link(const std::string& descriptor, int writer, Deadline deadline) {
+  ASSIGN_OR_RETURN(transport_, make_transport(options_.transport));
+  ASSIGN_OR_RETURN(auto link, connect(deadline));
+  {
+    std::lock_guard<std::mutex> lock(link_mu_);
+    link_ = std::move(link);
+  }
+  ASSIGN_OR_RETURN(target_, transport_->open_target_on(descriptor, link_.get(), writer));
+  return send_hello(deadline);
+}
+
+Status ShardChannel::make_sender(const WeightSource* source, SenderSettings settings) {
+  SenderContext context;
+  context.name = name() + " (to engine rank " + std::to_string(engine_rank()) + ")";
+  context.plan = &fed_->plan;
+  context.source = source;
+  context.pack_rank = engine_rank();
+  context.engine_ranks = options_.engine_ranks;
+  context.target = target_.get();
+  context.protocol = this;
+  context.feed = &fed_->feed;
+  context.feed_rank = options_.rank;
+  if (settings.direct) context.arena_offsets = weight_arena_offsets(fed_->plan.specs, nullptr);
+  settings.capabilities = transport_->capabilities();
+  ASSIGN_OR_RETURN(sender_, make_bucket_sender(std::move(context), settings));
+  return Status::Ok();
+}
+
+StatusOr<std::uint64_t> ShardChannel::send_all(std::uint64_t version, Deadline deadline) {
+  std::uint64_t bytes = 0;
+  for (std::uint64_t j = 0; j < fed_->plan.buckets.size(); ++j) {
+    const BucketShare* share = fed_->feed.share(j, options_.rank);
+    if (share == nullptr) continue;
+    RETURN_IF_ERROR(sender_->send(version, j, deadline));
+    bytes += share->bytes;
+  }
+  RETURN_IF_ERROR(sender_->finish(version, deadline));
+  return bytes;
+}
+
+Status ShardChannel::relink(Deadline deadline) {
+  ASSIGN_OR_RETURN(auto fresh, connect(deadline));
+  {
+    std::lock_guard<std::mutex> lock(link_mu_);
+    link_->adopt(*fresh);
+  }
+  RETURN_IF_ERROR(target_->relinked());
+  return send_hello(deadline);
+}
+
+void ShardChannel::shutdown_link() {
+  std::lock_guard<std::mutex> lock(link_mu_);
+  if (link_) link_->shutdown();
+}
+
+StatusOr<std::uint64_t> ShardChannel::wait_credit(std::uint64_t version, std::uint64_t j, Deadline deadline) {
+  auto frame = link_->recv_header(deadline.min(Deadline::AfterSeconds(options_.bucket_timeout_s)), 0);
+  if (!frame.ok() && frame.status().code() == StatusCode::kDeadlineExceeded && !deadline.expired()) {
+    return DeadlineExceeded(name() + " waited " + format_seconds(options_.bucket_timeout_s) +
+                            " for the credit of bucket " + std::to_string(j) + " of refit " + std::to_string(version) +
+                            " from " + link_->peer() + " (a stalled or dead engine rank; --bucket-timeout)");
+  }
+  if (!frame.ok()) return frame.status();
+  ASSIGN_OR_RETURN(CreditFrame credit, decode_credit(*frame, link_->peer()));
+  if (credit.version != version || credit.bucket != j) {
+    return DataLoss("protocol error from " + link_->peer() + ": expected the credit for bucket " + std::to_string(j) +
+                    " of version " + std::to_string(version) + ", got the credit for bucket " +
+                    std::to_string(credit.bucket) + " of version " + std::to_string(credit.version));
+  }
+  return credit.slot;
+}
+
+Status ShardChannel::send_landed(std::uint64_t version, std::uint64_t j, std::uint64_t slot, Deadline deadline) {
+  const BucketShare* share = fed_->feed.share(j, options_.rank);
+  const LandedFrame landed{version, j, slot, share == nullptr ? 0 : share->bytes};
+  return link_->send(encode(landed), {}, deadline);
+}
+
+std::string ShardChannel::peer() const { return link_->peer(); }
+
+}  // namespace refit
+
+namespace refit {
+
+std::vector<Feed> sharded_feeds(const ShardedPlan& plan, int trainer_rank) {
+  std::vector<Feed> feeds;
+  for (const ShardedPlan::Fed& fed : plan.fed) {
+    Feed f;
+    f.engine_rank = static_cast<std::uint64_t>(fed.engine_rank);
+    f.plan_digest = fed.plan.digest_hex();
+    for (std::uint64_t j = 0; j < fed.plan.buckets.size(); ++j) {
+      if (const BucketShare* share = fed.feed.share(j, trainer_rank)) f.parts.push_back(Part{j, share->bytes});
+    }
+    feeds.push_back(std::move(f));
+  }
+  return feeds;
+}
+
+std::map<std::string, std::string> sharded_stream_dtypes(const ShardedPlan& plan) {
+  std::map<std::string, std::string> out;
+  for (const ShardedPlan::Fed& fed : plan.fed) {
+    for (const TensorSpec& s : fed.plan.specs) out.emplace(std::string(dtype_name(s.dtype)), s.name);
+  }
+  return out;
+}
+
+StatusOr<std::vector<std::unique_ptr<ShardChannel>>> link_shard_channels(
+    const RankOptions& options, ShardedPlan& plan, const std::vector<EngineTarget>& targets, ControlClient* client,
+    const WeightSource* source, Deadline deadline) {
+  const std::string name = "trainer rank " + std::to_string(options.rank);
+  if (targets.size() != plan.fed.size()) {
+    return InvalidArgument("setup: " + name + " feeds " + std::to_string(plan.fed.size()) +
+                           " engine ranks, the coordinator named " + std::to_string(targets.size()));
+  }
+  std::vector<std::unique_ptr<ShardChannel>> channels;
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    if (targets[i].engine_rank != static_cast<std::uint64_t>(plan.fed[i].engine_rank)) {
+      return InvalidArgument("setup: " + name + " feeds engine rank " + std::to_string(plan.fed[i].engine_rank) +
+                             ", the coordinator named engine rank " + std::to_string(targets[i].engine_rank));
+    }
+    if (targets[i].device != "cpu") {
+      return FailedPrecondition(name + ": a sharded --trainer-layout feeds engines that keep host memory in this "
+                                       "build (--device cpu); engine rank " +
+                                std::to_string(targets[i].engine_rank) + " keeps " + targets[i].device + " memory");
+    }
+    auto channel = std::make_unique<ShardChannel>(options, &plan.fed[i], targets[i].address, client);
+    RETURN_IF_ERROR(channel->link(targets[i].descriptor, -1, deadline));
+    SenderSettings settings;
+    settings.transport = options.transport;
+    RETURN_IF_ERROR(channel->make_sender(source, settings));
+    channels.push_back(std::move(channel));
+  }
+  return channels;
+}
+
+StatusOr<ShardedSent> send_over_channels(std::vector<std::unique_ptr<ShardChannel>>& channels,
+                                         std::uint64_t version, Deadline deadline) {
+  std::mutex mu;
+  Status first_error;  // the first to fail, in time: the others fail because it shut their links
+  ShardedSent sent;
+  auto run = [&](std::size_t i) {
+    StatusOr<std::uint64_t> bytes = channels[i]->send_all(version, deadline);
+    std::lock_guard<std::mutex> lock(mu);
+    if (bytes.ok()) {
+      sent.bytes += *bytes;
+      sent.buckets += channels[i]->buckets();
+      return;
+    }
+    if (first_error.ok()) {
+      first_error = bytes.status();
+      for (auto& c : channels) c->shutdown_link();  // the others stop at their next wait
+    }
+  };
+  std::vector<std::thread> threads;
+  for (std::size_t i = 1; i < channels.size(); ++i) threads.emplace_back(run, i);
+  run(0);
+  for (auto& t : threads) t.join();
+  if (!first_error.ok()) return first_error;
+  return sent;
+}
+
+}  // namespace refit

@@ -1,0 +1,125 @@
+// ShardChannel: a sharded trainer rank's connection to one engine rank it
+// feeds (issue 19): the data link, the transport target, the bucket plan of
+// that engine rank's stream, this rank's share of each bucket (the bucket
+// feed) and the sender that moves it. A sharded trainer rank holds one
+// channel per engine rank its shards reach and drives them all each refit,
+// one thread per channel.
+//
+// The channel keeps the per-bucket protocol (credits, kLanded of its own
+// part, whose bytes the feed gives); the trainer rank keeps the refit's.
+//
+// Thread safety: one thread uses a channel at a time; shutdown_link() may be
+// called from any thread (the control reader, on an abort).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "control/control_client.h"
+#include "control/protocol.h"
+#include "net/link.h"
+#include "refit/plan.h"
+#include "refit/roles.h"
+#include "reshard/bucket_feed.h"
+#include "runtime/bucket_sender.h"
+#include "transport/transport.h"
+
+namespace refit {
+
+// What a sharded trainer rank computes at setup, before it joins: the
+// transfer plan and, per engine rank it feeds, that rank's bucket plan and
+// feed.
+struct ShardedPlan {
+  TransferPlan transfer;
+  struct Fed {
+    int engine_rank = 0;
+    Plan plan;
+    BucketFeed feed;
+  };
+  std::vector<Fed> fed;  // ascending engine rank, only those this rank writes into
+};
+
+// The transfer plan from the source's layouts (its trainer_layouts(), over
+// options.trainer_ranks) into the engine ranks' shard rules (model.h), and
+// each fed engine rank's plan and feed for trainer rank options.rank.
+// Errors name the tensor (make_transfer_plan's, make_bucket_feed's).
+StatusOr<ShardedPlan> make_sharded_plan(const WeightSource& source, const RankOptions& options);
+
+class ShardChannel final : public BucketProtocol {
+ public:
+  ShardChannel(const RankOptions& options, ShardedPlan::Fed* fed, std::string address, ControlClient* client);
+
+  int engine_rank() const { return fed_->engine_rank; }
+  // Connects and authenticates (retrying refused connections until
+  // `deadline` or an abort), opens the transport target from `descriptor`
+  // (writing from device `writer`, -1: none) and sends the hello.
+  Status link(const std::string& descriptor, int writer, Deadline deadline);
+  // Chooses the sender (bucket_sender.h) over this channel's share.
+  Status make_sender(const WeightSource* source, SenderSettings settings);
+  // Every bucket this rank writes a part of, in order; then the sender's
+  // finish. Returns the bytes sent.
+  StatusOr<std::uint64_t> send_all(std::uint64_t version, Deadline deadline);
+  // Buckets this rank writes a part of.
+  std::uint64_t buckets() const {
+    std::uint64_t n = 0;
+    for (std::uint64_t j = 0; j < fed_->plan.buckets.size(); ++j) n += fed_->feed.share(j, options_.rank) != nullptr;
+    return n;
+  }
+  // After a failed refit: forget what was in flight.
+  void abandon() { sender_->abandon(); }
+  // On the coordinator's relink: a fresh data link and the hello again.
+  Status relink(Deadline deadline);
+  void shutdown_link();
+
+  // BucketProtocol
+  StatusOr<std::uint64_t> wait_credit(std::uint64_t version, std::uint64_t bucket, Deadline deadline) override;
+  Status send_landed(std::uint64_t version, std::uint64_t bucket, std::uint64_t slot, Deadline deadline) override;
+  std::string peer() const override;
+
+ private:
+  StatusOr<std::unique_ptr<Link>> connect(Deadline deadline);
+  Status send_hello(Deadline deadline);
+  std::string name() const { return "trainer rank " + std::to_string(options_.rank); }
+
+  const RankOptions& options_;
+  ShardedPlan::Fed* fed_;
+  std::string address_;
+  ControlClient* client_;
+  std::unique_ptr<Transport> transport_;
+  std::mutex link_mu_;  // shutdown_link() vs relink()'s adopt()
+  std::unique_ptr<Link> link_;
+  std::unique_ptr<RemoteTarget> target_;  // uses link_: declared after it
+  std::unique_ptr<BucketSender> sender_;  // uses both: destroyed first
+};
+
+}  // namespace refit
+
+namespace refit {
+
+// A sharded trainer rank's join fields: every engine rank it feeds, with its
+// plan digest of that rank's stream and its parts (bucket, bytes) of it
+// (control/protocol.h Feed); and one tensor per dtype it sends.
+std::vector<Feed> sharded_feeds(const ShardedPlan& plan, int trainer_rank);
+std::map<std::string, std::string> sharded_stream_dtypes(const ShardedPlan& plan);
+
+// One channel per engine rank of `plan.fed`, linked to the engine named by
+// the coordinator's `targets` (the same engine ranks, in order: otherwise
+// kInvalidArgument naming both) and with its sender chosen.
+StatusOr<std::vector<std::unique_ptr<ShardChannel>>> link_shard_channels(
+    const RankOptions& options, ShardedPlan& plan, const std::vector<EngineTarget>& targets, ControlClient* client,
+    const WeightSource* source, Deadline deadline);
+
+// Sends refit `version` over every channel, one thread per channel but the
+// first (this thread); the first error wins and the others' links are shut
+// down so that they stop too. Returns the bytes and buckets sent.
+struct ShardedSent {
+  std::uint64_t bytes = 0, buckets = 0;
+};
+StatusOr<ShardedSent> send_over_channels(std::vector<std::unique_ptr<ShardChannel>>& channels,
+                                         std::uint64_t version, Deadline deadline);
+
+}  // namespace refit
