@@ -121,21 +121,26 @@ void ShardChannel::shutdown_link() {
   if (link_) link_->shutdown();
 }
 
-StatusOr<std::uint64_t> ShardChannel::wait_credit(std::uint64_t version, std::uint64_t j, Deadline deadline) {
-  auto frame = link_->recv_header(deadline.min(Deadline::AfterSeconds(options_.bucket_timeout_s)), 0);
+StatusOr<std::uint64_t> receive_credit(Link& link, const std::string& who, double bucket_timeout_s,
+                                       std::uint64_t version, std::uint64_t j, Deadline deadline) {
+  auto frame = link.recv_header(deadline.min(Deadline::AfterSeconds(bucket_timeout_s)), 0);
   if (!frame.ok() && frame.status().code() == StatusCode::kDeadlineExceeded && !deadline.expired()) {
-    return DeadlineExceeded(name() + " waited " + format_seconds(options_.bucket_timeout_s) +
-                            " for the credit of bucket " + std::to_string(j) + " of refit " + std::to_string(version) +
-                            " from " + link_->peer() + " (a stalled or dead engine rank; --bucket-timeout)");
+    return DeadlineExceeded(who + " waited " + format_seconds(bucket_timeout_s) + " for the credit of bucket " +
+                            std::to_string(j) + " of refit " + std::to_string(version) + " from " + link.peer() +
+                            " (a stalled or dead engine rank; --bucket-timeout)");
   }
   if (!frame.ok()) return frame.status();
-  ASSIGN_OR_RETURN(CreditFrame credit, decode_credit(*frame, link_->peer()));
+  ASSIGN_OR_RETURN(CreditFrame credit, decode_credit(*frame, link.peer()));
   if (credit.version != version || credit.bucket != j) {
-    return DataLoss("protocol error from " + link_->peer() + ": expected the credit for bucket " + std::to_string(j) +
+    return DataLoss("protocol error from " + link.peer() + ": expected the credit for bucket " + std::to_string(j) +
                     " of version " + std::to_string(version) + ", got the credit for bucket " +
                     std::to_string(credit.bucket) + " of version " + std::to_string(credit.version));
   }
   return credit.slot;
+}
+
+StatusOr<std::uint64_t> ShardChannel::wait_credit(std::uint64_t version, std::uint64_t j, Deadline deadline) {
+  return receive_credit(*link_, name(), options_.bucket_timeout_s, version, j, deadline);
 }
 
 Status ShardChannel::send_landed(std::uint64_t version, std::uint64_t j, std::uint64_t slot, Deadline deadline) {
@@ -199,6 +204,25 @@ StatusOr<std::vector<std::unique_ptr<ShardChannel>>> link_shard_channels(
     channels.push_back(std::move(channel));
   }
   return channels;
+}
+
+Status check_sharded_settings(const RankOptions& options, const WeightSource& source) {
+  const std::string what = "trainer rank " + std::to_string(options.rank) + ": --trainer-layout " + options.trainer_layout;
+  if (source.memory() != MemoryKind::kHost || options.mode != "staged" ||
+      (options.transport != "shm" && options.transport != "tcp")) {
+    return FailedPrecondition(what + " runs with host weights (--device cpu), --mode staged and --transport shm or "
+                              "tcp in this build (got --device " + options.device + ", --mode " + options.mode +
+                              ", --transport " + options.transport + ")");
+  }
+  if (source.trainer_layouts().size() != source.model().weights.size()) {
+    return FailedPrecondition(what + ": its weight source holds full tensors, not this rank's shards");
+  }
+  return Status::Ok();
+}
+
+Status relink_channels(std::vector<std::unique_ptr<ShardChannel>>& channels, Deadline deadline) {
+  for (auto& c : channels) RETURN_IF_ERROR(c->relink(deadline));
+  return Status::Ok();
 }
 
 StatusOr<ShardedSent> send_over_channels(std::vector<std::unique_ptr<ShardChannel>>& channels,

@@ -113,6 +113,22 @@ StatusOr<std::vector<std::unique_ptr<ShardChannel>>> link_shard_channels(
     const RankOptions& options, ShardedPlan& plan, const std::vector<EngineTarget>& targets, ControlClient* client,
     const WeightSource* source, Deadline deadline);
 
+// The credit of bucket j of refit `version` on `link` (its slot), within
+// the bucket deadline: a credit that does not come means a stalled or dead
+// engine rank (kDeadlineExceeded naming `who`, the bucket and the peer); a
+// credit of another bucket or version is kDataLoss. Both trainer kinds wait
+// for credits this way.
+StatusOr<std::uint64_t> receive_credit(Link& link, const std::string& who, double bucket_timeout_s,
+                                       std::uint64_t version, std::uint64_t j, Deadline deadline);
+
+// What a sharded layout runs on in this build: host weights (a source of
+// this rank's shards) into host engines, staged, over shm or tcp.
+// kFailedPrecondition naming the settings otherwise.
+Status check_sharded_settings(const RankOptions& options, const WeightSource& source);
+
+// Recovery: every channel relinks (a fresh data link, the hello again).
+Status relink_channels(std::vector<std::unique_ptr<ShardChannel>>& channels, Deadline deadline);
+
 // Sends refit `version` over every channel, one thread per channel but the
 // first (this thread); the first error wins and the others' links are shut
 // down so that they stop too. Returns the bytes and buckets sent.

@@ -4,35 +4,26 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <optional>
-#include <cstdio>
 #include <vector>
 
 #include "control/auth.h"
 #include "control/control_client.h"
-#include "refit/coordinator.h"
-#include "net/frames.h"
+#include "core/refit_tally.h"
 #include "cuda/device.h"
-#include "refit/reference_engine.h"
+#include "net/frames.h"
+#include "refit/coordinator.h"
+#include "refit/format.h"
 #include "refit/model.h"
 #include "refit/plan.h"
-#include "transport/transport.h"
-#include "runtime/bucket_sender.h"
-#include "runtime/shard_channel.h"
-#include "refit/trainer_layout.h"
-#include "cuda/batched_copy.h"
-#include "cuda/copy_engine.h"
-#include "cuda/device.h"
 #include "refit/reference_engine.h"
-#include "model/shard_copy.h"
-#include "transport/transport.h"
-#include "runtime/model_choice.h"
-#include "core/refit_tally.h"
+#include "refit/trainer_layout.h"
+#include "runtime/bucket_sender.h"
 #include "runtime/setup_failure.h"
-#include "refit/format.h"
+#include "runtime/shard_channel.h"
+#include "transport/transport.h"
 #include "refit/log.h"
 
 namespace refit {
@@ -46,6 +37,12 @@ class TrainerRank::Impl : public BucketProtocol {
  public:
   Impl(const RankOptions& options, std::unique_ptr<WeightSource> source)
       : options_(options), source_(std::move(source)) {}
+  // The control reader shuts channels' links down until the client goes:
+  // the channels go first, under the lock it takes.
+  ~Impl() {
+    std::lock_guard<std::mutex> lock(link_mu_);
+    channels_.clear();
+  }
 
   Status serve() {
     if (on_demand_) {
@@ -131,7 +128,7 @@ class TrainerRank::Impl : public BucketProtocol {
     pack_rank_ = options_.debug_pack_rank >= 0 ? options_.debug_pack_rank % options_.engine_ranks : engine_rank_;
     options_.bucket_size = effective_bucket_size(options_.bucket_size, options_.transport);
     if (!layout_.full) {
-      RETURN_IF_ERROR(check_sharded_settings());
+      RETURN_IF_ERROR(check_sharded_settings(options_, *source_));
       ASSIGN_OR_RETURN(sharded_, make_sharded_plan(*source_, options_));
     } else {
       ASSIGN_OR_RETURN(plan_,
@@ -430,10 +427,7 @@ class TrainerRank::Impl : public BucketProtocol {
   StatusOr<SentShare> send_sharded(std::uint64_t version, Deadline deadline) {
     const Clock::time_point went = Clock::now();
     ASSIGN_OR_RETURN(const ShardedSent sent, send_over_channels(channels_, version, deadline));
-    SentShare share;
-    share.buckets = sent.buckets;
-    share.bytes = sent.bytes;
-    share.send_ms = std::chrono::duration<double, std::milli>(Clock::now() - went).count();
+    const SentShare share{sent.buckets, sent.bytes, std::chrono::duration<double, std::milli>(Clock::now() - went).count()};
     RETURN_IF_ERROR(source_->check_unchanged().WithContext(name() + ", refit " + std::to_string(version)));
     RETURN_IF_ERROR(client_->send(Progress{version, share.bytes}));
     return share;
@@ -441,32 +435,13 @@ class TrainerRank::Impl : public BucketProtocol {
 
   // Recovery of a sharded rank: every channel relinks; then linked again.
   Status relink_channels(std::uint64_t version, const Status& status, Deadline deadline) {
-    for (auto& c : channels_) {
-      Status relinked = c->relink(deadline);
-      if (!relinked.ok()) return status.WithContext("recovery failed: " + relinked.message());
-    }
-    if (Status linked = client_->send(Linked{committed_, std::nullopt}); !linked.ok()) {
-      return status.WithContext("recovery failed: " + linked.message());
-    }
+    Status relinked = refit::relink_channels(channels_, deadline);
+    if (relinked.ok()) relinked = client_->send(Linked{committed_, std::nullopt});
+    if (!relinked.ok()) return status.WithContext("recovery failed: " + relinked.message());
     log(LogLevel::kWarning, name(),
         "refit " + std::to_string(version) + " failed (" + status.message() + "); relinked, ready for the next refit");
     recovered_ = true;
     return status;
-  }
-
-  // What a sharded layout runs on in this build: host weights into host
-  // engines, staged, over a transport that maps or writes host pools.
-  Status check_sharded_settings() const {
-    const std::string what = name() + ": --trainer-layout " + options_.trainer_layout;
-    if (source_on_device_ || options_.mode != "staged" || (options_.transport != "shm" && options_.transport != "tcp")) {
-      return FailedPrecondition(what + " runs with host weights (--device cpu), --mode staged and --transport shm or "
-                                "tcp in this build (got --device " + options_.device + ", --mode " + options_.mode +
-                                ", --transport " + options_.transport + ")");
-    }
-    if (source_->trainer_layouts().size() != source_->model().weights.size()) {
-      return FailedPrecondition(what + ": its weight source holds full tensors, not this rank's shards");
-    }
-    return Status::Ok();
   }
 
   // Bucket j of refit `version`, and the per-bucket fault injections for
@@ -536,35 +511,19 @@ class TrainerRank::Impl : public BucketProtocol {
   // of waiting for the whole refit's.
   StatusOr<std::uint64_t> wait_credit(std::uint64_t version, std::uint64_t j, Deadline deadline) override {
     const Clock::time_point waiting = Clock::now();
-    auto frame = link_->recv_header(deadline.min(Deadline::AfterSeconds(options_.bucket_timeout_s)), 0);
+    auto slot = receive_credit(*link_, name(), options_.bucket_timeout_s, version, j, deadline);
     credit_wait_s_ += seconds_since(waiting);
-    if (!frame.ok() && frame.status().code() == StatusCode::kDeadlineExceeded && !deadline.expired()) {
-      return DeadlineExceeded(name() + " waited " + format_seconds(options_.bucket_timeout_s) +
-                              " for the credit of bucket " + std::to_string(j) + " of refit " +
-                              std::to_string(version) + " from " + link_->peer() +
-                              " (a stalled or dead engine rank; --bucket-timeout)");
-    }
-    if (!frame.ok()) return frame.status();
-    ASSIGN_OR_RETURN(CreditFrame credit, decode_credit(*frame, link_->peer()));
-    if (credit.version != version || credit.bucket != j) {
-      return DataLoss("protocol error from " + link_->peer() + ": expected the credit for bucket " +
-                      std::to_string(j) + " of version " + std::to_string(version) + ", got the credit for bucket " +
-                      std::to_string(credit.bucket) + " of version " + std::to_string(credit.version));
-    }
-    return credit.slot;
+    return slot;
   }
 
   // BucketProtocol: kLanded for bucket j in `slot`.
   Status send_landed(std::uint64_t version, std::uint64_t j, std::uint64_t slot, Deadline deadline) override {
-    const LandedFrame landed{version, j, slot, plan_.buckets[j].bytes};
-    return link_->send(encode(landed), {}, deadline);
+    return link_->send(encode(LandedFrame{version, j, slot, plan_.buckets[j].bytes}), {}, deadline);
   }
 
   std::string peer() const override { return link_->peer(); }
 
-  static double seconds_since(Clock::time_point t) {
-    return std::chrono::duration<double>(Clock::now() - t).count();
-  }
+  static double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
   // Where this rank's bytes are read from, for the report: "host",
   // "cuda" (device memory the transport reads itself), "host-staged".
@@ -605,13 +564,6 @@ class TrainerRank::Impl : public BucketProtocol {
   std::optional<ShardedPlan> sharded_;
   std::vector<std::unique_ptr<ShardChannel>> channels_;
 
- public:
-  // The control reader may shut the channels' links down until the client
-  // goes: the channels go first, under the lock it takes.
-  ~Impl() {
-    std::lock_guard<std::mutex> lock(link_mu_);
-    channels_.clear();
-  }
   // Timing events on the sender's stream (device weights only): the refit's GPU span.
   std::optional<std::pair<CudaEvent, CudaEvent>> gpu_span_;
 };
@@ -643,50 +595,5 @@ std::uint64_t TrainerRank::committed_version() const { return impl_->committed_v
 std::optional<TrainerRefitReport> TrainerRank::last_refit() const { return impl_->last_refit(); }
 bool TrainerRank::on_demand() const { return impl_->on_demand(); }
 bool TrainerRank::recovered() const { return impl_->recovered(); }
-
-StatusOr<std::unique_ptr<WeightSource>> make_rank_source(const RankOptions& options) {
-  const std::vector<std::string> presets = model_presets();
-  if (std::find(presets.begin(), presets.end(), options.model) != presets.end() && options.shard_rules.empty()) {
-    const bool on_device = options.device == "cuda";
-    ASSIGN_OR_RETURN(const TrainerLayout layout, parse_trainer_layout(options.trainer_layout, options.trainer_ranks));
-    if (!layout.full) {
-      ASSIGN_OR_RETURN(Model model, make_model(options.model, options.layers));
-      ASSIGN_OR_RETURN(std::vector<Layout> layouts, trainer_layouts(layout, model));
-      return make_synthetic_shard_source(options.model, options.layers, std::move(layouts), options.rank,
-                                         on_device ? MemoryKind::kCuda : MemoryKind::kHost, options.gpu);
-    }
-    return make_synthetic_source(options.model, options.layers, on_device ? MemoryKind::kCuda : MemoryKind::kHost,
-                                 options.gpu);
-  }
-  if (options.trainer_layout != "full") {
-    return InvalidArgument("--trainer-layout " + options.trainer_layout +
-                           ": sharded trainers generate a preset's shards (--model " + options.model +
-                           " is a checkpoint); a checkpoint is read whole (--trainer-layout full)");
-  }
-  if (options.device == "cuda") {
-    return InvalidArgument("--device cuda: a checkpoint's weights are read into host memory; use --device cpu "
-                           "(device engines are still fed, through pinned memory)");
-  }
-  ASSIGN_OR_RETURN(ModelChoice choice, open_model_choice(options.model, options.layers, options.shard_rules));
-  ASSIGN_OR_RETURN(std::vector<ShardRulePattern> rules, shard_rules_from_text(options.shard_rules));
-  return make_checkpoint_source(std::move(*choice.checkpoint), rules);
-}
-
-Status run_trainer(const RankOptions& options) {
-  const std::string name = "trainer rank " + std::to_string(options.rank);
-  // Before the weights are made: --device cuda without a usable GPU fails
-  // here, not in an allocation.
-  // (validate_rank_settings names the rank itself.)
-  const Status settings = validate_rank_settings(options, /*engine=*/false);
-  StatusOr<std::unique_ptr<WeightSource>> source =
-      settings.ok() ? make_rank_source(options) : StatusOr<std::unique_ptr<WeightSource>>(settings);
-  if (!source.ok()) {
-    // The coordinator and the other ranks hear why now, not at the setup deadline.
-    report_setup_failure(options, Role::kTrainer, source.status());
-    return settings.ok() ? source.status().WithContext(name) : settings;
-  }
-  ASSIGN_OR_RETURN(auto rank, TrainerRank::Join(options, std::move(*source)));
-  return rank->serve();
-}
 
 }  // namespace refit
