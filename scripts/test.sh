@@ -16,7 +16,7 @@
 # process a test spawned) writes its reports to a folder that must stay
 # empty: a report from a process that was expected to fail anyway fails the
 # run too. REFIT_TEST_STAGES picks stages (default: all four, "main asan
-# tsan fuzz", about 65-70 minutes on the 2-core CI machine; REFIT_TEST_STAGES=main
+# tsan fuzz", about 50-70 minutes on the 2-core CI machine; REFIT_TEST_STAGES=main
 # for the normal suite alone, about 16 minutes with its build).
 # The last line counts every stage's tests, skipped ones apart, and names the
 # labels that skipped and why: "N passed, M failed, K skipped (gpu: 73 (no
