@@ -330,21 +330,25 @@ class TrainerRank::Impl : public BucketProtocol {
     auto relink = client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s));
     if (!relink.ok() || !*relink) return status;
     Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
-    if (sharded_) return relink_channels(version, status, deadline);
-    auto fresh = connect_to_engine(deadline);
-    if (!fresh.ok()) return status.WithContext("recovery failed: " + fresh.status().message());
-    {
-      std::lock_guard<std::mutex> lock(link_mu_);
-      link_->adopt(**fresh);
-    }
-    Status relinked = target_->relinked();  // nccl: a new communicator at the next submit
-    if (relinked.ok()) relinked = send_hello(deadline);
+    Status relinked = sharded_ ? relink_channels(channels_, deadline) : relink_engine(deadline);
     if (relinked.ok()) relinked = client_->send(Linked{committed_, std::nullopt});
     if (!relinked.ok()) return status.WithContext("recovery failed: " + relinked.message());
     log(LogLevel::kWarning, name(),
         "refit " + std::to_string(version) + " failed (" + status.message() + "); relinked, ready for the next refit");
     recovered_ = true;
     return status;
+  }
+
+  // Recovery of the one engine link: a fresh data-plane connection over the
+  // same transport target, and the hello again.
+  Status relink_engine(Deadline deadline) {
+    ASSIGN_OR_RETURN(auto fresh, connect_to_engine(deadline));
+    {
+      std::lock_guard<std::mutex> lock(link_mu_);
+      link_->adopt(*fresh);
+    }
+    RETURN_IF_ERROR(target_->relinked());  // nccl: a new communicator at the next submit
+    return send_hello(deadline);
   }
 
   Status run_refit(std::uint64_t version, Clock::time_point called) {
@@ -431,17 +435,6 @@ class TrainerRank::Impl : public BucketProtocol {
     RETURN_IF_ERROR(source_->check_unchanged().WithContext(name() + ", refit " + std::to_string(version)));
     RETURN_IF_ERROR(client_->send(Progress{version, share.bytes}));
     return share;
-  }
-
-  // Recovery of a sharded rank: every channel relinks; then linked again.
-  Status relink_channels(std::uint64_t version, const Status& status, Deadline deadline) {
-    Status relinked = refit::relink_channels(channels_, deadline);
-    if (relinked.ok()) relinked = client_->send(Linked{committed_, std::nullopt});
-    if (!relinked.ok()) return status.WithContext("recovery failed: " + relinked.message());
-    log(LogLevel::kWarning, name(),
-        "refit " + std::to_string(version) + " failed (" + status.message() + "); relinked, ready for the next refit");
-    recovered_ = true;
-    return status;
   }
 
   // Bucket j of refit `version`, and the per-bucket fault injections for

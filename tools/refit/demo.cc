@@ -357,16 +357,9 @@ void start_ranks(const DemoOptions& o, int trainers, const std::string& port, De
     job.children.push_back(start_child("engine rank " + std::to_string(e), args, {}, job.env));
   }
   for (int t = 0; t < trainers; ++t) {
-    std::vector<std::string> args = {job.self,
-                                     "trainer",
-                                     "--rank",
-                                     std::to_string(t),
-                                     "--device",
-                                     trainer_device(o),
-                                     "--register-host-weights",
-                                     o.register_host_weights ? "true" : "false",
-                                     "--trainer-layout",
-                                     o.trainer_layout};
+    std::vector<std::string> args = {job.self, "trainer", "--rank", std::to_string(t), "--device", trainer_device(o),
+                                     "--register-host-weights", o.register_host_weights ? "true" : "false",
+                                     "--trainer-layout", o.trainer_layout};
     args.insert(args.end(), rank_common.begin(), rank_common.end());
     job.children.push_back(start_child("trainer rank " + std::to_string(t), args, {}, job.env));
   }
