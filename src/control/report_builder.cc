@@ -1,5 +1,6 @@
 #include "control/report_builder.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "core/atomic_file.h"
@@ -55,11 +56,34 @@ Json rank_stats(const std::vector<Done>& done) {
   return out;
 }
 
+// A number field of a rank's stats, or 0.
+std::uint64_t stat_u64(const Json& stats, const char* field) {
+  if (!stats.is_object() || !stats.contains(field) || !stats[field].is_number_unsigned()) return 0;
+  return stats[field].get<std::uint64_t>();
+}
+
+// The payload bytes every trainer rank wrote (their `engines[].bytes`,
+// runtime/trainer_share.h) beyond the bytes of every engine rank's stream:
+// 0 when each engine byte came from exactly one trainer rank.
+std::uint64_t duplicate_bytes(const std::vector<Done>& trainers, std::uint64_t stream_bytes) {
+  std::uint64_t sent = 0;
+  for (const Done& done : trainers) {
+    if (!done.stats.is_object() || !done.stats.contains("engines") || !done.stats["engines"].is_array()) continue;
+    for (const Json& e : done.stats["engines"]) sent += stat_u64(e, "bytes");
+  }
+  return sent > stream_bytes ? sent - stream_bytes : 0;
+}
+
 }  // namespace
 
 void ReportBuilder::record_commit(const RecordCommit& commit) {
   report_["ranks"] = rank_stats(commit.engines);
   report_["trainer_ranks"] = rank_stats(commit.trainers);
+  std::uint64_t gathered = 0;
+  for (const Done& done : commit.trainers) gathered += stat_u64(done.stats, "gathered_bytes");
+  report_["gathered_bytes"] = gathered;
+  const std::uint64_t duplicated = duplicate_bytes(commit.trainers, bytes_per_refit_);
+  report_["duplicate_bytes"] = std::max(duplicated, report_.value("duplicate_bytes", std::uint64_t{0}));
   if (memory_path_field_ != nullptr) report_[memory_path_field_] = memory_path(commit);
   const double seconds = commit.seconds;
   report_["refits"].push_back(

@@ -29,7 +29,10 @@ class ReportBuilder {
   // every engine rank agreeing), batches and bytes per refit.
   void set_topology(const Join& first, const Topology& topology);
   // The commit decision (refit_phases.h RecordCommit): the refit's figures,
-  // every rank's stats, the transport's memory path.
+  // every rank's stats, the transport's memory path, and from the trainer
+  // ranks' stats (runtime/trainer_share.h) `gathered_bytes` (their sum) and
+  // `duplicate_bytes` (the payload they wrote beyond one copy of every
+  // engine rank's stream; the largest of any refit).
   void record_commit(const RecordCommit& commit);
   void record_failure(const RecordFailure& failure);
   void record_recovery(const RecordRecovery& recovery);

@@ -1,11 +1,14 @@
 // A sharded trainer rank's channel to one engine rank: see shard_channel.h.
 #include "runtime/shard_channel.h"
 
+#include <signal.h>
+
 #include <thread>
 
 #include "control/auth.h"
 #include "net/frames.h"
 #include "refit/format.h"
+#include "refit/log.h"
 #include "refit/model.h"
 #include "refit/reference_engine.h"
 #include "refit/secret.h"
@@ -94,16 +97,32 @@ Status ShardChannel::make_sender(const WeightSource* source, SenderSettings sett
   return Status::Ok();
 }
 
-StatusOr<std::uint64_t> ShardChannel::send_all(std::uint64_t version, Deadline deadline) {
+StatusOr<std::uint64_t> ShardChannel::send_all(std::uint64_t version, bool first, Deadline deadline) {
   std::uint64_t bytes = 0;
   for (std::uint64_t j = 0; j < fed_->plan.buckets.size(); ++j) {
     const BucketShare* share = fed_->feed.share(j, options_.rank);
     if (share == nullptr) continue;
     RETURN_IF_ERROR(sender_->send(version, j, deadline));
+    if (first && bytes == 0) RETURN_IF_ERROR(inject_faults(version, j));
     bytes += share->bytes;
   }
   RETURN_IF_ERROR(sender_->finish(version, deadline));
   return bytes;
+}
+
+// As the full-weight trainer's send_bucket does after its first bucket of
+// the refit: the lines are the tests' proof that the refit is under way.
+Status ShardChannel::inject_faults(std::uint64_t version, std::uint64_t bucket) {
+  const std::string where = "bucket " + std::to_string(bucket) + " of refit " + std::to_string(version);
+  if (version == options_.debug_stop_after_bucket) {
+    log(LogLevel::kWarning, name(),
+        "stopping by SIGSTOP after sending its part of " + where + " (--debug-stop-after-bucket)");
+    ::raise(SIGSTOP);
+  }
+  if (version == options_.debug_fail_refit) {
+    return Internal(name() + ": injected fault in refit " + std::to_string(version) + " (--debug-fail-refit)");
+  }
+  return Status::Ok();
 }
 
 Status ShardChannel::relink(Deadline deadline) {
@@ -230,12 +249,14 @@ StatusOr<ShardedSent> send_over_channels(std::vector<std::unique_ptr<ShardChanne
   std::mutex mu;
   Status first_error;  // the first to fail, in time: the others fail because it shut their links
   ShardedSent sent;
+  sent.shares.resize(channels.size());
   auto run = [&](std::size_t i) {
-    StatusOr<std::uint64_t> bytes = channels[i]->send_all(version, deadline);
+    StatusOr<std::uint64_t> bytes = channels[i]->send_all(version, /*first=*/i == 0, deadline);
     std::lock_guard<std::mutex> lock(mu);
     if (bytes.ok()) {
       sent.bytes += *bytes;
       sent.buckets += channels[i]->buckets();
+      sent.shares[i] = EngineShare{channels[i]->engine_rank(), *bytes};
       return;
     }
     if (first_error.ok()) {

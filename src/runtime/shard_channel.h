@@ -26,6 +26,7 @@
 #include "refit/roles.h"
 #include "reshard/bucket_feed.h"
 #include "runtime/bucket_sender.h"
+#include "runtime/trainer_share.h"
 #include "transport/transport.h"
 
 namespace refit {
@@ -61,8 +62,10 @@ class ShardChannel final : public BucketProtocol {
   // Chooses the sender (bucket_sender.h) over this channel's share.
   Status make_sender(const WeightSource* source, SenderSettings settings);
   // Every bucket this rank writes a part of, in order; then the sender's
-  // finish. Returns the bytes sent.
-  StatusOr<std::uint64_t> send_all(std::uint64_t version, Deadline deadline);
+  // finish. Returns the bytes sent. The first channel of a rank (`first`)
+  // also runs the tests' per-bucket faults after its first part
+  // (--debug-stop-after-bucket, --debug-fail-refit; roles.h).
+  StatusOr<std::uint64_t> send_all(std::uint64_t version, bool first, Deadline deadline);
   // Buckets this rank writes a part of.
   std::uint64_t buckets() const {
     std::uint64_t n = 0;
@@ -83,6 +86,7 @@ class ShardChannel final : public BucketProtocol {
  private:
   StatusOr<std::unique_ptr<Link>> connect(Deadline deadline);
   Status send_hello(Deadline deadline);
+  Status inject_faults(std::uint64_t version, std::uint64_t bucket);
   std::string name() const { return "trainer rank " + std::to_string(options_.rank); }
 
   const RankOptions& options_;
@@ -134,6 +138,7 @@ Status relink_channels(std::vector<std::unique_ptr<ShardChannel>>& channels, Dea
 // down so that they stop too. Returns the bytes and buckets sent.
 struct ShardedSent {
   std::uint64_t bytes = 0, buckets = 0;
+  std::vector<EngineShare> shares;  // per channel, in the channels' order
 };
 StatusOr<ShardedSent> send_over_channels(std::vector<std::unique_ptr<ShardChannel>>& channels,
                                          std::uint64_t version, Deadline deadline);

@@ -23,6 +23,7 @@
 #include "runtime/bucket_sender.h"
 #include "runtime/setup_failure.h"
 #include "runtime/shard_channel.h"
+#include "runtime/trainer_share.h"
 #include "transport/transport.h"
 #include "refit/log.h"
 
@@ -392,7 +393,8 @@ class TrainerRank::Impl : public BucketProtocol {
   // What this rank sent of one refit.
   struct SentShare {
     std::uint64_t buckets = 0, bytes = 0;
-    double send_ms = 0;  // from 'go' until every copy finished
+    double send_ms = 0;               // from 'go' until every copy finished
+    std::vector<EngineShare> shares;  // payload bytes per engine rank written into
   };
 
   // This rank's buckets of refit `version` (every feeders_-th from its
@@ -423,6 +425,7 @@ class TrainerRank::Impl : public BucketProtocol {
     // Every byte was read: a checkpoint file that changed meanwhile fails the refit.
     RETURN_IF_ERROR(source_->check_unchanged().WithContext(name() + ", refit " + std::to_string(version)));
     RETURN_IF_ERROR(client_->send(Progress{version, sent.bytes}));
+    sent.shares = {EngineShare{engine_rank_, payload_of_buckets(plan_, trainer_index_, feeders_)}};
     return sent;
   }
 
@@ -431,7 +434,8 @@ class TrainerRank::Impl : public BucketProtocol {
   StatusOr<SentShare> send_sharded(std::uint64_t version, Deadline deadline) {
     const Clock::time_point went = Clock::now();
     ASSIGN_OR_RETURN(const ShardedSent sent, send_over_channels(channels_, version, deadline));
-    const SentShare share{sent.buckets, sent.bytes, std::chrono::duration<double, std::milli>(Clock::now() - went).count()};
+    const SentShare share{sent.buckets, sent.bytes, std::chrono::duration<double, std::milli>(Clock::now() - went).count(),
+                          sent.shares};
     RETURN_IF_ERROR(source_->check_unchanged().WithContext(name() + ", refit " + std::to_string(version)));
     RETURN_IF_ERROR(client_->send(Progress{version, share.bytes}));
     return share;
@@ -475,6 +479,7 @@ class TrainerRank::Impl : public BucketProtocol {
   StatusOr<Json> share_stats(const SentShare& sent) {
     Json stats{{"buckets", sent.buckets}, {"bytes", sent.bytes}, {"send_ms", sent.send_ms},
                {"memory_path", memory_path()}};
+    add_share_fields(stats, sent.shares, gathered_bytes(*source_));
     if (gpu_span_) {
       RETURN_IF_ERROR(gpu_span_->second.synchronize().WithContext(name()));
       ASSIGN_OR_RETURN(float gpu_ms, gpu_span_->second.elapsed_ms_since(gpu_span_->first));
