@@ -20,6 +20,7 @@
 #include "dlpack_interop.h"
 #include "errors.h"
 #include "refit/checkpoint.h"
+#include "refit/layout.h"
 #include "refit/model.h"
 #include "refit/weight_source.h"
 #include "refit/trainer_rank.h"
@@ -58,24 +59,73 @@ py::dict report_dict(const TrainerRefitReport& r) {
   return d;
 }
 
+// A sharded entry's split: its full shape, and the chunk (torch.chunk,
+// FSDP2, DTensor Shard(dim)) this rank holds, or None for a replicated one.
+struct EntrySplit {
+  std::vector<std::int64_t> full_shape;
+  std::optional<int> dim;  // none: replicated
+  int index = 0, count = 1;
+};
+
+// The full spec and the layout of a sharded entry whose local tensor is `t`;
+// the local shape must be the chunk's box. Errors name the tensor.
+StatusOr<Layout> entry_layout(const ImportedTensor& t, const EntrySplit& split, TensorSpec* full) {
+  full->name = t.spec().name;
+  full->dtype = t.spec().dtype;
+  full->shape = split.full_shape;
+  const std::string what = "tensor '" + full->name + "'";
+  if (split.count < 1 || split.index < 0 || split.index >= split.count) {
+    return InvalidArgument(what + ": index " + std::to_string(split.index) + " of " + std::to_string(split.count) +
+                           " ranks is out of range");
+  }
+  const Layout layout =
+      split.dim ? Layout::of(LayoutLevel::chunk(*split.dim, split.count)) : Layout::of(LayoutLevel::replicate(split.count));
+  ASSIGN_OR_RETURN(const TensorSpec local, local_spec(*full, layout, split.index));
+  if (local.shape != t.spec().shape) {
+    return InvalidArgument(what + ": rank " + std::to_string(split.index) + " of " + std::to_string(split.count) +
+                           " holds " + t.spec().ToString() + ", but " + layout.ToString() + " of " +
+                           full->ToString() + " gives it " + local.ToString());
+  }
+  return layout;
+}
+
 class PyTrainer {
  public:
-  // entries: (name, tensor, rule name) in stream order.
+  // entries: (name, tensor, rule name) in stream order, each with, for a
+  // sharded trainer, (full_shape, dim or None, index, count) after the rule.
   PyTrainer(RankOptions options, const py::list& entries) : name_("trainer rank " + std::to_string(options.rank)) {
     if (entries.empty()) throw_status(InvalidArgument(name_ + ": no tensors to register"));
     Model model;
     model.preset = "python";
     std::vector<const std::byte*> data;
+    std::vector<Layout> layouts;
     std::set<std::string> names;
     for (py::handle entry : entries) {
       auto item = entry.cast<py::tuple>();
-      if (item.size() != 3) throw_status(InvalidArgument(name_ + ": each tensor entry is (name, tensor, rule)"));
+      if (item.size() != 3 && item.size() != 7) {
+        throw_status(InvalidArgument(name_ + ": each tensor entry is (name, tensor, rule) or (name, tensor, rule, "
+                                             "full_shape, dim, index, count)"));
+      }
       const auto name = item[0].cast<std::string>();
       if (!names.insert(name).second) throw_status(InvalidArgument(name_ + ": tensor '" + name + "' registered twice"));
       ImportedTensor t = value_or_throw(ImportedTensor::Import(item[1], name, /*writable=*/false));
       auto rule = parse_shard_rule(item[2].cast<std::string>());
       if (!rule.ok()) throw_status(rule.status().WithContext(name_ + ": tensor '" + name + "'"));
-      check(check_rule(t.spec(), *rule).WithContext(name_));
+      TensorSpec full = t.spec();
+      if (item.size() == 7) {
+        EntrySplit split{item[3].cast<std::vector<std::int64_t>>(),
+                         item[4].is_none() ? std::nullopt : std::optional<int>(item[4].cast<int>()),
+                         item[5].cast<int>(), item[6].cast<int>()};
+        StatusOr<Layout> layout = entry_layout(t, split, &full);
+        if (!layout.ok()) throw_status(layout.status().WithContext(name_));
+        layouts.push_back(*layout);
+        if (split.index != options.rank || split.count != options.trainer_ranks) {
+          throw_status(InvalidArgument(name_ + " of " + std::to_string(options.trainer_ranks) + ": tensor '" + name +
+                                       "' is rank " + std::to_string(split.index) + "'s shard of " +
+                                       std::to_string(split.count) + " ranks"));
+        }
+      }
+      check(check_rule(full, *rule).WithContext(name_));
       if (!tensors_.empty() && (t.memory() != memory_ || t.device() != device_)) {
         throw_status(InvalidArgument(name_ + ": tensor '" + name + "' is on " + t.device_name() + " but tensor '" +
                                      tensors_.front().spec().name + "' is on " + tensors_.front().device_name() +
@@ -83,15 +133,20 @@ class PyTrainer {
       }
       memory_ = t.memory();
       device_ = t.device();
-      model.weights.push_back(Weight{t.spec(), *rule});
+      model.weights.push_back(Weight{full, *rule});
       data.push_back(t.data());
       tensors_.push_back(std::move(t));
+    }
+    if (!layouts.empty() && layouts.size() != model.weights.size()) {
+      throw_status(InvalidArgument(name_ + ": some tensor entries are shards and some are not (give every entry "
+                                           "its split: dim None for a replicated one)"));
     }
     if (memory_ == MemoryKind::kCuda) {
       options.device = "cuda";
       options.gpu = device_;
     }
-    auto source = value_or_throw(make_external_source(std::move(model), std::move(data), memory_, device_));
+    auto source = value_or_throw(
+        make_external_source(std::move(model), std::move(data), memory_, device_, std::move(layouts), options.rank));
     StatusOr<std::unique_ptr<TrainerRank>> rank = Internal("not joined");
     {
       py::gil_scoped_release release;

@@ -86,7 +86,14 @@ StatusOr<std::unique_ptr<WeightSource>> make_synthetic_shard_source(const std::s
 // The caller's tensors: data[i] holds model.weights[i]'s full bytes, in
 // `memory` (on `device` for kCuda). Checks that the counts match and that no
 // pointer is null (unless the tensor is empty).
+// With `layouts` (one per weight: the caller is trainer rank `rank` of a
+// sharded trainer, issue 19), data[i] holds that rank's local shard of
+// weight i instead (the C-order bytes of its layout_box) and the source's
+// trainer_layouts() are `layouts`; every layout must be valid for its
+// weight and span the same number of ranks, with `rank` among them. Errors
+// (kInvalidArgument) name the tensor.
 StatusOr<std::unique_ptr<WeightSource>> make_external_source(Model model, std::vector<const std::byte*> data,
-                                                             MemoryKind memory, int device);
+                                                             MemoryKind memory, int device,
+                                                             std::vector<Layout> layouts = {}, int rank = 0);
 
 }  // namespace refit

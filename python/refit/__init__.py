@@ -182,6 +182,30 @@ def _exportable(tensor):
     return tensor
 
 
+def _shape(tensor):
+    return tuple(int(d) for d in tensor.shape)
+
+
+def _is_dtensor(tensor):
+    return hasattr(tensor, "to_local") and hasattr(tensor, "placements") and hasattr(tensor, "device_mesh")
+
+
+def _dtensor_split(name, tensor):
+    """(full_shape, dim or None, index, count) of a DTensor on a 1-D mesh."""
+    mesh = tensor.device_mesh
+    if mesh.ndim != 1 or len(tensor.placements) != 1:
+        raise InvalidArgumentError(f"tensor {name!r}: a DTensor on a {mesh.ndim}-D mesh; refit reads 1-D meshes "
+                                   "(or give (name, local_tensor, full_shape, dim, index, count) entries)")
+    placement = tensor.placements[0]
+    if placement.is_replicate():
+        dim = None
+    elif placement.is_shard():
+        dim = placement.dim
+    else:
+        raise InvalidArgumentError(f"tensor {name!r}: placement {placement} is neither Shard(d) nor Replicate()")
+    return (_shape(tensor), dim, int(mesh.get_coordinate()[0]), int(mesh.size()))
+
+
 def _dtype_name(dtype):
     """A torch name for a dtype given as a string, a torch dtype or a numpy dtype/type."""
     if isinstance(dtype, str):
@@ -302,7 +326,16 @@ class Trainer:
 
     tensors: {name: tensor} or [(name, tensor), ...] or [(name, tensor, rule), ...]
         The FULL (unsharded) weights in model order; numpy arrays, torch or cupy
-        tensors, C-contiguous, all on the host or all on one CUDA device. Their
+        tensors, C-contiguous, all on the host or all on one CUDA device.
+        A sharded trainer (FSDP2, DTensor) gives each rank's OWN shards
+        instead, never gathering: a torch DTensor on a 1-D mesh (Shard(d) or
+        Replicate(); read through .to_local(), .placements and its mesh
+        coordinate), or an explicit (name, local_tensor, full_shape, dim,
+        index, count) entry: this rank (index) holds torch.chunk(full, count,
+        dim)[index] (dim None: the whole tensor, replicated). Then every entry
+        is a shard or a replica, index is this trainer's rank and count its
+        trainer_ranks; a full (name, tensor) entry counts as replicated.
+        Sharded trainers run on host memory, staged, over shm or tcp today. Their
         memory is captured once: update them in place (an optimizer step does)
         and never swap their storage (`param.data = other` would leave refit
         sending the old memory). refit holds a DLPack reference, which keeps
@@ -332,6 +365,9 @@ class Trainer:
         options = _rank_options(_refit.RankOptions(), coordinator, rank, trainer_ranks, engine_ranks, bucket_size,
                                 transport, mode, device, gpu, setup_timeout, refit_timeout, bucket_timeout, secret,
                                 heartbeat_interval=heartbeat_interval, heartbeat_timeout=heartbeat_timeout)
+        if any(len(e) == 7 for e in entries):  # sharded: full tensors are replicas
+            entries = [e if len(e) == 7 else e + (tuple(_shape(e[1])), None, options.rank, options.trainer_ranks)
+                       for e in entries]
         if gpu is None:
             options.gpu = 0
         self._impl = _refit.Trainer(options, entries)
@@ -348,13 +384,20 @@ class Trainer:
             raise InvalidArgumentError(f"rules={rules!r} is not 'auto', one of {', '.join(RULES)}, or a dict")
         entries = []
         for item in items:
-            if len(item) not in (2, 3):
-                raise InvalidArgumentError(f"tensor entry {item[:1]!r}: expected (name, tensor) or (name, tensor, rule)")
+            if len(item) not in (2, 3, 6):
+                raise InvalidArgumentError(f"tensor entry {item[:1]!r}: expected (name, tensor), (name, tensor, rule) "
+                                           "or (name, local_tensor, full_shape, dim, index, count)")
             name, tensor = item[0], item[1]
             rule = item[2] if len(item) == 3 else (rules.get(name, "auto") if isinstance(rules, dict) else rules)
             if rule == "auto":
                 rule = shard_rule(name)
-            entries.append((name, _exportable(tensor), rule))
+            if len(item) == 6:
+                full_shape, dim, index, count = item[2:]
+                entries.append((name, _exportable(tensor), rule, tuple(full_shape), dim, index, count))
+            elif _is_dtensor(tensor):
+                entries.append((name, _exportable(tensor.to_local()), rule) + _dtensor_split(name, tensor))
+            else:
+                entries.append((name, _exportable(tensor), rule))
         return entries
 
     def refit(self, version):

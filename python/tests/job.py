@@ -93,15 +93,40 @@ def run_coordinator(c):
     _write(os.path.join(c["out"], "coordinator.json"), coordinator.wait())
 
 
+def chunk_index(shape, dim, index, count):
+    """torch.chunk(full, count, dim)[index] (FSDP2, DTensor Shard(dim)) as a numpy index."""
+    size = -(-shape[dim] // count)
+    begin = min(index * size, shape[dim])
+    return tuple(slice(begin, min(begin + size, shape[dim])) if d == dim else slice(None) for d in range(len(shape)))
+
+
+def shard_dim(t):
+    """The sharded trainer's split of a tensor: Shard(1) for row weights, Shard(0) otherwise, none for a scalar."""
+    return None if not t["shape"] else (1 if t["rule"] == "row" else 0)
+
+
 def run_trainer(c):
     import numpy as np
     import refit
     rank, out, model = c["rank"], c["out"], c.get("model", MODEL)
     arrays = {t["name"]: np.zeros(t["shape"], dtype=t["dtype"]) for t in model}
+    # sharded: this rank registers only its own chunks (explicit entries; a
+    # scalar stays a full, replicated entry) and copies the new values into
+    # them in place before each refit; the full arrays are only the test's record.
+    index = {t["name"]: chunk_index(t["shape"], shard_dim(t), rank, c["trainer_ranks"])
+             for t in model if c.get("sharded") and shard_dim(t) is not None}
+    local = {name: np.ascontiguousarray(arrays[name][i]) for name, i in index.items()}
+    entries = []
+    for t in model:
+        name = t["name"]
+        if name in local:
+            entries.append((name, local[name], t["shape"], shard_dim(t), rank, c["trainer_ranks"]))
+        else:
+            entries.append((name, arrays[name]))
     result = {"versions": []}
     started = time.monotonic()
     try:
-        with refit.Trainer(c["address"], [(t["name"], arrays[t["name"]], t["rule"]) for t in model], rank=rank,
+        with refit.Trainer(c["address"], entries, rules={t["name"]: t["rule"] for t in model}, rank=rank,
                            trainer_ranks=c["trainer_ranks"], engine_ranks=c["engine_ranks"],
                            bucket_size=c.get("bucket_size", 4096), transport=c.get("transport", "shm"),
                            bucket_timeout=c.get("bucket_timeout", 60), refit_timeout=c.get("refit_timeout", 60),
@@ -110,6 +135,8 @@ def run_trainer(c):
             for v in c["versions"]:
                 for i, t in enumerate(model):
                     fill(arrays[t["name"]], c.get("seed", 7), v, i)  # in place: an optimizer step
+                for name, i in index.items():
+                    np.copyto(local[name], arrays[name][i])
                 np.savez(os.path.join(out, f"trainer{rank}_v{v}.npz"), **arrays)
                 started = time.monotonic()
                 trainer.refit(v)

@@ -118,6 +118,35 @@ class RefitAcrossProcesses(unittest.TestCase):
             self.assertEqual(engine["versions"], versions)
             self.check_loader_calls(engine, versions)
 
+    # Sharded trainers (issue 19): each trainer process registers only its own torch.chunk pieces
+    # (explicit (name, local, full_shape, dim, index, count) entries; Shard(1) for row weights,
+    # Shard(0) otherwise, the scalar a full replicated entry) and never holds the rest; the engines'
+    # bytes must equal the shards of the full arrays. 4 trainers over [6]-long tensors leave the
+    # last rank an empty piece. Mutations caught: the binding dropping the layouts, so each local
+    # piece is sent as if it were the full tensor (tried: engine rank 0's o_proj differs in both
+    # cases); a trainer registering another rank's piece (bytes differ).
+    def test_sharded_trainers_register_only_their_own_chunks(self):
+        versions = [1, 2]
+        for trainers, engines, transport in ((3, 2, "shm"), (4, 3, "tcp")):
+            with self.subTest(trainers=trainers, engines=engines, transport=transport):
+                j = self.run_job(trainers, engines, versions, transport=transport, sharded=True)
+                self.check_bytes(j, trainers, engines, versions)
+                report = j.result("coordinator")  # verified here by check_bytes: a load_fn engine has no check
+                self.assertEqual(report["refits"][-1]["version"], versions[-1], report)
+                self.assertEqual(report["gathered_bytes"], 0)
+                self.assertEqual(report["duplicate_bytes"], 0)
+                for name in os.listdir(self.out):
+                    os.remove(os.path.join(self.out, name))
+
+    # Mutations caught: a local piece of the wrong shape accepted (it would be read past its end).
+    def test_a_piece_of_the_wrong_shape_is_refused_naming_the_tensor(self):
+        import refit
+        with self.assertRaises(refit.InvalidArgumentError) as caught:
+            refit.Trainer("127.0.0.1:1", [("w", np.zeros((3, 3), dtype=np.float32), (5, 3), 0, 1, 2)], rank=1,
+                          trainer_ranks=2, engine_ranks=1)
+        self.assertIn("tensor 'w': rank 1 of 2 holds", str(caught.exception))
+        self.assertIn("gives it", str(caught.exception))
+
     # Mutations caught: copy mode writing to the wrong registered tensor or not at all (the 0xEE
     # fill would remain); the copy done on a slot after it was recycled (poisoned bytes).
     def test_copy_into_registered_numpy_arrays(self):

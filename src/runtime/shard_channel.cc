@@ -226,7 +226,9 @@ StatusOr<std::vector<std::unique_ptr<ShardChannel>>> link_shard_channels(
 }
 
 Status check_sharded_settings(const RankOptions& options, const WeightSource& source) {
-  const std::string what = "trainer rank " + std::to_string(options.rank) + ": --trainer-layout " + options.trainer_layout;
+  const std::string what = "trainer rank " + std::to_string(options.rank) +
+                           (options.trainer_layout == "full" ? ": sharded tensors"
+                                                             : ": --trainer-layout " + options.trainer_layout);
   if (source.memory() != MemoryKind::kHost || options.mode != "staged" ||
       (options.transport != "shm" && options.transport != "tcp")) {
     return FailedPrecondition(what + " runs with host weights (--device cpu), --mode staged and --transport shm or "

@@ -124,11 +124,14 @@ class TrainerRank::Impl : public BucketProtocol {
     direct_ = options_.mode == "direct";
     const Model& model = source_->model();
     ASSIGN_OR_RETURN(layout_, parse_trainer_layout(options_.trainer_layout, options_.trainer_ranks));
-    RETURN_IF_ERROR(validate_full_trainer_counts(layout_, options_.trainer_ranks, options_.engine_ranks));
+    // A source of shards (a sharded --trainer-layout's, or the caller's
+    // per-tensor layouts through the binding) makes a sharded rank.
+    const bool shards = !source_->trainer_layouts().empty();
+    if (!shards) RETURN_IF_ERROR(validate_full_trainer_counts(layout_, options_.trainer_ranks, options_.engine_ranks));
     engine_rank_ = options_.rank % options_.engine_ranks;
     pack_rank_ = options_.debug_pack_rank >= 0 ? options_.debug_pack_rank % options_.engine_ranks : engine_rank_;
     options_.bucket_size = effective_bucket_size(options_.bucket_size, options_.transport);
-    if (!layout_.full) {
+    if (!layout_.full || shards) {
       RETURN_IF_ERROR(check_sharded_settings(options_, *source_));
       ASSIGN_OR_RETURN(sharded_, make_sharded_plan(*source_, options_));
     } else {
@@ -210,7 +213,8 @@ class TrainerRank::Impl : public BucketProtocol {
     join.bucket_size = options_.bucket_size;
     join.transport = options_.transport;
     if (sharded_) {
-      join.layout = layout_.ToString();
+      // The caller's own layouts: their transfer digest says the rest.
+      join.layout = layout_.full ? "per-tensor:" + std::to_string(options_.trainer_ranks) : layout_.ToString();
       join.transfer_digest = sharded_->transfer.digest_hex();
       join.feeds = sharded_feeds(*sharded_, options_.rank);
       join.stream_dtypes = sharded_stream_dtypes(*sharded_);

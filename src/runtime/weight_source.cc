@@ -69,20 +69,46 @@ class SyntheticSource : public WeightSource {
 
 class ExternalSource : public WeightSource {
  public:
-  ExternalSource(Model model, std::vector<const std::byte*> data, MemoryKind memory, int device)
-      : model_(std::move(model)), data_(std::move(data)), memory_(memory), device_(device) {}
+  ExternalSource(Model model, std::vector<const std::byte*> data, MemoryKind memory, int device,
+                 std::vector<Layout> layouts)
+      : model_(std::move(model)), data_(std::move(data)), memory_(memory), device_(device), layouts_(std::move(layouts)) {}
   const Model& model() const override { return model_; }
   MemoryKind memory() const override { return memory_; }
   int device() const override { return memory_ == MemoryKind::kCuda ? device_ : -1; }
   Status prepare(std::uint64_t, std::uint64_t) override { return Status::Ok(); }
   const std::byte* data(std::size_t i) const override { return data_[i]; }
+  std::vector<Layout> trainer_layouts() const override { return layouts_; }
 
  private:
   Model model_;
   std::vector<const std::byte*> data_;
   MemoryKind memory_;
   int device_;
+  std::vector<Layout> layouts_;  // empty: full tensors
 };
+
+// The checks of make_external_source's layouts.
+Status check_external_layouts(const Model& model, const std::vector<Layout>& layouts, int rank) {
+  if (layouts.empty()) return Status::Ok();
+  if (layouts.size() != model.weights.size()) {
+    return InvalidArgument("external weights: " + std::to_string(layouts.size()) + " layouts for " +
+                           std::to_string(model.weights.size()) + " tensors");
+  }
+  for (std::size_t i = 0; i < layouts.size(); ++i) {
+    const TensorSpec& spec = model.weights[i].spec;
+    RETURN_IF_ERROR(validate_layout(spec, layouts[i]));
+    if (layouts[i].ranks() != layouts[0].ranks()) {
+      return InvalidArgument("external weights: tensor '" + spec.name + "' is split over " +
+                             std::to_string(layouts[i].ranks()) + " trainer ranks, tensor '" +
+                             model.weights[0].spec.name + "' over " + std::to_string(layouts[0].ranks()));
+    }
+  }
+  if (rank < 0 || rank >= layouts[0].ranks()) {
+    return InvalidArgument("external weights: rank " + std::to_string(rank) + " is outside the layouts' " +
+                           std::to_string(layouts[0].ranks()) + " trainer ranks");
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -95,13 +121,20 @@ StatusOr<std::unique_ptr<WeightSource>> make_synthetic_source(const std::string&
 }
 
 StatusOr<std::unique_ptr<WeightSource>> make_external_source(Model model, std::vector<const std::byte*> data,
-                                                             MemoryKind memory, int device) {
+                                                             MemoryKind memory, int device,
+                                                             std::vector<Layout> layouts, int rank) {
+  RETURN_IF_ERROR(check_external_layouts(model, layouts, rank));
   if (data.size() != model.weights.size()) {
     return InvalidArgument("external weights: " + std::to_string(data.size()) + " data pointers for " +
                            std::to_string(model.weights.size()) + " tensors");
   }
   for (std::size_t i = 0; i < data.size(); ++i) {
-    if (data[i] == nullptr && model.weights[i].spec.nbytes() != 0) {
+    std::uint64_t bytes = model.weights[i].spec.nbytes();
+    if (!layouts.empty()) {
+      ASSIGN_OR_RETURN(const TensorSpec local, local_spec(model.weights[i].spec, layouts[i], rank));
+      bytes = local.nbytes();
+    }
+    if (data[i] == nullptr && bytes != 0) {
       return InvalidArgument("external weights: tensor '" + model.weights[i].spec.name + "' has no data");
     }
   }
@@ -109,7 +142,7 @@ StatusOr<std::unique_ptr<WeightSource>> make_external_source(Model model, std::v
     return InvalidArgument("external weights: device memory needs a CUDA device index, got " + std::to_string(device));
   }
   return std::unique_ptr<WeightSource>(
-      std::make_unique<ExternalSource>(std::move(model), std::move(data), memory, device));
+      std::make_unique<ExternalSource>(std::move(model), std::move(data), memory, device, std::move(layouts)));
 }
 
 }  // namespace refit
