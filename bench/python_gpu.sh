@@ -37,6 +37,10 @@ if [[ ${1:-run} == prepare ]]; then
 fi
 
 [[ ${1:-} == run ]] && shift  # the rest goes to the proof (--models, --modes)
+# `bash bench/python_gpu.sh dtensor`: the DTensor trainers' test
+# (python/tests/dtensor_test.py, CPU and gloo; needs torch) instead of the proof.
+what=proof
+[[ ${1:-} == dtensor ]] && { what=dtensor; shift; }
 out=${OUT:-/tmp/refit-python-gpu-out}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
@@ -53,6 +57,12 @@ export PYTHONUNBUFFERED=1
   if ! "$py" -c 'import torch, refit; print("refit", refit.__version__, "cuda", refit.cuda_built(), refit.transports())'; then
     echo "SUMMARY: FAIL: the carried refit module does not import with $py (run bench/python_gpu.sh prepare for this Python)"
     exit 1
+  fi
+  if [[ $what == dtensor ]]; then
+    (cd python/tests && timeout 600 "$py" run.py dtensor_test)
+    status=$?
+    [[ $status == 0 ]] && echo "SUMMARY: PASS: dtensor_test" || echo "SUMMARY: FAIL: dtensor_test exited $status"
+    exit $status
   fi
   timeout 900 "$py" python/tests/gpu_transformers_proof.py "$@"
   status=$?

@@ -105,6 +105,25 @@ def shard_dim(t):
     return None if not t["shape"] else (1 if t["rule"] == "row" else 0)
 
 
+def dtensor_entries(c, model, arrays):
+    """(name, DTensor) entries, Shard(shard_dim) or Replicate() over every trainer rank, and each
+    tensor's local piece (a numpy view of the DTensor's local tensor, to update in place)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{c['dist_port']}", rank=c["rank"],
+                            world_size=c["trainer_ranks"])
+    mesh = init_device_mesh("cpu", (c["trainer_ranks"],))
+    entries, local = [], {}
+    for t in model:
+        d = shard_dim(t)
+        dt = distribute_tensor(torch.from_numpy(arrays[t["name"]]), mesh, [Shard(d) if d is not None else Replicate()])
+        entries.append((t["name"], dt))
+        local[t["name"]] = dt.to_local().numpy()  # shares the DTensor's storage
+    return entries, local
+
+
 def run_trainer(c):
     import numpy as np
     import refit
@@ -123,6 +142,8 @@ def run_trainer(c):
             entries.append((name, local[name], t["shape"], shard_dim(t), rank, c["trainer_ranks"]))
         else:
             entries.append((name, arrays[name]))
+    if c.get("dtensor"):  # the same pieces as torch DTensors on a 1-D gloo mesh (FSDP2's parameters)
+        entries, local = dtensor_entries(c, model, arrays)
     result = {"versions": []}
     started = time.monotonic()
     try:
@@ -135,8 +156,12 @@ def run_trainer(c):
             for v in c["versions"]:
                 for i, t in enumerate(model):
                     fill(arrays[t["name"]], c.get("seed", 7), v, i)  # in place: an optimizer step
-                for name, i in index.items():
-                    np.copyto(local[name], arrays[name][i])
+                for t in model:
+                    name = t["name"]
+                    if name in local:
+                        piece = chunk_index(t["shape"], shard_dim(t), rank, c["trainer_ranks"]) \
+                            if shard_dim(t) is not None else ()
+                        np.copyto(local[name], arrays[name][piece])
                 np.savez(os.path.join(out, f"trainer{rank}_v{v}.npz"), **arrays)
                 started = time.monotonic()
                 trainer.refit(v)
