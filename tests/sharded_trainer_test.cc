@@ -119,6 +119,16 @@ TEST(ShardedDemo, LayoutsThatCannotFeedTheJobAreRefusedNamingTheSetting) {
   auto fewer = run_refit({"demo", "--trainer-ranks", "2", "--engine-ranks", "3"}, 60);
   EXPECT_NE(fewer.exit_code, 0);
   EXPECT_NE(fewer.err.find("fewer trainer ranks (2) than engine ranks (3)"), std::string::npos) << fewer.err;
+  // A transport the sharded senders do not drive yet: refused at setup,
+  // naming what runs and what was given.
+  auto ucx = run_refit({"demo", "--trainer-layout", "fsdp", "--trainer-ranks", "2", "--engine-ranks", "1",
+                        "--transport", "ucx", "--setup-timeout", "20"},
+                       60);
+  EXPECT_NE(ucx.exit_code, 0);
+  EXPECT_NE(ucx.err.find("or with device weights (--device cuda), --mode direct and --transport cuda_ipc, in this "
+                         "build (got --device cpu, --mode staged, --transport ucx)"),
+            std::string::npos)
+      << ucx.err;
 }
 
 struct ShardedKillCase {

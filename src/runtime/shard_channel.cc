@@ -210,15 +210,23 @@ StatusOr<std::vector<std::unique_ptr<ShardChannel>>> link_shard_channels(
       return InvalidArgument("setup: " + name + " feeds engine rank " + std::to_string(plan.fed[i].engine_rank) +
                              ", the coordinator named engine rank " + std::to_string(targets[i].engine_rank));
     }
-    if (targets[i].device != "cpu") {
-      return FailedPrecondition(name + ": a sharded --trainer-layout feeds engines that keep host memory in this "
-                                       "build (--device cpu); engine rank " +
+    // check_sharded_settings: host weights feed host engines; device
+    // weights write straight into device engines (direct, cuda_ipc).
+    const bool on_device = source->memory() == MemoryKind::kCuda;
+    if ((targets[i].device != "cpu") != on_device) {
+      return FailedPrecondition(name + ": sharded " + (on_device ? "device" : "host") + " weights feed engines that "
+                                "keep " + (on_device ? "device" : "host") + " memory in this build; engine rank " +
                                 std::to_string(targets[i].engine_rank) + " keeps " + targets[i].device + " memory");
     }
     auto channel = std::make_unique<ShardChannel>(options, &plan.fed[i], targets[i].address, client);
-    RETURN_IF_ERROR(channel->link(targets[i].descriptor, -1, deadline));
+    const int writer = on_device ? source->device() : -1;
+    RETURN_IF_ERROR(channel->link(targets[i].descriptor, writer, deadline));
     SenderSettings settings;
     settings.transport = options.transport;
+    settings.direct = options.mode == "direct";
+    settings.weights_on_device = on_device;
+    settings.target_on_device = on_device;
+    settings.gpu = writer;
     RETURN_IF_ERROR(channel->make_sender(source, settings));
     channels.push_back(std::move(channel));
   }
@@ -229,10 +237,13 @@ Status check_sharded_settings(const RankOptions& options, const WeightSource& so
   const std::string what = "trainer rank " + std::to_string(options.rank) +
                            (options.trainer_layout == "full" ? ": sharded tensors"
                                                              : ": --trainer-layout " + options.trainer_layout);
-  if (source.memory() != MemoryKind::kHost || options.mode != "staged" ||
-      (options.transport != "shm" && options.transport != "tcp")) {
+  const bool host = source.memory() == MemoryKind::kHost && options.mode == "staged" &&
+                    (options.transport == "shm" || options.transport == "tcp");
+  const bool device = source.memory() == MemoryKind::kCuda && options.mode == "direct" && options.transport == "cuda_ipc";
+  if (!host && !device) {
     return FailedPrecondition(what + " runs with host weights (--device cpu), --mode staged and --transport shm or "
-                              "tcp in this build (got --device " + options.device + ", --mode " + options.mode +
+                              "tcp, or with device weights (--device cuda), --mode direct and --transport cuda_ipc, "
+                              "in this build (got --device " + options.device + ", --mode " + options.mode +
                               ", --transport " + options.transport + ")");
   }
   if (source.trainer_layouts().size() != source.model().weights.size()) {

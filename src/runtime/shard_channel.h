@@ -126,7 +126,8 @@ StatusOr<std::uint64_t> receive_credit(Link& link, const std::string& who, doubl
                                        std::uint64_t version, std::uint64_t j, Deadline deadline);
 
 // What a sharded layout runs on in this build: host weights (a source of
-// this rank's shards) into host engines, staged, over shm or tcp.
+// this rank's shards) into host engines, staged, over shm or tcp; or device
+// weights straight into device engines' weights (direct, cuda_ipc).
 // kFailedPrecondition naming the settings otherwise.
 Status check_sharded_settings(const RankOptions& options, const WeightSource& source);
 

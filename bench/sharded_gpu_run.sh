@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Sharded trainers on one GPU (issue 19), one device call: the sharded GPU
+# tests (and the cuda_ipc demo cases beside them), the DTensor trainers'
+# Python test, and `refit bench` of 8 FSDP trainer ranks into 2 engine ranks
+# over cuda_ipc direct against full-weight trainers, each beside the one-copy
+# floor measured by the same bench process. Expects .devcarry/ as
+# docs/PERF.md "Reproducing" builds it (refit, refit_gpu_tests, libraries)
+# and .devcarry/python from `bench/python_gpu.sh prepare`. Results: $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+carry=${CARRY:-.devcarry}
+out=${OUT:-/tmp/refit-sharded-gpu-out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$PWD/$carry:${LD_LIBRARY_PATH:-}"
+export REFIT_BINARY="$PWD/$carry/refit"
+export NCCL_NVLS_ENABLE=0
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+if [[ ${SKIP_TESTS:-0} != 1 ]]; then
+  timeout 300 "$carry/refit_gpu_tests" --gtest_filter="${GPU_FILTER:-Layouts/ShardedGpuTest.*:Modes/GpuDemoTest.*}" 2>&1 |
+    tee "$out/gpu_tests.log" | grep -E "^\[  (PASSED|FAILED|SKIPPED) |OK \]|FAILED|Failure|rror" | head -40
+  bash bench/python_gpu.sh dtensor 2>&1 | tail -15
+fi
+# name model layers layout trainers engines
+runs=${RUNS:-"llama-fsdp8 llama3-8b -1 fsdp 8 2
+llama-full2 llama3-8b -1 full 2 2
+qwen-fsdp8 qwen3-30b-a3b 24 fsdp 8 2
+qwen-full2 qwen3-30b-a3b 24 full 2 2"}
+while read -r name model layers layout trainers engines; do
+  [[ -z $name ]] && continue
+  tmp=$(mktemp -d)
+  timeout 240 "$carry/refit" bench --json --device cuda --transport cuda_ipc --mode direct --model "$model" \
+    --layers "$layers" --trainer-layout "$layout" --trainer-ranks "$trainers" --engine-ranks "$engines" \
+    --refits "${REFITS:-5}" --timeout 120 > "$tmp/report.json" 2> "$tmp/err"
+  python3 - "$tmp/report.json" "$name" "$out/bench.jsonl" "$tmp/err" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"{sys.argv[2]:<14} no report ({e}): {open(sys.argv[4]).read()[-600:]}"); sys.exit(0)
+r["name"] = sys.argv[2]
+with open(sys.argv[3], "a") as f:
+    f.write(json.dumps(r) + "\n")
+b = r.get("bench", {})
+print(f"{sys.argv[2]:<14} verified={r.get('verified')} bytes={r.get('bytes_per_refit', 0) / 1e9:.2f} GB "
+      f"gathered={r.get('gathered_bytes', 0) / 1e9:.2f} GB dup={r.get('duplicate_bytes')} "
+      f"refit={b.get('median_gbps', 0):8.1f} GB/s copy={b.get('ceiling_gbps', 0):8.1f} GB/s "
+      f"x{b.get('floor_ratio', 0):.3f} of floor {r.get('error', '')[:300]}")
+PY
+  rm -rf "$tmp"
+done <<< "$runs"
