@@ -29,7 +29,7 @@ while read -r name model layers layout trainers engines; do
   [[ -z $name ]] && continue
   tmp=$(mktemp -d)
   timeout 240 "$carry/refit" bench --json --device cuda --transport cuda_ipc --mode direct --model "$model" \
-    --layers "$layers" --trainer-layout "$layout" --trainer-ranks "$trainers" --engine-ranks "$engines" \
+    --layers "$layers" --trainer-layout "$layout" --trainer-ranks "$trainers" --engine-ranks "$engines" --engine-gpus 1 \
     --refits "${REFITS:-5}" --timeout 120 > "$tmp/report.json" 2> "$tmp/err"
   python3 - "$tmp/report.json" "$name" "$out/bench.jsonl" "$tmp/err" <<'PY'
 import json, sys

@@ -33,10 +33,11 @@ class ShardedGpuTest : public ::testing::TestWithParam<ShardedGpuCase> {};
 TEST_P(ShardedGpuTest, EveryByteComesFromTheTrainerThatHoldsItAndVerifiesOnTheDevice) {
   REFIT_SKIP_WITHOUT_CUDA_DEVICE();
   const ShardedGpuCase& c = GetParam();
+  // --engine-gpus 1: every engine rank on the one GPU a test machine may have.
   auto r = testing::run_refit({"demo", "--json", "--device", "cuda", "--transport", "cuda_ipc", "--mode", "direct",
                                "--trainer-layout", c.layout, "--trainer-ranks", std::to_string(c.trainers),
-                               "--engine-ranks", std::to_string(c.engines), "--model", c.model, "--refits", "3",
-                               "--bucket-size", "1MiB", "--timeout", "120"},
+                               "--engine-ranks", std::to_string(c.engines), "--engine-gpus", "1", "--model", c.model,
+                               "--refits", "3", "--bucket-size", "1MiB", "--timeout", "120"},
                               600);
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   json report = json::parse(r.out);

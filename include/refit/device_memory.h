@@ -35,9 +35,12 @@ StatusOr<std::string> cuda_device_uuid(int device);
 // DESIGN rule 7: the device of engine TP rank `tp_rank` is the LOCAL index
 // base_gpu_id + tp_rank inside CUDA_VISIBLE_DEVICES, never a physical GPU id.
 // `visible_device_count` is cuda_device_count() of the engine's process.
-// Errors (kFailedPrecondition, naming every value): a negative base_gpu_id or
-// tp_rank, or a local index >= visible_device_count.
-StatusOr<int> engine_local_device(int base_gpu_id, int tp_rank, int visible_device_count);
+// With `gpus` > 0 the engine's ranks share that many GPUs, round-robin:
+// base_gpu_id + tp_rank % gpus (a test or benchmark of several engine ranks
+// on one GPU: gpus 1); 0: one GPU per rank.
+// Errors (kFailedPrecondition, naming every value): a negative base_gpu_id,
+// tp_rank or gpus, or a local index >= visible_device_count.
+StatusOr<int> engine_local_device(int base_gpu_id, int tp_rank, int visible_device_count, int gpus = 0);
 
 // The entries of a CUDA_VISIBLE_DEVICES value, for reporting which physical GPU
 // (or GPU-/MIG- UUID) a local index names: "4, 5,GPU-ab" -> {"4", "5", "GPU-ab"}.

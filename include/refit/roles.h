@@ -147,6 +147,9 @@ struct EngineOptions : RankOptions {
   // DESIGN.md rule 7: engine rank r uses local device base_gpu_id + r, an
   // index inside CUDA_VISIBLE_DEVICES, never a physical id. Default: 0.
   int base_gpu_id = 0;
+  // GPUs the engine's ranks share round-robin (base_gpu_id + r % engine_gpus;
+  // device_memory.h engine_local_device); 0: one per rank. Default: 0.
+  int engine_gpus = 0;
 };
 
 // Checks the settings of one rank that need no peer: device, mode and

@@ -19,15 +19,17 @@ namespace refit {
 
 // ---------------------------------------------------------------- pure functions
 
-StatusOr<int> engine_local_device(int base_gpu_id, int tp_rank, int visible_device_count) {
+StatusOr<int> engine_local_device(int base_gpu_id, int tp_rank, int visible_device_count, int gpus) {
   const std::string values = "base_gpu_id " + std::to_string(base_gpu_id) + ", tp_rank " + std::to_string(tp_rank) +
-                             ", " + std::to_string(visible_device_count) + " visible device(s)";
-  if (base_gpu_id < 0 || tp_rank < 0) {
-    return FailedPrecondition("engine device: base_gpu_id and tp_rank must be >= 0 (" + values + ")");
+                             (gpus > 0 ? ", " + std::to_string(gpus) + " engine GPU(s)" : "") + ", " +
+                             std::to_string(visible_device_count) + " visible device(s)";
+  if (base_gpu_id < 0 || tp_rank < 0 || gpus < 0) {
+    return FailedPrecondition("engine device: base_gpu_id, tp_rank and the engine GPUs must be >= 0 (" + values + ")");
   }
-  const long long local = static_cast<long long>(base_gpu_id) + tp_rank;
+  const long long local = static_cast<long long>(base_gpu_id) + (gpus > 0 ? tp_rank % gpus : tp_rank);
   if (local >= visible_device_count) {
-    return FailedPrecondition("engine device: base_gpu_id + tp_rank = " + std::to_string(local) +
+    return FailedPrecondition(std::string("engine device: base_gpu_id + tp_rank") + (gpus > 0 ? " % engine GPUs" : "") +
+                              " = " + std::to_string(local) +
                               " is not a visible device (" + values + "); base_gpu_id is a local index inside "
                               "CUDA_VISIBLE_DEVICES (0.." + std::to_string(visible_device_count - 1) +
                               "), not a physical GPU id");

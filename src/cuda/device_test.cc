@@ -21,6 +21,21 @@ TEST(EngineLocalDeviceTest, IsBasePlusTpRank) {
   EXPECT_EQ(*engine_local_device(4, 3, 8), 7);
 }
 
+// --engine-gpus: the engine's ranks share that many GPUs round-robin.
+// Catches: the count ignored (rank 3 of one GPU refused as device 3), and
+// the bound checked before the modulo.
+TEST(EngineLocalDeviceTest, RanksShareTheEngineGpusRoundRobin) {
+  EXPECT_EQ(*engine_local_device(0, 3, 1, 1), 0);
+  EXPECT_EQ(*engine_local_device(1, 3, 4, 2), 2);
+  EXPECT_EQ(*engine_local_device(2, 5, 4, 2), 3);
+  auto beyond = engine_local_device(1, 1, 2, 2);
+  ASSERT_FALSE(beyond.ok());
+  EXPECT_NE(beyond.status().message().find("base_gpu_id + tp_rank % engine GPUs = 2 is not a visible device"),
+            std::string::npos)
+      << beyond.status().message();
+  EXPECT_FALSE(engine_local_device(0, 0, 1, -1).ok());
+}
+
 // Rule 7. Catches: "returns the physical id from CUDA_VISIBLE_DEVICES instead
 // of the local index" (a mapping through the environment, or a bounds check
 // against physical ids). With CUDA_VISIBLE_DEVICES=4,5,6,7 the process sees

@@ -514,7 +514,7 @@ Status make_local_engine(const EngineOptions& options, LocalEngine& local) {
     // DESIGN.md rule 7: a local index inside CUDA_VISIBLE_DEVICES.
     auto visible = cuda_device_count();
     if (!visible.ok()) return visible.status().WithContext(name);
-    auto device = engine_local_device(options.base_gpu_id, options.rank, *visible);
+    auto device = engine_local_device(options.base_gpu_id, options.rank, *visible, options.engine_gpus);
     if (!device.ok()) return device.status().WithContext(name);
     local.device = *device;
   }

@@ -350,7 +350,9 @@ void start_ranks(const DemoOptions& o, int trainers, const std::string& port, De
                                      "--memory-limit",
                                      std::to_string(o.memory_limit),
                                      "--device",
-                                     o.device};
+                                     o.device,
+                                     "--engine-gpus",
+                                     std::to_string(o.engine_gpus)};
     args.insert(args.end(), rank_common.begin(), rank_common.end());
     if (o.poison_recycled) args.push_back("--poison-recycled");
     args.insert(args.end(), o.debug_engine_flags.begin(), o.debug_engine_flags.end());

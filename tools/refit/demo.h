@@ -22,6 +22,7 @@ struct DemoOptions {
   std::string model = RankOptions{}.model;
   int layers = RankOptions{}.layers;
   int engine_ranks = 3;   // the demo's own: shows TP out of the box
+  int engine_gpus = EngineOptions{}.engine_gpus;  // GPUs the engine ranks share (0: one each)
   int trainer_ranks = 0;  // 0: as many as engine ranks
   std::string trainer_layout = RankOptions{}.trainer_layout;  // trainer_layout.h
   std::string transport = RankOptions{}.transport;

@@ -42,6 +42,7 @@ void add_demo_flags(CLI::App& cmd, DemoOptions& o) {
   cmd.add_option("--trainer-ranks", o.trainer_ranks, "Trainer ranks (default: as many as engine ranks)")
       ->check(CLI::Range(1, 256));
   add_trainer_layout_flag(cmd, o.trainer_layout);
+  add_engine_gpus_flag(cmd, o.engine_gpus);
   add_transport_flag(cmd, o.transport);
   add_bucket_size_flag(cmd, o.bucket_size);
   cmd.add_option("--seed", o.seed, "Seed of the synthetic weights")->capture_default_str();

@@ -293,6 +293,15 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o, std::string& secret_file)
                  "Engine rank r uses local CUDA device base-gpu-id + r (an index inside CUDA_VISIBLE_DEVICES)")
       ->check(WholeInt(0, "a device index", "device indices"))
       ->capture_default_str();
+  add_engine_gpus_flag(cmd, o.engine_gpus);
+}
+
+void add_engine_gpus_flag(CLI::App& cmd, int& gpus) {
+  cmd.add_option("--engine-gpus", gpus,
+                 "GPUs the engine ranks share round-robin: rank r uses base-gpu-id + r % N (0: one GPU per rank; "
+                 "1: every rank on one GPU, for tests and benchmarks)")
+      ->check(WholeInt(0, "a count of GPUs", "counts"))
+      ->capture_default_str();
 }
 
 Status finish_engine_options(EngineOptions& options, const std::string& secret_file) {

@@ -110,6 +110,8 @@ StatusOr<Secret> resolve_secret(const std::string& path);
 void add_rank_flags(CLI::App& cmd, RankOptions& options);
 // --trainer-layout (trainer, demo, bench): how the trainer ranks hold the weights.
 void add_trainer_layout_flag(CLI::App& cmd, std::string& layout);
+// --engine-gpus (engine, demo, bench): GPUs the engine ranks share round-robin.
+void add_engine_gpus_flag(CLI::App& cmd, int& gpus);
 
 // What `refit engine` and `refit save` share: the rank flags, the secret
 // file and the receive pool, verification, dtypes and device settings.
