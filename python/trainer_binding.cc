@@ -78,8 +78,8 @@ StatusOr<Layout> entry_layout(const ImportedTensor& t, const EntrySplit& split, 
     return InvalidArgument(what + ": index " + std::to_string(split.index) + " of " + std::to_string(split.count) +
                            " ranks is out of range");
   }
-  const Layout layout =
-      split.dim ? Layout::of(LayoutLevel::chunk(*split.dim, split.count)) : Layout::of(LayoutLevel::replicate(split.count));
+  const Layout layout = split.dim ? Layout::of(LayoutLevel::chunk(*split.dim, split.count))
+                                  : Layout::of(LayoutLevel::replicate(split.count));
   ASSIGN_OR_RETURN(const TensorSpec local, local_spec(*full, layout, split.index));
   if (local.shape != t.spec().shape) {
     return InvalidArgument(what + ": rank " + std::to_string(split.index) + " of " + std::to_string(split.count) +

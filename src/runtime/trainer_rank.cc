@@ -438,8 +438,8 @@ class TrainerRank::Impl : public BucketProtocol {
   StatusOr<SentShare> send_sharded(std::uint64_t version, Deadline deadline) {
     const Clock::time_point went = Clock::now();
     ASSIGN_OR_RETURN(const ShardedSent sent, send_over_channels(channels_, version, deadline));
-    const SentShare share{sent.buckets, sent.bytes, std::chrono::duration<double, std::milli>(Clock::now() - went).count(),
-                          sent.shares};
+    const double send_ms = std::chrono::duration<double, std::milli>(Clock::now() - went).count();
+    const SentShare share{sent.buckets, sent.bytes, send_ms, sent.shares};
     RETURN_IF_ERROR(source_->check_unchanged().WithContext(name() + ", refit " + std::to_string(version)));
     RETURN_IF_ERROR(client_->send(Progress{version, share.bytes}));
     return share;

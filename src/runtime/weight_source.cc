@@ -71,7 +71,11 @@ class ExternalSource : public WeightSource {
  public:
   ExternalSource(Model model, std::vector<const std::byte*> data, MemoryKind memory, int device,
                  std::vector<Layout> layouts)
-      : model_(std::move(model)), data_(std::move(data)), memory_(memory), device_(device), layouts_(std::move(layouts)) {}
+      : model_(std::move(model)),
+        data_(std::move(data)),
+        memory_(memory),
+        device_(device),
+        layouts_(std::move(layouts)) {}
   const Model& model() const override { return model_; }
   MemoryKind memory() const override { return memory_; }
   int device() const override { return memory_ == MemoryKind::kCuda ? device_ : -1; }
