@@ -14,6 +14,10 @@
 #       runs the proof with the GPU machine's python3 (torch, transformers),
 #       prints each case and a last line "SUMMARY: PASS|FAIL: ...";
 #       the log goes to $OUT/python_gpu.log. Exit status 0 only on PASS.
+#   there, `bash bench/python_gpu.sh fsdp [--cases llama:2:3,...]`: FSDP2
+#       trainers (fully_shard over gloo ranks sharing the GPU) refit into
+#       engines of another TP size, bit for bit (python/tests/gpu_fsdp_proof.py,
+#       issue 19 item 5), within 600 s; the same SUMMARY line and exit status.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 carry=${CARRY:-.devcarry}
@@ -39,8 +43,11 @@ fi
 [[ ${1:-} == run ]] && shift  # the rest goes to the proof (--models, --modes)
 # `bash bench/python_gpu.sh dtensor`: the DTensor trainers' test
 # (python/tests/dtensor_test.py, CPU and gloo; needs torch) instead of the proof.
+# `bash bench/python_gpu.sh fsdp`: FSDP2 trainers into engines of another TP
+# size (python/tests/gpu_fsdp_proof.py; needs torch with FSDP2, transformers).
 what=proof
 [[ ${1:-} == dtensor ]] && { what=dtensor; shift; }
+[[ ${1:-} == fsdp ]] && { what=fsdp; shift; }
 out=${OUT:-/tmp/refit-python-gpu-out}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
@@ -62,6 +69,19 @@ export PYTHONUNBUFFERED=1
     (cd python/tests && timeout 600 "$py" run.py dtensor_test)
     status=$?
     [[ $status == 0 ]] && echo "SUMMARY: PASS: dtensor_test" || echo "SUMMARY: FAIL: dtensor_test exited $status"
+    exit $status
+  fi
+  if [[ $what == fsdp ]]; then
+    # The proof's own --budget (540 s) fails the cases it cannot fit before this timeout.
+    timeout -k 15 600 "$py" python/tests/gpu_fsdp_proof.py "$@" 2>&1 | tee "$out/fsdp_proof.log"
+    status=${PIPESTATUS[0]}
+    case $status in
+      0|1) grep -q '^SUMMARY: ' "$out/fsdp_proof.log" ||
+             { echo "SUMMARY: FAIL: the fsdp proof exited $status without a summary (see above)"; status=1; } ;;
+      77) echo "SUMMARY: FAIL: the fsdp proof skipped (see the reason above)"; status=1 ;;
+      124|137) echo "SUMMARY: FAIL: the fsdp proof ran past 600 s"; status=1 ;;
+      *) echo "SUMMARY: FAIL: the fsdp proof exited $status (killed by a signal?)"; status=1 ;;
+    esac
     exit $status
   fi
   timeout 900 "$py" python/tests/gpu_transformers_proof.py "$@"

@@ -20,16 +20,17 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     tee "$out/gpu_tests.log" | grep -E "^\[  (PASSED|FAILED|SKIPPED) |OK \]|FAILED|Failure|rror" | head -40
   bash bench/python_gpu.sh dtensor 2>&1 | tail -15
 fi
-# name model layers layout trainers engines
+# name model layers layout trainers engines [engine-experts: tp (default) or ep]
 runs=${RUNS:-"llama-fsdp8 llama3-8b -1 fsdp 8 2
 llama-full2 llama3-8b -1 full 2 2
 qwen-fsdp8 qwen3-30b-a3b 24 fsdp 8 2
 qwen-full2 qwen3-30b-a3b 24 full 2 2"}
-while read -r name model layers layout trainers engines; do
+while read -r name model layers layout trainers engines experts; do
   [[ -z $name ]] && continue
   tmp=$(mktemp -d)
   timeout 240 "$carry/refit" bench --json --device cuda --transport cuda_ipc --mode direct --model "$model" \
     --layers "$layers" --trainer-layout "$layout" --trainer-ranks "$trainers" --engine-ranks "$engines" --engine-gpus 1 \
+    --engine-experts "${experts:-tp}" \
     --refits "${REFITS:-5}" --timeout 120 > "$tmp/report.json" 2> "$tmp/err"
   python3 - "$tmp/report.json" "$name" "$out/bench.jsonl" "$tmp/err" <<'PY'
 import json, sys

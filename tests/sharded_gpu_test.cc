@@ -21,6 +21,7 @@ using nlohmann::json;
 struct ShardedGpuCase {
   std::string layout, model;
   int trainers, engines;
+  std::string experts = "tp";  // --engine-experts
 };
 
 class ShardedGpuTest : public ::testing::TestWithParam<ShardedGpuCase> {};
@@ -37,7 +38,7 @@ TEST_P(ShardedGpuTest, EveryByteComesFromTheTrainerThatHoldsItAndVerifiesOnTheDe
   auto r = testing::run_refit({"demo", "--json", "--device", "cuda", "--transport", "cuda_ipc", "--mode", "direct",
                                "--trainer-layout", c.layout, "--trainer-ranks", std::to_string(c.trainers),
                                "--engine-ranks", std::to_string(c.engines), "--engine-gpus", "1", "--model", c.model,
-                               "--refits", "3", "--bucket-size", "1MiB", "--timeout", "120"},
+                               "--engine-experts", c.experts, "--refits", "3", "--bucket-size", "1MiB", "--timeout", "120"},
                               600);
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   json report = json::parse(r.out);
@@ -55,11 +56,13 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ShardedGpuTest,
                          ::testing::Values(ShardedGpuCase{"fsdp", "tiny", 4, 2},         // M > N
                                            ShardedGpuCase{"fsdp", "tiny", 1, 3},         // M < N
                                            ShardedGpuCase{"tp:2,fsdp:2", "tiny", 4, 3},  // products, uneven
-                                           ShardedGpuCase{"tp", "tiny-moe", 2, 4}),
+                                           ShardedGpuCase{"tp", "tiny-moe", 2, 4},
+                                           // Expert-parallel engines: per-expert tensors whole on one rank.
+                                           ShardedGpuCase{"fsdp", "tiny-moe", 2, 3, "ep"}),
                          [](const auto& info) {
                            std::string name = info.param.layout + "_" + info.param.model + "_" +
                                               std::to_string(info.param.trainers) + "x" +
-                                              std::to_string(info.param.engines);
+                                              std::to_string(info.param.engines) + "_" + info.param.experts;
                            for (char& ch : name) {
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            }

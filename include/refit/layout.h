@@ -42,23 +42,26 @@
 
 namespace refit {
 
-enum class LevelKind : unsigned char { kReplicate, kChunk, kTensorSplit, kEven, kExperts };
+enum class LevelKind : unsigned char { kReplicate, kChunk, kTensorSplit, kEven, kExperts, kOwner };
 
-// "replicate", "chunk", "tensor_split", "even", "experts".
+// "replicate", "chunk", "tensor_split", "even", "experts", "owner".
 std::string_view level_kind_name(LevelKind kind);
 
 struct LayoutLevel {
   LevelKind kind = LevelKind::kReplicate;
   int dim = 0;    // split dimension; ignored by kReplicate; 0 for kExperts
   int ranks = 1;  // >= 1
+  int owner = 0;  // kOwner only: the rank index that holds the box, 0..ranks-1
 
   static LayoutLevel replicate(int ranks) { return LayoutLevel{LevelKind::kReplicate, 0, ranks}; }
   static LayoutLevel chunk(int dim, int ranks) { return LayoutLevel{LevelKind::kChunk, dim, ranks}; }
   static LayoutLevel tensor_split(int dim, int ranks) { return LayoutLevel{LevelKind::kTensorSplit, dim, ranks}; }
   static LayoutLevel even(int dim, int ranks) { return LayoutLevel{LevelKind::kEven, dim, ranks}; }
   static LayoutLevel experts(int ranks) { return LayoutLevel{LevelKind::kExperts, 0, ranks}; }
+  static LayoutLevel owned_by(int owner, int ranks) { return LayoutLevel{LevelKind::kOwner, 0, ranks, owner}; }
 
-  // "chunk(dim 0, 4 ranks)", "replicate(2 ranks)", "experts(8 ranks)".
+  // "chunk(dim 0, 4 ranks)", "replicate(2 ranks)", "experts(8 ranks)",
+  // "owner(rank 3 of 4 ranks)".
   std::string ToString() const;
   friend bool operator==(const LayoutLevel&, const LayoutLevel&) = default;
 };
@@ -99,7 +102,8 @@ std::vector<int> level_indices(const Layout& layout, int rank);
 // the rank and the level): rank outside 0..ranks-1, a level with ranks < 1,
 // a split dimension the tensor lacks, kEven over an extent that is not a
 // multiple of its ranks, kExperts on a tensor of fewer than 2 dimensions, on
-// a dim other than 0, or with fewer experts than ranks.
+// a dim other than 0, or with fewer experts than ranks, kOwner on a scalar or
+// with an owner outside 0..ranks-1.
 StatusOr<Box> layout_box(const TensorSpec& spec, const Layout& layout, int rank);
 
 // layout_box for every rank: OK when all of them are.
@@ -114,5 +118,11 @@ StatusOr<TensorSpec> local_spec(const TensorSpec& spec, const Layout& layout, in
 // is tensor_split(dim 1, ranks). Boxes equal shard_slice's (model.h) for
 // every rank.
 Layout layout_from_shard_rule(ShardRule rule, int ranks);
+
+// The layout an engine of `ranks` ranks splits `weight` by: its rule's
+// (layout_from_shard_rule), except kExpert: a per-expert tensor is
+// owned_by(expert_owner(...)), a stacked one experts(ranks). Boxes equal
+// shard_slice's for every rank.
+Layout engine_layout(const Weight& weight, int ranks);
 
 }  // namespace refit

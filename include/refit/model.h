@@ -7,6 +7,13 @@
 //   kColumn      split along dim 0 (q/k/v, gate/up: output features)
 //   kRow         split along dim 1 (o_proj, down_proj: input features)
 //   kVocab       split along dim 0 (embed_tokens, lm_head: vocabulary)
+//   kExpert      expert parallel (`--engine-experts ep`, expert_parallel.h):
+//                a per-expert tensor (Weight::expert >= 0) is held whole by
+//                the rank that owns its expert and by no other (their shard
+//                is empty: 0 rows of dim 0); a stacked [experts, ...] tensor
+//                (Weight::expert == -1) is split along dim 0 into whole
+//                experts. Experts go to ranks as contiguous ranges, the first
+//                experts % N ranks holding one more (expert_owner)
 // Splits may be uneven: a dimension D over N ranks gives rank i
 // D / N + (i < D % N ? 1 : 0) entries, starting after ranks 0..i-1's.
 #pragma once
@@ -22,12 +29,21 @@
 
 namespace refit {
 
-enum class ShardRule : unsigned char { kReplicated, kColumn, kRow, kVocab };
+enum class ShardRule : unsigned char { kReplicated, kColumn, kRow, kVocab, kExpert };
 
 struct Weight {
   TensorSpec spec;  // full, unsharded
   ShardRule rule = ShardRule::kReplicated;
+  // kExpert only: the expert this tensor belongs to (-1: a stacked tensor
+  // of all `experts`) and how many experts its layer has.
+  int expert = -1;
+  int experts = 0;
 };
+
+// The rank among `ranks` that owns expert `expert` of `experts`: contiguous
+// ranges, the first experts % ranks ranks holding one more (vLLM's expert
+// map). REQUIRES: 0 <= expert < experts, ranks >= 1.
+int expert_owner(int expert, int experts, int ranks);
 
 struct Model {
   std::string preset;

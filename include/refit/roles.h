@@ -47,6 +47,11 @@ struct RankOptions {
   // rank they reach; in this build host weights into host engines, staged
   // (shm, tcp). Default: "full".
   std::string trainer_layout = "full";
+  // How the engine splits expert tensors (expert_parallel.h): "tp" (by
+  // their TP rules) or "ep" (whole experts per engine rank). Trainers and
+  // engines of a job must agree (their streams are compared at setup).
+  // Default: "tp".
+  std::string engine_experts = "tp";
   // Bytes per transport bucket; every rank of a job must agree (checked at
   // setup). Larger buckets amortise per-bucket costs on GPUs (docs/PERF.md),
   // smaller ones keep staging memory small. Default: kAutoBucketSize, which

@@ -229,15 +229,18 @@ std::string_view shard_rule_name(ShardRule rule) {
     case ShardRule::kColumn: return "column";
     case ShardRule::kRow: return "row";
     case ShardRule::kVocab: return "vocab";
+    case ShardRule::kExpert: return "expert";
   }
   return "unknown";
 }
 
 StatusOr<ShardRule> parse_shard_rule(std::string_view name) {
-  for (ShardRule r : {ShardRule::kReplicated, ShardRule::kColumn, ShardRule::kRow, ShardRule::kVocab}) {
+  for (ShardRule r :
+       {ShardRule::kReplicated, ShardRule::kColumn, ShardRule::kRow, ShardRule::kVocab, ShardRule::kExpert}) {
     if (shard_rule_name(r) == name) return r;
   }
-  return InvalidArgument("unknown shard rule '" + std::string(name) + "' (valid: replicated, column, row, vocab)");
+  return InvalidArgument("unknown shard rule '" + std::string(name) +
+                         "' (valid: replicated, column, row, vocab, expert)");
 }
 
 StatusOr<ShardRulePattern> parse_shard_rule_pattern(std::string_view text) {
@@ -246,6 +249,10 @@ StatusOr<ShardRulePattern> parse_shard_rule_pattern(std::string_view text) {
     return InvalidArgument("shard rule '" + std::string(text) + "' is not GLOB=RULE (e.g. '*.qkv_proj.weight=column')");
   }
   ASSIGN_OR_RETURN(ShardRule rule, parse_shard_rule(text.substr(eq + 1)));
+  if (rule == ShardRule::kExpert) {
+    return InvalidArgument("shard rule '" + std::string(text) + "': 'expert' is not a GLOB=RULE row; "
+                           "--engine-experts ep gives every expert tensor its owner");
+  }
   return ShardRulePattern{std::string(text.substr(0, eq)), rule};
 }
 

@@ -21,7 +21,8 @@ int split_dim(ShardRule rule) {
   switch (rule) {
     case ShardRule::kReplicated: return -1;
     case ShardRule::kColumn:
-    case ShardRule::kVocab: return 0;
+    case ShardRule::kVocab:
+    case ShardRule::kExpert: return 0;
     case ShardRule::kRow: return 1;
   }
   return -1;
@@ -37,6 +38,15 @@ std::uint64_t product(const std::vector<std::int64_t>& shape, std::size_t from, 
 }
 
 }  // namespace
+
+int expert_owner(int expert, int experts, int ranks) {
+  assert(expert >= 0 && expert < experts && ranks >= 1);
+  const int base = experts / ranks;
+  const int extra = experts % ranks;
+  // Ranks 0..extra-1 hold base + 1 experts each, the rest base.
+  if (expert < extra * (base + 1)) return expert / (base + 1);
+  return extra + (expert - extra * (base + 1)) / base;
+}
 
 ShardRunLayout shard_run_layout(const Weight& weight, int rank, int ranks) {
   const ShardSlice s = shard_slice(weight, rank, ranks);
@@ -68,6 +78,11 @@ ShardSlice shard_slice(const Weight& weight, int rank, int ranks) {
   const int dim = split_dim(weight.rule);
   const std::vector<std::int64_t>& shape = weight.spec.shape;
   if (dim < 0) return ShardSlice{};
+  if (weight.rule == ShardRule::kExpert && weight.expert >= 0) {
+    // A per-expert tensor: whole on its owner, nothing (0 rows) elsewhere.
+    if (expert_owner(weight.expert, weight.experts, ranks) == rank) return ShardSlice{};
+    return ShardSlice{0, 0, 0};
+  }
   if (static_cast<std::size_t>(dim) >= shape.size()) {
     assert(false && "shard rule splits a dimension the tensor does not have");
     return ShardSlice{};

@@ -37,6 +37,10 @@ Status check_level(const TensorSpec& spec, const Layout& layout, int rank, std::
   };
   if (level.kind == LevelKind::kReplicate) return Status::Ok();
   const auto ndim = static_cast<int>(spec.shape.size());
+  if (level.kind == LevelKind::kOwner && (ndim < 1 || level.owner < 0 || level.owner >= level.ranks)) {
+    return InvalidArgument(context() + "one owner among " + std::to_string(level.ranks) +
+                           " ranks of a tensor of at least 1 dimension");
+  }
   if (level.dim < 0 || level.dim >= ndim) {
     return InvalidArgument(context() + "the tensor has no dimension " + std::to_string(level.dim) + " (it has " +
                            std::to_string(ndim) + ")");
@@ -63,6 +67,10 @@ Status check_level(const TensorSpec& spec, const Layout& layout, int rank, std::
 void apply_level(const LayoutLevel& level, int index, Box& box) {
   if (level.kind == LevelKind::kReplicate) return;
   const auto d = static_cast<std::size_t>(level.dim);
+  if (level.kind == LevelKind::kOwner) {
+    if (index != level.owner) box.end[d] = box.begin[d];
+    return;
+  }
   const std::int64_t size = box.end[d] - box.begin[d];
   const Piece p = level.kind == LevelKind::kChunk ? chunk_piece(size, level.ranks, index)
                                                   : tensor_split_piece(size, level.ranks, index);
@@ -79,6 +87,7 @@ std::string_view level_kind_name(LevelKind kind) {
     case LevelKind::kTensorSplit: return "tensor_split";
     case LevelKind::kEven: return "even";
     case LevelKind::kExperts: return "experts";
+    case LevelKind::kOwner: return "owner";
   }
   return "unknown";
 }
@@ -87,6 +96,7 @@ std::string LayoutLevel::ToString() const {
   std::string out(level_kind_name(kind));
   const std::string n = std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks");
   if (kind == LevelKind::kReplicate || kind == LevelKind::kExperts) return out + "(" + n + ")";
+  if (kind == LevelKind::kOwner) return out + "(rank " + std::to_string(owner) + " of " + n + ")";
   return out + "(dim " + std::to_string(dim) + ", " + n + ")";
 }
 
@@ -172,8 +182,16 @@ Layout layout_from_shard_rule(ShardRule rule, int ranks) {
     case ShardRule::kColumn:
     case ShardRule::kVocab: return Layout::of(LayoutLevel::tensor_split(0, ranks));
     case ShardRule::kRow: return Layout::of(LayoutLevel::tensor_split(1, ranks));
+    case ShardRule::kExpert: return Layout::of(LayoutLevel::experts(ranks));
   }
   return Layout::of(LayoutLevel::replicate(ranks));
+}
+
+Layout engine_layout(const Weight& weight, int ranks) {
+  if (weight.rule == ShardRule::kExpert && weight.expert >= 0) {
+    return Layout::of(LayoutLevel::owned_by(expert_owner(weight.expert, weight.experts, ranks), ranks));
+  }
+  return layout_from_shard_rule(weight.rule, ranks);
 }
 
 }  // namespace refit

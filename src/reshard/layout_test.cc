@@ -44,14 +44,24 @@ TEST(Layout, ChunkMatchesTorchChunk) {
 // Catches: kTensorSplit giving the remainder to the last ranks, or
 // layout_from_shard_rule mapping kRow to dim 0: boxes must equal the engine's
 // shard_slice (model.h) for every rule, shape and rank count.
+// The same for engine_layout of expert tensors (--engine-experts ep): a
+// per-expert tensor whole on its owner and empty elsewhere, a stacked one in
+// whole experts. Catches: engine_layout's owner differing from shard_slice's
+// (tried: owner expert % ranks, round-robin: the boxes differ).
 TEST(Layout, ShardRuleLayoutsMatchEngineShardSlices) {
   std::mt19937 rng(19);
-  const ShardRule rules[] = {ShardRule::kReplicated, ShardRule::kColumn, ShardRule::kRow, ShardRule::kVocab};
-  for (int iter = 0; iter < 300; ++iter) {
-    const Weight w{TensorSpec{"w", DType::kBFloat16, {testing::uniform(rng, 0, 20), testing::uniform(rng, 0, 20)}},
-                   rules[testing::uniform(rng, 0, 3)]};
+  const ShardRule rules[] = {ShardRule::kReplicated, ShardRule::kColumn, ShardRule::kRow, ShardRule::kVocab,
+                             ShardRule::kExpert};
+  for (int iter = 0; iter < 500; ++iter) {
+    Weight w{TensorSpec{"w", DType::kBFloat16, {testing::uniform(rng, 0, 20), testing::uniform(rng, 0, 20)}},
+             rules[testing::uniform(rng, 0, 4)]};
     const int ranks = testing::uniform(rng, 1, 8);
-    const Layout layout = layout_from_shard_rule(w.rule, ranks);
+    if (w.rule == ShardRule::kExpert) {
+      w.experts = testing::uniform(rng, ranks, 12);
+      w.expert = testing::uniform(rng, -1, w.experts - 1);  // -1: stacked
+      if (w.expert < 0) w.spec.shape[0] = w.experts;
+    }
+    const Layout layout = engine_layout(w, ranks);
     for (int r = 0; r < ranks; ++r) {
       ASSERT_OK_AND_ASSIGN(const Box box, layout_box(w.spec, layout, r));
       const ShardSlice s = shard_slice(w, r, ranks);
@@ -113,6 +123,26 @@ TEST(Layout, ProductOfLevelsAndRankOrder) {
   const Layout tp_dp{{LayoutLevel::tensor_split(1, 2), LayoutLevel::replicate(2)}, RankOrder::kOuterSlowest};
   EXPECT_EQ(Ranges(spec, tp_dp, 1), (R{{0, 1}, {0, 1}, {1, 2}, {1, 2}}));
   EXPECT_EQ(tp_dp.ToString(), "tensor_split(dim 1, 2 ranks) x replicate(2 ranks)");
+}
+
+// Catches: kOwner giving the box to a rank other than its owner, or leaving
+// the others a part of it (their box must be empty: 0 rows of dim 0).
+TEST(Layout, OwnerHoldsTheWholeBoxAndTheOthersNothing) {
+  const Layout layout = Layout::of(LayoutLevel::owned_by(2, 4));
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_OK_AND_ASSIGN(const Box box, layout_box(Spec({6, 3}), layout, r));
+    EXPECT_EQ(box.numel(), r == 2 ? 18 : 0) << "rank " << r;
+    if (r == 2) {
+      EXPECT_EQ(box, (Box{{0, 0}, {6, 3}}));
+    }
+  }
+  // Under a TP level: the owner index is the inner level's.
+  const Layout tp_owner{{LayoutLevel::tensor_split(1, 3), LayoutLevel::owned_by(1, 2)}, RankOrder::kOuterSlowest};
+  ASSERT_OK_AND_ASSIGN(const Box box, layout_box(Spec({6, 3}), tp_owner, 3));  // TP index 1, owner index 1
+  EXPECT_EQ(box, (Box{{0, 1}, {6, 2}}));
+  EXPECT_EQ(layout.ToString(), "owner(rank 2 of 4 ranks)");
+  EXPECT_HAS(validate_layout(Spec({}), layout).message(), "one owner among 4 ranks");
+  EXPECT_HAS(validate_layout(Spec({4}), Layout::of(LayoutLevel::owned_by(4, 4))).message(), "owner(rank 4 of 4");
 }
 
 // Catches: overlapping or missing pieces in any split flavour or product: each

@@ -59,6 +59,7 @@ std::string_view split_name(ShardRule rule) {
     case ShardRule::kColumn: return "column-parallel";
     case ShardRule::kRow: return "row-parallel";
     case ShardRule::kVocab: return "vocab-parallel";
+    case ShardRule::kExpert: return "expert-parallel";
     case ShardRule::kReplicated: break;
   }
   return "replicated";

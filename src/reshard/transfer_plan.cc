@@ -238,6 +238,7 @@ class Encoder {
       u64(static_cast<std::uint64_t>(level.kind));
       u64(static_cast<std::uint64_t>(level.dim));
       u64(static_cast<std::uint64_t>(level.ranks));
+      if (level.kind == LevelKind::kOwner) u64(static_cast<std::uint64_t>(level.owner));  // older kinds: as before
     }
   }
   const std::string& str() const { return out_; }

@@ -162,8 +162,8 @@ TEST(TransferPlan, RandomLayoutsDeliverEveryEngineByteExactlyOnce) {
     ASSERT_NO_FATAL_FAILURE(ExpectExactlyOnce(plan)) << "iteration " << iter;
     ASSERT_NO_FATAL_FAILURE(ExpectPairStreamsMatch(plan)) << "iteration " << iter;
   }
-  EXPECT_EQ(trainer_kinds.size(), 5u);
-  EXPECT_EQ(engine_kinds.size(), 5u);
+  EXPECT_EQ(trainer_kinds.size(), 6u);  // every LevelKind, kOwner included
+  EXPECT_EQ(engine_kinds.size(), 6u);
 }
 
 // Catches: source and destination offsets (or strides) swapped, or M < N and

@@ -523,7 +523,7 @@ Status make_local_engine(const EngineOptions& options, LocalEngine& local) {
                            std::to_string(options.engine_ranks - 1) + " (--engine-ranks " +
                            std::to_string(options.engine_ranks) + ")");
   }
-  auto choice = open_model_choice(options.model, options.layers, options.shard_rules);
+  auto choice = open_engine_model(options);
   if (!choice.ok()) return choice.status().WithContext(name);
   local.choice = std::move(*choice);
   // The weights, allocated once: every rank's stream is this rank's model

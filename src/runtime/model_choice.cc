@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "refit/expert_parallel.h"
+
 namespace refit {
 
 StatusOr<std::vector<ShardRulePattern>> shard_rules_from_text(const std::vector<std::string>& rules) {
@@ -41,6 +43,13 @@ StatusOr<ModelChoice> open_model_choice(const std::string& preset_or_path, int l
   ASSIGN_OR_RETURN(std::vector<ShardRulePattern> table, shard_rules_from_text(rules));
   ASSIGN_OR_RETURN(choice.model, model_from_checkpoint(*checkpoint, table));
   choice.checkpoint = std::make_unique<Checkpoint>(std::move(*checkpoint));
+  return choice;
+}
+
+StatusOr<ModelChoice> open_engine_model(const RankOptions& options) {
+  ASSIGN_OR_RETURN(ModelChoice choice, open_model_choice(options.model, options.layers, options.shard_rules));
+  ASSIGN_OR_RETURN(const EngineExperts experts, parse_engine_experts(options.engine_experts));
+  ASSIGN_OR_RETURN(choice.model, engine_expert_model(std::move(choice.model), experts, options.engine_ranks));
   return choice;
 }
 

@@ -9,6 +9,7 @@
 
 #include "refit/checkpoint.h"
 #include "refit/model.h"
+#include "refit/roles.h"
 #include "refit/status.h"
 
 namespace refit {
@@ -26,6 +27,11 @@ struct ModelChoice {
 // be -1 for a checkpoint. Errors name the model and say which it was taken for.
 StatusOr<ModelChoice> open_model_choice(const std::string& preset_or_path, int layers,
                                         const std::vector<std::string>& rules);
+
+// An engine rank's model: open_model_choice of its --model, --layers and
+// --rule rows, its expert tensors split by --engine-experts
+// (engine_expert_model, expert_parallel.h).
+StatusOr<ModelChoice> open_engine_model(const RankOptions& options);
 
 // The rows of `rules` ("GLOB=RULE") followed by the default table.
 StatusOr<std::vector<ShardRulePattern>> shard_rules_from_text(const std::vector<std::string>& rules);

@@ -22,7 +22,7 @@ StatusOr<ShardedPlan> make_sharded_plan(const WeightSource& source, const RankOp
   std::vector<TensorLayouts> tensors;
   for (std::size_t i = 0; i < model.weights.size(); ++i) {
     const Weight& w = model.weights[i];
-    tensors.push_back(TensorLayouts{w.spec, layouts[i], layout_from_shard_rule(w.rule, options.engine_ranks)});
+    tensors.push_back(TensorLayouts{w.spec, layouts[i], engine_layout(w, options.engine_ranks)});
   }
   ShardedPlan out;
   ASSIGN_OR_RETURN(out.transfer, make_transfer_plan(std::move(tensors), options.trainer_ranks, options.engine_ranks));

@@ -21,6 +21,7 @@
 #include "refit/reference_engine.h"
 #include "refit/trainer_layout.h"
 #include "runtime/bucket_sender.h"
+#include "runtime/expert_source.h"
 #include "runtime/setup_failure.h"
 #include "runtime/shard_channel.h"
 #include "runtime/trainer_share.h"
@@ -118,6 +119,7 @@ class TrainerRank::Impl : public BucketProtocol {
     Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
     RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
     RETURN_IF_ERROR(validate_rank_settings(options_, /*engine=*/false));
+    ASSIGN_OR_RETURN(source_, with_engine_experts(std::move(source_), options_));  // the engine's expert rules
     ASSIGN_OR_RETURN(HeartbeatTiming heartbeats,
                      heartbeat_timing(options_.heartbeat_interval_s, options_.heartbeat_timeout_s, name()));
     source_on_device_ = source_->memory() == MemoryKind::kCuda;
@@ -198,9 +200,8 @@ class TrainerRank::Impl : public BucketProtocol {
     return client_->send(Linked{});
   }
 
-  // This rank's join: its settings, plan digest, and the specs and shard
-  // rules of the engine rank's stream (so that a digest mismatch names the
-  // first differing tensor and how each side cut it).
+  // This rank's join: its settings, plan digest, and the specs and shard rules of the engine rank's
+  // stream (so that a digest mismatch names the first differing tensor and how each side cut it).
   refit::Join make_join(const Model& model) const {
     refit::Join join;
     join.role = Role::kTrainer;
@@ -222,12 +223,10 @@ class TrainerRank::Impl : public BucketProtocol {
     }
     join.engine_rank = static_cast<std::uint64_t>(engine_rank_);
     join.plan_digest = plan_.digest_hex();
-    join.specs = plan_.specs;  // so that a digest mismatch names the first differing tensor
-    // ... and the shard rule that cut each (engine_stream: one spec per weight, model order).
+    join.specs = plan_.specs;  // and the rule that cut each (engine_stream: one spec per weight, model order)
     for (const Weight& w : model.weights) join.rules.push_back(w.rule);
     for (const TensorSpec& s : plan_.specs) join.stream_dtypes.emplace(std::string(dtype_name(s.dtype)), s.name);
-    // Which physical GPU this rank uses (the coordinator warns where two
-    // ranks share one); a rank that cannot tell just says nothing.
+    // Which GPU this rank uses (the coordinator warns where two ranks share one); a rank that cannot tell says nothing.
     if (source_on_device_) {
       if (auto uuid = cuda_device_uuid(source_->device()); uuid.ok()) join.gpu = *uuid;
     }

@@ -39,10 +39,11 @@ inline Layout random_layout_once(const TensorSpec& spec, int ranks, std::mt19937
     const int pick = uniform(rng, 0, static_cast<int>(divisors.size()) - 1);
     const int n = i + 1 == levels ? left : divisors[static_cast<std::size_t>(pick)];
     left /= n;
-    const auto kind = static_cast<LevelKind>(uniform(rng, 0, 4));
+    const auto kind = static_cast<LevelKind>(uniform(rng, 0, 5));  // every kind, kOwner included
     const int ndim = static_cast<int>(spec.shape.size());
-    const int dim = kind == LevelKind::kExperts || ndim == 0 ? 0 : uniform(rng, 0, ndim - 1);
-    layout.levels.push_back(LayoutLevel{kind, dim, n});
+    const bool dim0 = kind == LevelKind::kExperts || kind == LevelKind::kOwner || ndim == 0;
+    const int dim = dim0 ? 0 : uniform(rng, 0, ndim - 1);
+    layout.levels.push_back(LayoutLevel{kind, dim, n, kind == LevelKind::kOwner ? uniform(rng, 0, n - 1) : 0});
   }
   return layout;
 }

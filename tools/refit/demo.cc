@@ -337,7 +337,7 @@ std::string flag_value(std::uint64_t value, std::uint64_t auto_value) {
 void start_ranks(const DemoOptions& o, int trainers, const std::string& port, DemoJob& job) {
   std::vector<std::string> rank_common = {"--coordinator", "127.0.0.1:" + port, "--model", o.model,
                                           "--layers", std::to_string(o.layers), "--transport", o.transport,
-                                          "--mode", o.mode,
+                                          "--mode", o.mode, "--engine-experts", o.engine_experts,
                                           "--bucket-size", flag_value(o.bucket_size, kAutoBucketSize)};
   rank_common.insert(rank_common.end(), job.common.begin(), job.common.end());
   for (int e = 0; e < o.engine_ranks; ++e) {

@@ -43,6 +43,7 @@ void add_demo_flags(CLI::App& cmd, DemoOptions& o) {
       ->check(CLI::Range(1, 256));
   add_trainer_layout_flag(cmd, o.trainer_layout);
   add_engine_gpus_flag(cmd, o.engine_gpus);
+  add_engine_experts_flag(cmd, o.engine_experts);
   add_transport_flag(cmd, o.transport);
   add_bucket_size_flag(cmd, o.bucket_size);
   cmd.add_option("--seed", o.seed, "Seed of the synthetic weights")->capture_default_str();

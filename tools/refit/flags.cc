@@ -258,6 +258,7 @@ void add_rank_flags(CLI::App& cmd, RankOptions& o) {
   cmd.add_option("--rule", o.shard_rules,
                  "Checkpoints: a TP shard rule GLOB=RULE (replicated, column, row, vocab) ahead of the default "
                  "rules (repeatable; default: none)");
+  add_engine_experts_flag(cmd, o.engine_experts);
   add_bucket_size_flag(cmd, o.bucket_size);
   add_transport_flag(cmd, o.transport);
   add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
@@ -294,6 +295,14 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o, std::string& secret_file)
       ->check(WholeInt(0, "a device index", "device indices"))
       ->capture_default_str();
   add_engine_gpus_flag(cmd, o.engine_gpus);
+}
+
+void add_engine_experts_flag(CLI::App& cmd, std::string& experts) {
+  cmd.add_option("--engine-experts", experts,
+                 "How engine ranks hold MoE experts: tp (each rank a TP slice of every expert) or ep (expert "
+                 "parallel: whole experts, about E/N per rank)")
+      ->check(CLI::IsMember({"tp", "ep"}))
+      ->capture_default_str();
 }
 
 void add_engine_gpus_flag(CLI::App& cmd, int& gpus) {

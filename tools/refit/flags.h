@@ -110,6 +110,8 @@ StatusOr<Secret> resolve_secret(const std::string& path);
 void add_rank_flags(CLI::App& cmd, RankOptions& options);
 // --trainer-layout (trainer, demo, bench): how the trainer ranks hold the weights.
 void add_trainer_layout_flag(CLI::App& cmd, std::string& layout);
+// --engine-experts (trainer, engine, demo, bench): tp or ep (expert_parallel.h).
+void add_engine_experts_flag(CLI::App& cmd, std::string& experts);
 // --engine-gpus (engine, demo, bench): GPUs the engine ranks share round-robin.
 void add_engine_gpus_flag(CLI::App& cmd, int& gpus);
 
