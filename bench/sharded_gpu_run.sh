@@ -6,6 +6,10 @@
 # floor measured by the same bench process. Expects .devcarry/ as
 # docs/PERF.md "Reproducing" builds it (refit, refit_gpu_tests, libraries)
 # and .devcarry/python from `bench/python_gpu.sh prepare`. Results: $OUT.
+# MPS=1: the bench runs go through the CUDA MPS server (started here with
+# its pipe and log folders under $OUT/mps, stopped at the end), so that the
+# processes' kernels share the GPU instead of taking turns by time slice;
+# each row then says "mps": true.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 carry=${CARRY:-.devcarry}
@@ -20,29 +24,36 @@ if [[ ${SKIP_TESTS:-0} != 1 ]]; then
     tee "$out/gpu_tests.log" | grep -E "^\[  (PASSED|FAILED|SKIPPED) |OK \]|FAILED|Failure|rror" | head -40
   bash bench/python_gpu.sh dtensor 2>&1 | tail -15
 fi
-# name model layers layout trainers engines [engine-experts: tp (default) or ep]
+if [[ ${MPS:-0} == 1 ]]; then
+  export CUDA_MPS_PIPE_DIRECTORY="$out/mps/pipe" CUDA_MPS_LOG_DIRECTORY="$out/mps/log"
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || { echo "MPS: nvidia-cuda-mps-control -d failed" >&2; exit 1; }
+  trap 'echo quit | nvidia-cuda-mps-control' EXIT
+fi
+# name model layers layout trainers engines [engine-experts: tp (default) or ep] [mode: direct (default) or staged]
 runs=${RUNS:-"llama-fsdp8 llama3-8b -1 fsdp 8 2
 llama-full2 llama3-8b -1 full 2 2
 qwen-fsdp8 qwen3-30b-a3b 24 fsdp 8 2
 qwen-full2 qwen3-30b-a3b 24 full 2 2"}
-while read -r name model layers layout trainers engines experts; do
+while read -r name model layers layout trainers engines experts mode; do
   [[ -z $name ]] && continue
   tmp=$(mktemp -d)
-  timeout 240 "$carry/refit" bench --json --device cuda --transport cuda_ipc --mode direct --model "$model" \
+  timeout 240 "$carry/refit" bench --json --device cuda --transport cuda_ipc --mode "${mode:-direct}" --model "$model" \
     --layers "$layers" --trainer-layout "$layout" --trainer-ranks "$trainers" --engine-ranks "$engines" --engine-gpus 1 \
     --engine-experts "${experts:-tp}" \
     --refits "${REFITS:-5}" --timeout 120 > "$tmp/report.json" 2> "$tmp/err"
-  python3 - "$tmp/report.json" "$name" "$out/bench.jsonl" "$tmp/err" <<'PY'
+  python3 - "$tmp/report.json" "$name" "$out/bench.jsonl" "$tmp/err" "${MPS:-0}" <<'PY'
 import json, sys
 try:
     r = json.load(open(sys.argv[1]))
 except Exception as e:
     print(f"{sys.argv[2]:<14} no report ({e}): {open(sys.argv[4]).read()[-600:]}"); sys.exit(0)
 r["name"] = sys.argv[2]
+r["mps"] = sys.argv[5] == "1"
 with open(sys.argv[3], "a") as f:
     f.write(json.dumps(r) + "\n")
 b = r.get("bench", {})
-print(f"{sys.argv[2]:<14} verified={r.get('verified')} bytes={r.get('bytes_per_refit', 0) / 1e9:.2f} GB "
+print(f"{sys.argv[2]:<14} mps={r['mps']} verified={r.get('verified')} bytes={r.get('bytes_per_refit', 0) / 1e9:.2f} GB "
       f"gathered={r.get('gathered_bytes', 0) / 1e9:.2f} GB dup={r.get('duplicate_bytes')} "
       f"refit={b.get('median_gbps', 0):8.1f} GB/s copy={b.get('ceiling_gbps', 0):8.1f} GB/s "
       f"x{b.get('floor_ratio', 0):.3f} of floor {r.get('error', '')[:300]}")

@@ -22,6 +22,7 @@ struct ShardedGpuCase {
   std::string layout, model;
   int trainers, engines;
   std::string experts = "tp";  // --engine-experts
+  std::string mode = "direct";
 };
 
 class ShardedGpuTest : public ::testing::TestWithParam<ShardedGpuCase> {};
@@ -35,11 +36,13 @@ TEST_P(ShardedGpuTest, EveryByteComesFromTheTrainerThatHoldsItAndVerifiesOnTheDe
   REFIT_SKIP_WITHOUT_CUDA_DEVICE();
   const ShardedGpuCase& c = GetParam();
   // --engine-gpus 1: every engine rank on the one GPU a test machine may have.
-  auto r = testing::run_refit({"demo", "--json", "--device", "cuda", "--transport", "cuda_ipc", "--mode", "direct",
-                               "--trainer-layout", c.layout, "--trainer-ranks", std::to_string(c.trainers),
-                               "--engine-ranks", std::to_string(c.engines), "--engine-gpus", "1", "--model", c.model,
-                               "--engine-experts", c.experts, "--refits", "3", "--bucket-size", "1MiB", "--timeout", "120"},
-                              600);
+  std::vector<std::string> args = {"demo", "--json", "--device", "cuda", "--transport", "cuda_ipc", "--mode", c.mode,
+                                   "--trainer-layout", c.layout, "--trainer-ranks", std::to_string(c.trainers),
+                                   "--engine-ranks", std::to_string(c.engines), "--engine-gpus", "1",
+                                   "--model", c.model, "--engine-experts", c.experts, "--refits", "3",
+                                   "--bucket-size", "1MiB", "--timeout", "120"};
+  if (c.mode == "staged") args.push_back("--poison-recycled");  // a slot reused holds no old bytes
+  auto r = testing::run_refit(args, 600);
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   json report = json::parse(r.out);
   EXPECT_TRUE(report["verified"].get<bool>());
@@ -58,11 +61,15 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ShardedGpuTest,
                                            ShardedGpuCase{"tp:2,fsdp:2", "tiny", 4, 3},  // products, uneven
                                            ShardedGpuCase{"tp", "tiny-moe", 2, 4},
                                            // Expert-parallel engines: per-expert tensors whole on one rank.
-                                           ShardedGpuCase{"fsdp", "tiny-moe", 2, 3, "ep"}),
+                                           ShardedGpuCase{"fsdp", "tiny-moe", 2, 3, "ep"},
+                                           // Staged: several writers per slot, each waiting for its own part.
+                                           ShardedGpuCase{"fsdp", "tiny", 4, 2, "tp", "staged"},
+                                           ShardedGpuCase{"tp:2,fsdp:2", "tiny-moe", 4, 3, "ep", "staged"}),
                          [](const auto& info) {
                            std::string name = info.param.layout + "_" + info.param.model + "_" +
                                               std::to_string(info.param.trainers) + "x" +
-                                              std::to_string(info.param.engines) + "_" + info.param.experts;
+                                              std::to_string(info.param.engines) + "_" + info.param.experts +
+                                              "_" + info.param.mode;
                            for (char& ch : name) {
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            }

@@ -125,7 +125,7 @@ TEST(ShardedDemo, LayoutsThatCannotFeedTheJobAreRefusedNamingTheSetting) {
                         "--transport", "ucx", "--setup-timeout", "20"},
                        60);
   EXPECT_NE(ucx.exit_code, 0);
-  EXPECT_NE(ucx.err.find("or with device weights (--device cuda), --mode direct and --transport cuda_ipc, in this "
+  EXPECT_NE(ucx.err.find("or with device weights (--device cuda) and --transport cuda_ipc, in this "
                          "build (got --device cpu, --mode staged, --transport ucx)"),
             std::string::npos)
       << ucx.err;

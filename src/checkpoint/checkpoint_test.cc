@@ -233,7 +233,8 @@ TEST(ShardRules, GlobMatch) {
   EXPECT_FALSE(glob_match("", "x"));
 }
 
-// Catches: a misspelt rule name accepted, or the split at the wrong '='.
+// Catches: a misspelt rule name accepted, the split at the wrong '=', or a
+// rule (expert included) whose name does not parse back to it.
 TEST(ShardRules, ParseUserRows) {
   StatusOr<ShardRulePattern> p = parse_shard_rule_pattern("*.qkv_proj.weight=column");
   ASSERT_TRUE(p.ok());
@@ -241,11 +242,13 @@ TEST(ShardRules, ParseUserRows) {
   EXPECT_EQ(p->rule, ShardRule::kColumn);
   StatusOr<ShardRulePattern> bad = parse_shard_rule_pattern("*.x=columns");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("unknown shard rule 'columns' (valid: replicated, column, row, vocab)"),
-            std::string::npos);
+  EXPECT_NE(
+      bad.status().message().find("unknown shard rule 'columns' (valid: replicated, column, row, vocab, expert)"),
+      std::string::npos);
   EXPECT_FALSE(parse_shard_rule_pattern("no-equals").ok());
   EXPECT_FALSE(parse_shard_rule_pattern("=row").ok());
-  for (ShardRule r : {ShardRule::kReplicated, ShardRule::kColumn, ShardRule::kRow, ShardRule::kVocab}) {
+  for (ShardRule r :
+       {ShardRule::kReplicated, ShardRule::kColumn, ShardRule::kRow, ShardRule::kVocab, ShardRule::kExpert}) {
     EXPECT_EQ(*parse_shard_rule(shard_rule_name(r)), r);
   }
 }

@@ -127,7 +127,10 @@ StatusOr<std::uint64_t> receive_credit(Link& link, const std::string& who, doubl
 
 // What a sharded layout runs on in this build: host weights (a source of
 // this rank's shards) into host engines, staged, over shm or tcp; or device
-// weights straight into device engines' weights (direct, cuda_ipc).
+// weights into device engines over cuda_ipc (direct: straight into their
+// weights; staged: into their receive pool, each writer waiting for its own
+// part before it says landed, as a slot's one landing event cannot order
+// several writers).
 // kFailedPrecondition naming the settings otherwise.
 Status check_sharded_settings(const RankOptions& options, const WeightSource& source);
 

@@ -118,7 +118,13 @@ Status wait_written(const SenderContext& c, std::span<const Ticket> tickets, std
 StatusOr<bool> announce_after_stream(const SenderContext& c, CudaStream& stream, std::uint64_t version,
                                      std::uint64_t bucket, std::uint64_t slot, Deadline deadline) {
   const std::string where = bucket_where(c, bucket);
-  ASSIGN_OR_RETURN(const bool ordered, c.target->record_landed(static_cast<int>(slot), stream.handle()));
+  // A bucket several trainer ranks write (a feed: sharded trainers) has one
+  // landing event per slot but several writers, and a writer's record would
+  // replace another's: each writer waits for its own part instead.
+  bool ordered = false;
+  if (c.feed == nullptr) {
+    ASSIGN_OR_RETURN(ordered, c.target->record_landed(static_cast<int>(slot), stream.handle()));
+  }
   if (!ordered) RETURN_IF_ERROR(stream.synchronize().WithContext(where));
   RETURN_IF_ERROR(c.protocol->send_landed(version, bucket, slot, deadline));
   return ordered;
