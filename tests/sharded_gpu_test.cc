@@ -1,8 +1,8 @@
 // Sharded trainers on the GPU (issue 19, label gpu): M trainer processes
 // each hold only their own shards in device memory and write them straight
-// into the N engine processes' device weights over cuda_ipc (direct mode);
-// every byte is verified on the device after every refit. Skips where no
-// GPU exists.
+// into the N engine processes' device weights over cuda_ipc (direct mode) or
+// into their receive pools (staged); every byte is verified on the device
+// after every refit. Skips where no GPU exists.
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -11,12 +11,14 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda/gpu_test_util.h"
+#include "job.h"
 #include "process_harness.h"
 
 namespace refit {
 namespace {
 
 using nlohmann::json;
+using testing::ProcessGroup;
 
 struct ShardedGpuCase {
   std::string layout, model;
@@ -75,6 +77,47 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ShardedGpuTest,
                            }
                            return name;
                          });
+
+// Staged cuda_ipc with two writers per slot (2 FSDP trainer ranks, 1 engine
+// rank): a slot has one interprocess landing event, and a second writer's
+// record replaces the first's, so each writer must wait for its own part
+// before it says kLanded (pack.cc announce_after_stream). Before each part,
+// trainer rank 0's stream waits 50 ms on the GPU (its bytes land late) and
+// trainer rank 1 sleeps 10 ms on the host (its calls come last).
+// Catches: a writer that announces its part without waiting for it (the
+// engine reads poisoned or old bytes; "tensor 'model.embed_tokens.weight' is
+// wrong at byte 0": tried once on the H200, 2 of 2 runs failed). Not caught:
+// a writer that records the slot's event and announces at once (tried, 9 of
+// 9 runs passed: on the H200's driver 580 an engine's query of the
+// interprocess event did not report a slot landed while another process's
+// earlier record was still pending; CUDA does not promise that, so each
+// writer still waits for its own part).
+TEST(ShardedGpuStaged, EveryWriterOfASlotWaitsForItsOwnPartBeforeItSaysLanded) {
+  REFIT_SKIP_WITHOUT_CUDA_DEVICE();
+  testing::JobSpec spec;
+  spec.engine_ranks = 1;
+  spec.trainer_ranks = 2;
+  spec.refits = 3;
+  spec.transport = "cuda_ipc";
+  spec.model = "tiny";
+  spec.bucket_size = "1MiB";
+  spec.setup_timeout_s = 60;
+  spec.refit_timeout_s = 60;
+  spec.rank_args = {"--device", "cuda", "--mode", "staged"};
+  spec.extra["engine rank 0"] = {"--poison-recycled"};
+  spec.extra["trainer rank 0"] = {"--trainer-layout", "fsdp", "--debug-gpu-delay-ms", "50"};
+  spec.extra["trainer rank 1"] = {"--trainer-layout", "fsdp", "--debug-host-delay-ms", "10"};
+  ProcessGroup group;
+  ASSERT_TRUE(testing::start_job(group, spec));
+  ASSERT_TRUE(group.wait_all(120)) << "processes left running:\n" << group.all_stderr();
+  for (const std::string& name : group.names()) {
+    EXPECT_EQ(group.exit_code(name), 0) << name << "\n" << group.all_stderr();
+  }
+  json report = json::parse(group.report(), nullptr, false);
+  ASSERT_TRUE(report.is_object()) << group.report() << group.all_stderr();
+  EXPECT_TRUE(report.value("verified", false)) << report.dump();
+  EXPECT_EQ(report["refits"].size(), 3u) << report.dump();
+}
 
 }  // namespace
 }  // namespace refit

@@ -106,6 +106,13 @@ struct RankOptions {
   // stop itself by SIGSTOP, as a trainer stalled mid-refit would; the line
   // tells a test that the refit is under way. Default: 0 (off).
   std::uint64_t debug_stop_after_bucket = 0;
+  // Fault injection for tests (sharded trainer rank): before each of its
+  // bucket parts, hold this rank's stream behind a GPU delay of N ms (device
+  // weights), so that its writes land well after another writer's of the
+  // same slot; and sleep M ms on the host, so that its calls (a landing
+  // event's record) come after another writer's. Default: 0 (off).
+  std::uint32_t debug_gpu_delay_ms = 0;
+  std::uint32_t debug_host_delay_ms = 0;
   // Fault injection for tests: kill or stop this rank at one step of the
   // control protocol in one refit (refit/fault_hook.h; `--debug-fault
   // commit:2:kill`). Default: off (version 0).

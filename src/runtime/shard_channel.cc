@@ -3,9 +3,11 @@
 
 #include <signal.h>
 
+#include <chrono>
 #include <thread>
 
 #include "control/auth.h"
+#include "cuda/device.h"
 #include "net/frames.h"
 #include "refit/format.h"
 #include "refit/log.h"
@@ -102,12 +104,25 @@ StatusOr<std::uint64_t> ShardChannel::send_all(std::uint64_t version, bool first
   for (std::uint64_t j = 0; j < fed_->plan.buckets.size(); ++j) {
     const BucketShare* share = fed_->feed.share(j, options_.rank);
     if (share == nullptr) continue;
+    RETURN_IF_ERROR(inject_delays());
     RETURN_IF_ERROR(sender_->send(version, j, deadline));
     if (first && bytes == 0) RETURN_IF_ERROR(inject_faults(version, j));
     bytes += share->bytes;
   }
   RETURN_IF_ERROR(sender_->finish(version, deadline));
   return bytes;
+}
+
+// The tests' delays before a bucket part (--debug-gpu-delay-ms,
+// --debug-host-delay-ms; roles.h).
+Status ShardChannel::inject_delays() {
+  if (CudaStream* stream = sender_->stream(); stream != nullptr && options_.debug_gpu_delay_ms > 0) {
+    RETURN_IF_ERROR(inject_gpu_delay(stream->device(), stream->handle(), options_.debug_gpu_delay_ms));
+  }
+  if (options_.debug_host_delay_ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(options_.debug_host_delay_ms));
+  }
+  return Status::Ok();
 }
 
 // As the full-weight trainer's send_bucket does after its first bucket of

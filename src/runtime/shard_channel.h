@@ -64,7 +64,8 @@ class ShardChannel final : public BucketProtocol {
   // Every bucket this rank writes a part of, in order; then the sender's
   // finish. Returns the bytes sent. The first channel of a rank (`first`)
   // also runs the tests' per-bucket faults after its first part
-  // (--debug-stop-after-bucket, --debug-fail-refit; roles.h).
+  // (--debug-stop-after-bucket, --debug-fail-refit; roles.h); with
+  // --debug-gpu-delay-ms and --debug-host-delay-ms every part waits first.
   StatusOr<std::uint64_t> send_all(std::uint64_t version, bool first, Deadline deadline);
   // Buckets this rank writes a part of.
   std::uint64_t buckets() const {
@@ -87,6 +88,7 @@ class ShardChannel final : public BucketProtocol {
   StatusOr<std::unique_ptr<Link>> connect(Deadline deadline);
   Status send_hello(Deadline deadline);
   Status inject_faults(std::uint64_t version, std::uint64_t bucket);
+  Status inject_delays();
   std::string name() const { return "trainer rank " + std::to_string(options_.rank); }
 
   const RankOptions& options_;

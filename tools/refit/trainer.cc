@@ -43,6 +43,12 @@ void add_debug_flags(CLI::App& cmd, TrainerFlags& f) {
   cmd.add_option("--debug-stop-after-bucket", o.debug_stop_after_bucket,
                  "Fault injection for tests: in refit N, stop by SIGSTOP after sending the first bucket")
       ->group("");
+  cmd.add_option("--debug-gpu-delay-ms", o.debug_gpu_delay_ms,
+                 "Fault injection for tests: a sharded rank's stream waits N ms on the GPU before each bucket part")
+      ->group("");
+  cmd.add_option("--debug-host-delay-ms", o.debug_host_delay_ms,
+                 "Fault injection for tests: a sharded rank sleeps N ms before each bucket part")
+      ->group("");
   cmd.add_option("--debug-data-secret-file", f.debug_data_secret_file,
                  "Fault injection for tests: authenticate the data link with this secret instead")
       ->group("");
