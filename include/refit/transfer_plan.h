@@ -2,8 +2,11 @@
 // each engine rank's shards, when both sides hold tensors split by layouts.
 //
 // make_transfer_plan is a pure function of (tensors with their full specs and
-// both sides' layouts, trainer ranks M, engine ranks N, options). Both sides
-// compute it at setup and compare digests, like the bucket plan's (plan.h).
+// both sides' layouts, trainer ranks M, engine ranks N, options): both sides
+// hold the same tensors. make_mapped_transfer_plan (mapped_transfer_plan.h)
+// plans between two different tensor lists joined by correspondences (a
+// Megatron trainer into a Hugging Face or vLLM engine). Both sides compute
+// the plan at setup and compare digests, like the bucket plan's (plan.h).
 //
 // Rules it keeps:
 //   * Every byte an engine rank's box holds comes from exactly one trainer
@@ -23,13 +26,14 @@
 // contiguous pieces, each piece maximal: no two pieces in a row continue each
 // other on both the source and the destination side (they would be one).
 //
-// Thread safety: a TransferPlan is immutable after make_transfer_plan.
+// Thread safety: a TransferPlan is immutable once made.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "refit/correspondence.h"
 #include "refit/layout.h"
 #include "refit/status.h"
 #include "refit/tensor.h"
@@ -43,6 +47,13 @@ struct TensorLayouts {
   Layout engine;    // over the N engine ranks
 };
 
+// One side's tensor: its full spec and how that side's ranks split it.
+struct SideTensor {
+  TensorSpec spec;  // full, unsharded
+  Layout layout;    // over that side's ranks
+  friend bool operator==(const SideTensor&, const SideTensor&) = default;
+};
+
 struct TransferPlanOptions {
   // A piece held by several trainer ranks is cut into parts of at least this
   // many bytes before the parts are dealt to the holders. 0 or 1: cut into
@@ -52,19 +63,24 @@ struct TransferPlanOptions {
 };
 
 // A strided run: for i in 0..count-1, bytes [src_offset + i * src_stride,
-// + bytes) of the trainer rank's local shard of tensor `tensor` land at
-// [dst_offset + i * dst_stride, + bytes) of the engine rank's local shard.
+// + bytes) of the trainer rank's local shard of trainer tensor `src_tensor`
+// land at [dst_offset + i * dst_stride, + bytes) of the engine rank's local
+// shard of engine tensor `tensor`.
 // count == 1 is one contiguous run (both strides 0). A 2-D box is one
 // strided run (one contiguous piece per row); a row-by-row list would be
 // millions of entries for a MoE model's row-split experts.
 struct TransferRun {
-  std::uint32_t tensor = 0;  // index into TransferPlan::tensors
+  std::uint32_t tensor = 0;  // index into TransferPlan::engine_tensors
   std::uint64_t src_offset = 0;
   std::uint64_t dst_offset = 0;
   std::uint64_t bytes = 0;   // of one contiguous piece, > 0
   std::uint64_t count = 1;   // contiguous pieces, >= 1
   std::uint64_t src_stride = 0;
   std::uint64_t dst_stride = 0;
+  // Index into TransferPlan::trainer_tensors; equal to `tensor` in a plan of
+  // make_transfer_plan. Last: an initializer of the fields above reads as
+  // before, and leaves it 0.
+  std::uint32_t src_tensor = 0;
 
   std::uint64_t total_bytes() const { return bytes * count; }
   friend bool operator==(const TransferRun&, const TransferRun&) = default;
@@ -73,8 +89,9 @@ struct TransferRun {
 // The contiguous pieces of `run` in order, each as a run of count 1.
 std::vector<TransferRun> contiguous_pieces(const TransferRun& run);
 
-// Everything one trainer rank sends one engine rank, ordered by tensor, then
-// by dst_offset; expanded into contiguous pieces, the dst offsets increase.
+// Everything one trainer rank sends one engine rank, ordered by (engine)
+// tensor, then by dst_offset; expanded into contiguous pieces, the dst
+// offsets increase.
 struct TransferPair {
   int trainer_rank = 0;
   int engine_rank = 0;
@@ -83,7 +100,14 @@ struct TransferPair {
 };
 
 struct TransferPlan {
-  std::vector<TensorLayouts> tensors;
+  // The trainer's tensors (TransferRun::src_tensor indexes them) and the
+  // engine's (TransferRun::tensor; an engine rank's stream holds its shards
+  // of them in this order). make_transfer_plan: the same specs on both sides.
+  std::vector<SideTensor> trainer_tensors;
+  std::vector<SideTensor> engine_tensors;
+  // make_mapped_transfer_plan's, in plan order (engine tensor, then the
+  // engine box's position); empty in a plan of make_transfer_plan.
+  std::vector<Correspondence> correspondences;
   int trainer_ranks = 0;  // M
   int engine_ranks = 0;   // N
   TransferPlanOptions options;

@@ -32,7 +32,7 @@ struct Window {
 };
 
 std::string tensor_name(const TransferPlan& transfer, std::uint32_t tensor) {
-  return "'" + transfer.tensors[tensor].spec.name + "'";
+  return "'" + transfer.engine_tensors[tensor].spec.name + "'";
 }
 
 Status check_engine_rank(const TransferPlan& transfer, int engine_rank) {
@@ -50,31 +50,38 @@ Status check_engine_rank(const TransferPlan& transfer, int engine_rank) {
 }
 
 // The bucket plan's specs must be, in order, engine rank e's local specs of
-// the transfer plan's tensors: the feed indexes both by the same tensor.
+// the transfer plan's engine tensors: the feed indexes both by the same
+// tensor.
 Status check_stream(const TransferPlan& transfer, int e, const Plan& plan) {
-  const std::size_t common = std::min(plan.specs.size(), transfer.tensors.size());
+  const std::vector<SideTensor>& tensors = transfer.engine_tensors;
+  const std::size_t common = std::min(plan.specs.size(), tensors.size());
   for (std::size_t i = 0; i < common; ++i) {
-    const TensorLayouts& tl = transfer.tensors[i];
-    ASSIGN_OR_RETURN(const TensorSpec local, local_spec(tl.spec, tl.engine, e));
+    ASSIGN_OR_RETURN(const TensorSpec local, local_spec(tensors[i].spec, tensors[i].layout, e));
     if (plan.specs[i] == local) continue;
     return InvalidArgument("stream position " + std::to_string(i) + " of the bucket plan is '" +
                            plan.specs[i].ToString() + "', but engine rank " + std::to_string(e) +
-                           "'s local shard of tensor '" + tl.spec.name + "' is '" + local.ToString() + "'");
+                           "'s local shard of tensor '" + tensors[i].spec.name + "' is '" + local.ToString() + "'");
   }
-  if (plan.specs.size() == transfer.tensors.size()) return Status::Ok();
+  if (plan.specs.size() == tensors.size()) return Status::Ok();
   const std::string first_odd = plan.specs.size() > common ? "'" + plan.specs[common].name + "' is extra"
-                                                           : "'" + transfer.tensors[common].spec.name + "' is missing";
+                                                           : "'" + tensors[common].spec.name + "' is missing";
   return InvalidArgument("the bucket plan's stream has " + std::to_string(plan.specs.size()) +
-                         " tensors, the transfer plan " + std::to_string(transfer.tensors.size()) + " (tensor " +
-                         first_odd + ")");
+                         " tensors, the transfer plan " + std::to_string(tensors.size()) + " (tensor " + first_odd +
+                         ")");
 }
 
-// A run the clipping arithmetic can rely on: a tensor of the plan, pieces
+// A run the clipping arithmetic can rely on: tensors of the plan, pieces
 // of bytes > 0 that do not overlap (dst_stride >= bytes when count > 1).
 Status check_run(const TransferPlan& transfer, int t, const TransferRun& run) {
-  if (run.tensor >= transfer.tensors.size()) {
+  if (run.tensor >= transfer.engine_tensors.size()) {
     return InvalidArgument("trainer rank " + std::to_string(t) + " has a run of tensor " + std::to_string(run.tensor) +
-                           ", the transfer plan has " + std::to_string(transfer.tensors.size()) + " tensors");
+                           ", the transfer plan has " + std::to_string(transfer.engine_tensors.size()) + " tensors");
+  }
+  if (run.src_tensor >= transfer.trainer_tensors.size()) {
+    return InvalidArgument("trainer rank " + std::to_string(t) + " has a run of tensor " +
+                           tensor_name(transfer, run.tensor) + " from trainer tensor " +
+                           std::to_string(run.src_tensor) + ", the transfer plan has " +
+                           std::to_string(transfer.trainer_tensors.size()) + " trainer tensors");
   }
   if (run.bytes > 0 && run.count >= 1 && (run.count == 1 || run.dst_stride >= run.bytes)) return Status::Ok();
   return InvalidArgument("trainer rank " + std::to_string(t) + "'s run of tensor " + tensor_name(transfer, run.tensor) +
@@ -86,7 +93,7 @@ Status check_run(const TransferPlan& transfer, int t, const TransferRun& run) {
 // Groups each trainer rank's runs into engine rank e by tensor. A pair's
 // runs are ordered by tensor, so each (trainer, tensor) is one slice.
 StatusOr<RunIndex> index_runs(const TransferPlan& transfer, int e) {
-  RunIndex index(transfer.tensors.size());
+  RunIndex index(transfer.engine_tensors.size());
   for (int t = 0; t < transfer.trainer_ranks; ++t) {
     const std::vector<TransferRun>& runs = transfer.pair(t, e).runs;
     for (const TransferRun* run = runs.data(); run != runs.data() + runs.size(); ++run) {
@@ -116,14 +123,15 @@ FeedRun cut_piece(const TransferRun& run, std::uint64_t i, const Window& w) {
   const std::uint64_t dst = run.dst_offset + i * run.dst_stride;
   const std::uint64_t begin = std::max(w.lo, dst);
   const std::uint64_t end = std::min(w.hi, dst + run.bytes);
-  return FeedRun{w.tensor,          run.src_offset + i * run.src_stride + (begin - dst), begin,
-                 w.bucket_offset + (begin - w.lo), end - begin, 1, 0, 0};
+  return FeedRun{w.tensor, run.src_offset + i * run.src_stride + (begin - dst), begin, w.bucket_offset + (begin - w.lo),
+                 end - begin, 1, 0, 0, run.src_tensor};
 }
 
 // Pieces [i, i + n) of `run`, each wholly inside the window, as one run.
 FeedRun whole_pieces(const TransferRun& run, std::uint64_t i, std::uint64_t n, const Window& w) {
   const std::uint64_t dst = run.dst_offset + i * run.dst_stride;
-  FeedRun out{w.tensor, run.src_offset + i * run.src_stride, dst, w.bucket_offset + (dst - w.lo), run.bytes, n, 0, 0};
+  FeedRun out{w.tensor, run.src_offset + i * run.src_stride, dst, w.bucket_offset + (dst - w.lo), run.bytes, n, 0, 0,
+              run.src_tensor};
   if (n > 1) {
     out.src_stride = run.src_stride;
     out.dst_stride = run.dst_stride;

@@ -8,13 +8,16 @@
 // trainer ranks that write into it (its contributors), how many bytes each
 // writes, and each one's copies, as runs from its own local shards into the
 // bucket (staged mode: a pool slot) and into the engine's tensors (direct
-// mode: the weight arena).
+// mode: the weight arena). The transfer plan may be mapped
+// (mapped_transfer_plan.h): a run then reads a trainer tensor (src_tensor)
+// other than the engine tensor it fills (tensor).
 //
 // Rules it keeps (bucket_feed_test.cc checks each):
 //   * Every byte of every bucket entry is written by exactly one contributor;
 //     the contributors' bytes add up to the bucket's bytes (its entries,
 //     padding excluded).
-//   * A contributor reads only bytes inside its local shard of the tensor.
+//   * A contributor reads only bytes inside its local shard of the run's
+//     source tensor.
 //   * A bucket's contributors are listed by ascending trainer rank, each
 //     once, and only with bytes > 0 (a 0-byte bucket has none).
 //   * Deterministic: a pure function of (transfer plan, engine rank, plan).
@@ -33,12 +36,12 @@ namespace refit {
 
 // A strided run of one contributor's copy: for i in 0..count-1, bytes
 // [src_offset + i * src_stride, + bytes) of the contributor's local shard of
-// tensor `tensor` land at [tensor_offset + i * dst_stride, + bytes) of the
-// engine rank's local shard of that tensor, which the bucket holds at
-// [bucket_offset + i * dst_stride, + bytes). count == 1: one contiguous run
-// (strides 0).
+// trainer tensor `src_tensor` land at [tensor_offset + i * dst_stride,
+// + bytes) of the engine rank's local shard of engine tensor `tensor`, which
+// the bucket holds at [bucket_offset + i * dst_stride, + bytes). count == 1:
+// one contiguous run (strides 0).
 struct FeedRun {
-  std::uint32_t tensor = 0;  // index into the plan's specs == the transfer plan's tensors
+  std::uint32_t tensor = 0;  // index into the plan's specs == the transfer plan's engine_tensors
   std::uint64_t src_offset = 0;
   std::uint64_t tensor_offset = 0;  // in the engine rank's local shard
   std::uint64_t bucket_offset = 0;  // in the bucket (a pool slot)
@@ -46,6 +49,10 @@ struct FeedRun {
   std::uint64_t count = 1;
   std::uint64_t src_stride = 0;
   std::uint64_t dst_stride = 0;
+  // Index into the transfer plan's trainer_tensors: the source's data(i)
+  // (weight_source.h). Equal to `tensor` when the plan is not mapped. Last:
+  // an initializer of the fields above reads as before, and leaves it 0.
+  std::uint32_t src_tensor = 0;
 
   std::uint64_t total_bytes() const { return bytes * count; }
   friend bool operator==(const FeedRun&, const FeedRun&) = default;
@@ -74,7 +81,8 @@ struct BucketFeed {
 // `engine_rank`'s stream. REQUIRES nothing of the caller; errors
 // (kInvalidArgument, naming the tensor): engine_rank outside the transfer
 // plan's engine ranks; a plan whose specs are not, in order, that engine
-// rank's local specs of the transfer plan's tensors (name, dtype, shape).
+// rank's local specs of the transfer plan's engine tensors (name, dtype,
+// shape).
 StatusOr<BucketFeed> make_bucket_feed(const TransferPlan& transfer, int engine_rank, const Plan& plan);
 
 // Full weights on every trainer rank (no sharded layout): `feed` was made

@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "refit/layout.h"
+#include "refit/mapped_transfer_plan.h"
 #include "refit/plan.h"
 #include "testing/expect_has.h"
+#include "testing/mapped_case.h"
 #include "testing/random_layout.h"
 #include "testing/status_matchers.h"
 
@@ -52,8 +54,8 @@ Box MustBox(const TensorSpec& spec, const Layout& layout, int rank) {
 // Engine rank e's stream: its local shard of every tensor, in order.
 std::vector<TensorSpec> LocalSpecs(const TransferPlan& transfer, int e) {
   std::vector<TensorSpec> out;
-  for (const TensorLayouts& tl : transfer.tensors) {
-    auto spec = local_spec(tl.spec, tl.engine, e);
+  for (const SideTensor& t : transfer.engine_tensors) {
+    auto spec = local_spec(t.spec, t.layout, e);
     EXPECT_TRUE(spec.ok()) << spec.status().ToString();
     out.push_back(spec.ok() ? *spec : TensorSpec{});
   }
@@ -68,7 +70,7 @@ Plan MustPlan(std::vector<TensorSpec> specs, std::uint64_t bucket_size) {
 
 // A contiguous feed run.
 FeedRun C(std::uint32_t tensor, std::uint64_t src, std::uint64_t dst, std::uint64_t bucket, std::uint64_t bytes) {
-  return FeedRun{tensor, src, dst, bucket, bytes, 1, 0, 0};
+  return FeedRun{tensor, src, dst, bucket, bytes, 1, 0, 0, tensor};
 }
 
 // The full tensor's flat element of every element of a box's local shard.
@@ -106,12 +108,14 @@ struct ElementTables {
 
 ElementTables TablesFor(const TransferPlan& transfer, int e) {
   ElementTables tables;
-  for (const TensorLayouts& tl : transfer.tensors) {
+  for (std::size_t i = 0; i < transfer.engine_tensors.size(); ++i) {
+    const SideTensor& trainer = transfer.trainer_tensors[i];  // an identity plan: the same spec
+    const SideTensor& engine = transfer.engine_tensors[i];
     tables.trainer.emplace_back();
     for (int t = 0; t < transfer.trainer_ranks; ++t) {
-      tables.trainer.back().push_back(GlobalElements(tl.spec, MustBox(tl.spec, tl.trainer, t)));
+      tables.trainer.back().push_back(GlobalElements(trainer.spec, MustBox(trainer.spec, trainer.layout, t)));
     }
-    tables.engine.push_back(GlobalElements(tl.spec, MustBox(tl.spec, tl.engine, e)));
+    tables.engine.push_back(GlobalElements(engine.spec, MustBox(engine.spec, engine.layout, e)));
   }
   return tables;
 }
@@ -127,13 +131,14 @@ void ExpectShareRuns(const TransferPlan& transfer, const ElementTables& tables, 
   int last_entry = -1;
   std::uint64_t last_dst = 0;
   for (const FeedRun& run : share.runs) {
-    ASSERT_LT(run.tensor, transfer.tensors.size());
+    ASSERT_LT(run.tensor, transfer.engine_tensors.size());
+    ASSERT_EQ(run.src_tensor, run.tensor) << "an identity plan reads the tensor it writes";
     ASSERT_GT(run.bytes, 0u);
     ASSERT_GE(run.count, 1u);
     if (run.count == 1) {
       EXPECT_EQ(run.src_stride + run.dst_stride, 0u) << "a contiguous run has strides";
     }
-    const std::uint64_t elem = dtype_size(transfer.tensors[run.tensor].spec.dtype);
+    const std::uint64_t elem = dtype_size(transfer.engine_tensors[run.tensor].spec.dtype);
     const std::vector<std::uint64_t>& src_elems = tables.trainer[run.tensor][t];
     const std::vector<std::uint64_t>& dst_elems = tables.engine[run.tensor];
     ASSERT_LT(run.bucket_offset, map.entry.size());
@@ -237,6 +242,90 @@ TEST(BucketFeed, RandomPlansFillEveryBucketByteOnceWithTheRightElement) {
   }
   EXPECT_GT(chunked, 100) << "too few tensors cut into chunks to exercise the clipping";
   EXPECT_GT(strided, 100) << "too few strided runs";
+}
+
+// Feeds one bucket of engine rank `e`: copies every share's runs from the
+// trainer shards `src` into the bucket (staged) and straight into `direct`
+// by tensor_offset (direct mode), then unpacks the bucket's entries into
+// `staged`. Checks that each run reads inside its trainer rank's shard of
+// src_tensor and that each entry byte is written once, padding never.
+// Returns the runs whose source is another tensor than their destination.
+int FeedOneBucket(const TransferPlan& transfer, const testing::Shards& src, const Plan& plan, std::size_t j,
+                  const BucketFeed& feed, std::vector<std::vector<std::uint8_t>>& staged,
+                  std::vector<std::vector<std::uint8_t>>& direct) {
+  std::vector<std::uint8_t> bucket(plan.bucket_size, 0);
+  std::vector<int> written(plan.bucket_size, 0);
+  int cross = 0;
+  for (const BucketShare& share : feed.shares[j]) {
+    for (const FeedRun& run : share.runs) {
+      EXPECT_LT(run.src_tensor, transfer.trainer_tensors.size());
+      if (run.src_tensor >= transfer.trainer_tensors.size()) return cross;
+      cross += transfer.trainer_tensors[run.src_tensor].spec.name != transfer.engine_tensors[run.tensor].spec.name;
+      const std::vector<std::uint8_t>& from = src[static_cast<std::size_t>(share.trainer_rank)][run.src_tensor];
+      std::vector<std::uint8_t>& to = direct[run.tensor];
+      for (std::uint64_t i = 0; i < run.count; ++i) {
+        const std::uint64_t s = run.src_offset + i * run.src_stride;
+        const std::uint64_t k = run.bucket_offset + i * run.dst_stride;
+        const std::uint64_t d = run.tensor_offset + i * run.dst_stride;
+        EXPECT_LE(s + run.bytes, from.size()) << "trainer " << share.trainer_rank << " reads outside its shard";
+        EXPECT_LE(k + run.bytes, bucket.size());
+        EXPECT_LE(d + run.bytes, to.size());
+        if (s + run.bytes > from.size() || k + run.bytes > bucket.size() || d + run.bytes > to.size()) return cross;
+        for (std::uint64_t b = 0; b < run.bytes; ++b) {
+          bucket[k + b] = from[s + b];
+          to[d + b] = from[s + b];
+          ++written[k + b];
+        }
+      }
+    }
+  }
+  std::vector<int> entry_bytes(plan.bucket_size, 0);
+  for (const PlanEntry& entry : plan.buckets[j].entries) {
+    std::copy_n(bucket.begin() + static_cast<std::ptrdiff_t>(entry.bucket_offset), entry.bytes,
+                staged[entry.tensor].begin() + static_cast<std::ptrdiff_t>(entry.tensor_offset));
+    for (std::uint64_t b = 0; b < entry.bytes; ++b) entry_bytes[entry.bucket_offset + b] = 1;
+  }
+  EXPECT_EQ(written, entry_bytes) << "bucket " << j << ": a byte written twice, never, or into padding";
+  return cross;
+}
+
+// Catches: a feed run that drops src_tensor (a cut or whole piece built
+// without it reads the engine tensor's index), the runs of one engine
+// tensor from several trainer tensors clipped as if they were one (a later
+// correspondence's runs skipped by the bisection), bucket or tensor offsets
+// of a mapped stream off: random mapped cases (the mapped plan's property
+// test's, at 8x width: shards larger than a bucket), every engine rank's
+// stream cut by several bucket sizes, fed into the buckets (staged) and
+// straight into the engine shards (direct) from the trainer shards, each
+// against the hand conversion byte by byte.
+TEST(BucketFeed, MappedPlansFeedTheHandConversion) {
+  std::mt19937 rng(1618);
+  int chunked = 0;
+  int cross = 0;
+  for (int iter = 0; iter < 40; ++iter) {
+    const testing::MappedCase mc = testing::random_mapped_case(rng, 8);
+    SCOPED_TRACE("iteration " + std::to_string(iter) + ": " + mc.what);
+    ASSERT_OK_AND_ASSIGN(const TransferPlan transfer, make_mapped_transfer_plan(mc.input));
+    const testing::Shards src = testing::cut_shards(transfer.trainer_tensors, transfer.trainer_ranks, mc.trainer);
+    const testing::Shards want = testing::cut_shards(transfer.engine_tensors, transfer.engine_ranks, mc.engine);
+    const testing::Shards empty = testing::empty_like(want);
+    for (int e = 0; e < transfer.engine_ranks; ++e) {
+      const auto steps = static_cast<std::uint64_t>(testing::uniform(rng, 0, 24));
+      const Plan plan = MustPlan(LocalSpecs(transfer, e), kMinBucketSize + kPlanAlignment * steps);
+      ASSERT_OK_AND_ASSIGN(const BucketFeed feed, make_bucket_feed(transfer, e, plan));
+      std::vector<std::vector<std::uint8_t>> staged = empty[static_cast<std::size_t>(e)];
+      std::vector<std::vector<std::uint8_t>> direct = staged;
+      for (std::size_t j = 0; j < plan.buckets.size(); ++j) {
+        cross += FeedOneBucket(transfer, src, plan, j, feed, staged, direct);
+        ASSERT_FALSE(HasFailure()) << "engine rank " << e << " bucket " << j;
+        for (const PlanEntry& entry : plan.buckets[j].entries) chunked += entry.is_chunk(plan.specs[entry.tensor]);
+      }
+      ASSERT_EQ(staged, want[static_cast<std::size_t>(e)]) << "engine rank " << e << " staged";
+      ASSERT_EQ(direct, want[static_cast<std::size_t>(e)]) << "engine rank " << e << " direct";
+    }
+  }
+  EXPECT_GT(chunked, 100) << "too few tensors cut into chunks";
+  EXPECT_GT(cross, 1000) << "too few runs from another tensor";
 }
 
 // [8, 1200] bf16; trainer chunk(dim 0, 2): rows [0,4) and [4,8), local

@@ -85,6 +85,7 @@
 #include <string_view>
 #include <vector>
 
+#include "refit/correspondence.h"
 #include "refit/layout.h"
 #include "refit/status.h"
 
@@ -137,29 +138,7 @@ struct MappedTensor {
   friend bool operator==(const MappedTensor&, const MappedTensor&) = default;
 };
 
-// Box `engine_box` of engine tensor `engine_name` is box `trainer_box` of
-// trainer tensor `trainer_name`, element for element in C order. The two
-// boxes have equal extents once dimensions of extent 1 are dropped (a
-// stacked expert's box has a leading 1 the per-expert tensor lacks).
-// `component` names the Hugging Face tensor both boxes are part of and
-// `component_box` is where (same extents, HF's shape): what a per-component
-// TP rule, such as vLLM's for qkv_proj, splits.
-struct Correspondence {
-  std::string engine_name;
-  Box engine_box;
-  std::string trainer_name;
-  Box trainer_box;
-  std::string component;
-  Box component_box;
-
-  // "model.layers.0.self_attn.k_proj.weight [0, 4) x [0, 16) <-
-  // decoder.layers.0.self_attention.linear_qkv.weight [8, 12) x [0, 16)".
-  std::string ToString() const;
-  friend bool operator==(const Correspondence&, const Correspondence&) = default;
-};
-
-// "[8, 12) x [0, 16)"; "[]" for a scalar.
-std::string box_text(const Box& box);
+// Correspondence and box_text: refit/correspondence.h.
 
 // OK when `map.dims` suit `map.family`; errors (kInvalidArgument) name the
 // map, the field and its value.

@@ -47,7 +47,7 @@ Runs Pieces(const Runs& runs) {
 
 // A contiguous run.
 TransferRun C(std::uint32_t tensor, std::uint64_t src, std::uint64_t dst, std::uint64_t bytes) {
-  return TransferRun{tensor, src, dst, bytes, 1, 0, 0};
+  return TransferRun{tensor, src, dst, bytes, 1, 0, 0, tensor};
 }
 
 // Checks, byte by byte, that every byte of every engine rank's shards arrives
@@ -59,8 +59,10 @@ void ExpectExactlyOnce(const TransferPlan& plan) {
   const int n = plan.engine_ranks;
   std::uint64_t total = 0;
   for (int e = 0; e < n; ++e) {
-    for (std::uint32_t i = 0; i < plan.tensors.size(); ++i) {
-      const TensorLayouts& tl = plan.tensors[i];
+    for (std::uint32_t i = 0; i < plan.engine_tensors.size(); ++i) {
+      const TensorLayouts tl{plan.engine_tensors[i].spec, plan.trainer_tensors[i].layout,
+                             plan.engine_tensors[i].layout};
+      ASSERT_EQ(plan.trainer_tensors[i].spec, tl.spec);
       const std::uint64_t elem = dtype_size(tl.spec.dtype);
       const Box dst = MustBox(tl.spec, tl.engine, e);
       std::vector<int> count(static_cast<std::size_t>(dst.numel()) * elem, 0);
@@ -68,6 +70,7 @@ void ExpectExactlyOnce(const TransferPlan& plan) {
         const Box src = MustBox(tl.spec, tl.trainer, t);
         for (const TransferRun& run : Pieces(plan.pair(t, e).runs)) {
           if (run.tensor != i) continue;
+          ASSERT_EQ(run.src_tensor, i) << "an identity plan reads the tensor it writes";
           ASSERT_LE(run.src_offset + run.bytes, static_cast<std::uint64_t>(src.numel()) * elem) << "trainer " << t;
           ASSERT_LE(run.dst_offset + run.bytes, count.size()) << "engine " << e;
           for (std::uint64_t b = 0; b < run.bytes; ++b) {
@@ -126,7 +129,7 @@ void ExpectPairStreamsMatch(const TransferPlan& plan) {
       std::uint64_t bytes = 0;
       for (const TransferRun& run : entry.runs) bytes += run.total_bytes();
       EXPECT_EQ(entry.spec.nbytes(), bytes);
-      EXPECT_EQ(entry.spec.name, plan.tensors[entry.runs.front().tensor].spec.name);
+      EXPECT_EQ(entry.spec.name, plan.engine_tensors[entry.runs.front().tensor].spec.name);
       flat.insert(flat.end(), entry.runs.begin(), entry.runs.end());
     }
     EXPECT_EQ(flat, plan.pair(s.trainer_rank, s.engine_rank).runs);
@@ -259,6 +262,29 @@ TEST(TransferPlan, DigestIsDeterministicAndCoversTheInputs) {
   digests.insert(MustPlan({shape}, 4, 2).digest);
   digests.insert(MustPlan({base}, 4, 2, TransferPlanOptions{1}).digest);
   EXPECT_EQ(digests.size(), 5u);
+}
+
+// Catches: an identity plan whose runs or digest changed when the planner
+// was shared with the mapped plan (src_tensor encoded in an identity digest,
+// a unit dimension's stride computed the mapped way, runs merged across
+// walked dimensions): two plans' digests as make_transfer_plan gave them
+// before mapped plans existed (a unit dimension, replicas, random layouts).
+TEST(TransferPlan, IdentityDigestsAreUnchangedByMappedPlans) {
+  const Layout tp_fsdp{{LayoutLevel::tensor_split(1, 2), LayoutLevel::chunk(0, 2)}, RankOrder::kOuterSlowest};
+  const std::vector<TensorLayouts> fixed{
+      {TensorSpec{"w", DType::kBFloat16, {8, 6}}, tp_fsdp, Layout::of(LayoutLevel::even(0, 2))},
+      {TensorSpec{"e", DType::kFloat32, {4, 1, 6}}, Layout::of(LayoutLevel::replicate(4)),
+       Layout::of(LayoutLevel::experts(2))}};
+  EXPECT_EQ(MustPlan(fixed, 4, 2, TransferPlanOptions{1}).digest_hex(), "7d729cf962083256");
+  std::mt19937 rng(99);
+  std::vector<TensorLayouts> random;
+  for (int i = 0; i < 6; ++i) {
+    TensorSpec spec = testing::random_spec(rng, "t" + std::to_string(i));
+    Layout trainer = testing::random_layout(spec, 3, rng);
+    Layout engine = testing::random_layout(spec, 5, rng);
+    random.push_back(TensorLayouts{std::move(spec), std::move(trainer), std::move(engine)});
+  }
+  EXPECT_EQ(MustPlan(random, 3, 5, TransferPlanOptions{16}).digest_hex(), "8a0cb572863b4fa7");
 }
 
 // Catches: bad input accepted, or an error that does not name the tensor and
