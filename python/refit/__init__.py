@@ -335,7 +335,7 @@ class Trainer:
         dim)[index] (dim None: the whole tensor, replicated). Then every entry
         is a shard or a replica, index is this trainer's rank and count its
         trainer_ranks; a full (name, tensor) entry counts as replicated.
-        Sharded trainers run on host memory (staged, over shm or tcp) or on
+        Sharded trainers run on host memory (staged, over shm, tcp or ucx) or on
         CUDA memory (over cuda_ipc, direct or staged) today. Their memory is
         captured once: update them in place (an optimizer step does)
         and never swap their storage (`param.data = other` would leave refit

@@ -253,11 +253,11 @@ Status check_sharded_settings(const RankOptions& options, const WeightSource& so
                            (options.trainer_layout == "full" ? ": sharded tensors"
                                                              : ": --trainer-layout " + options.trainer_layout);
   const bool host = source.memory() == MemoryKind::kHost && options.mode == "staged" &&
-                    (options.transport == "shm" || options.transport == "tcp");
+                    (options.transport == "shm" || options.transport == "tcp" || options.transport == "ucx");
   const bool device = source.memory() == MemoryKind::kCuda && options.transport == "cuda_ipc";
   if (!host && !device) {
-    return FailedPrecondition(what + " runs with host weights (--device cpu), --mode staged and --transport shm or "
-                              "tcp, or with device weights (--device cuda) and --transport cuda_ipc, "
+    return FailedPrecondition(what + " runs with host weights (--device cpu), --mode staged and --transport shm, "
+                              "tcp or ucx, or with device weights (--device cuda) and --transport cuda_ipc, "
                               "in this build (got --device " + options.device + ", --mode " + options.mode +
                               ", --transport " + options.transport + ")");
   }

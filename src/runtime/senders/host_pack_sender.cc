@@ -31,18 +31,12 @@ class HostPackSender final : public BucketSender {
     return c_.protocol->send_landed(version, j, slot, deadline);
   }
 
-  // Two-sided: the packed bucket, or with a feed (a part of a bucket other
-  // trainer ranks write too) only the ranges this rank's runs fill.
+  // Two-sided: the packed bucket, or with a feed only this rank's ranges
+  // (slot_ranges).
   Status submit_packed(std::uint64_t version, std::uint64_t j, int slot, const std::byte* packed, Deadline deadline) {
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;  // [begin, end) in the slot
-    if (c_.feed == nullptr) {
-      ranges.emplace_back(0, c_.plan->buckets[j].bytes);
-    } else {
-      ranges = share_ranges(c_.feed->share(j, c_.feed_rank));
-    }
     std::vector<Ticket> tickets;
     Status status;
-    for (const auto& [begin, end] : ranges) {
+    for (const auto& [begin, end] : slot_ranges(c_, j)) {
       auto ticket = c_.target->submit(slot, begin, std::span<const std::byte>(packed + begin, end - begin), version,
                                       deadline);
       if (!ticket.ok()) {
@@ -56,23 +50,6 @@ class HostPackSender final : public BucketSender {
       for (const Ticket& t : tickets) c_.target->cancel(t);
     }
     return status;
-  }
-
-  // The slot ranges `share`'s runs write, merged where they touch.
-  static std::vector<std::pair<std::uint64_t, std::uint64_t>> share_ranges(const BucketShare* share) {
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
-    if (share == nullptr) return out;
-    for (const FeedRun& r : share->runs) {
-      for (std::uint64_t i = 0; i < r.count; ++i) {
-        const std::uint64_t begin = r.bucket_offset + i * r.dst_stride;
-        if (!out.empty() && out.back().second == begin) {
-          out.back().second = begin + r.bytes;
-        } else {
-          out.emplace_back(begin, begin + r.bytes);
-        }
-      }
-    }
-    return out;
   }
 
   Status finish(std::uint64_t, Deadline) override { return Status::Ok(); }

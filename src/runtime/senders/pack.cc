@@ -115,6 +115,27 @@ Status wait_written(const SenderContext& c, std::span<const Ticket> tickets, std
   return Status::Ok();
 }
 
+std::vector<std::pair<std::uint64_t, std::uint64_t>> slot_ranges(const SenderContext& c, std::uint64_t bucket) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+  if (c.feed == nullptr) {
+    out.emplace_back(0, c.plan->buckets[bucket].bytes);
+    return out;
+  }
+  const BucketShare* share = c.feed->share(bucket, c.feed_rank);
+  if (share == nullptr) return out;
+  for (const FeedRun& r : share->runs) {
+    for (std::uint64_t k = 0; k < r.count; ++k) {
+      const std::uint64_t begin = r.bucket_offset + k * r.dst_stride;
+      if (!out.empty() && out.back().second == begin) {
+        out.back().second = begin + r.bytes;
+      } else {
+        out.emplace_back(begin, begin + r.bytes);
+      }
+    }
+  }
+  return out;
+}
+
 StatusOr<bool> announce_after_stream(const SenderContext& c, CudaStream& stream, std::uint64_t version,
                                      std::uint64_t bucket, std::uint64_t slot, Deadline deadline) {
   const std::string where = bucket_where(c, bucket);

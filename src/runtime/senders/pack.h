@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/batched_copy.h"
@@ -21,6 +22,13 @@ std::string bucket_where(const SenderContext& c, std::uint64_t bucket);
 // shards, cut from the full weights) to `runs`, laid out as in a slot: each
 // entry at `slot + entry.bucket_offset`.
 void append_slot_runs(const SenderContext& c, std::uint64_t bucket, std::byte* slot, std::vector<CopyRun>* runs);
+
+// The slot ranges [begin, end) this rank writes of `bucket`: the whole
+// bucket, or with a feed (a bucket other trainer ranks write parts of too)
+// only the ranges its runs fill, merged where they touch. Two-sided and
+// remote-write transports submit these ranges only, so that no writer
+// overwrites another's part with its staging buffer's bytes.
+std::vector<std::pair<std::uint64_t, std::uint64_t>> slot_ranges(const SenderContext& c, std::uint64_t bucket);
 
 // The same entries laid out as in the engine's weight arena (direct mode):
 // each at `arena + arena_offsets[tensor] + tensor_offset`.

@@ -4,7 +4,8 @@
 // from the other is in flight (the transport moves it meanwhile); then j-1
 // is polled to completion and announced, the credit of j awaited, and j's
 // write submitted. Staged mode writes the bucket at offset 0 of the granted
-// slot; direct mode writes each packed run at its arena offset, runs
+// slot (a sharded trainer rank only the ranges of its part: others write
+// the rest); direct mode writes each packed run at its arena offset, runs
 // adjacent in both the bucket and the arena merged into one write.
 //
 // Staging buffers: host memory for host weights; for device weights device
@@ -102,8 +103,9 @@ class RemoteWriteSender final : public BucketSender {
     return stream_.synchronize().WithContext(where);
   }
 
-  // Submits bucket j from `from`: at offset 0 of the granted slot (staged),
-  // or each run at its arena offset (direct).
+  // Submits bucket j from `from`: at offset 0 of the granted slot (staged;
+  // with a feed only this rank's ranges, slot_ranges), or each run at its
+  // arena offset (direct).
   Status submit(std::uint64_t j, const std::byte* from, Deadline deadline) {
     auto write = [&](std::uint64_t at, std::uint64_t offset, std::uint64_t n) -> Status {
       ASSIGN_OR_RETURN(Ticket t, c_.target->submit(static_cast<int>(in_flight_.slot), at,
@@ -113,7 +115,10 @@ class RemoteWriteSender final : public BucketSender {
       return Status::Ok();
     };
     const Bucket& bucket = c_.plan->buckets[j];
-    if (c_.arena_offsets.empty()) return write(0, 0, bucket.bytes);
+    if (c_.arena_offsets.empty()) {
+      for (const auto& [begin, end] : slot_ranges(c_, j)) RETURN_IF_ERROR(write(begin, begin, end - begin));
+      return Status::Ok();
+    }
     std::uint64_t at = 0, offset = 0, n = 0;
     for (const PlanEntry& e : bucket.entries) {
       if (e.bytes == 0) continue;
