@@ -13,6 +13,7 @@
 #include "cuda/gpu_test_util.h"
 #include "job.h"
 #include "process_harness.h"
+#include "testing/ucx_test_util.h"
 
 namespace refit {
 namespace {
@@ -25,6 +26,7 @@ struct ShardedGpuCase {
   int trainers, engines;
   std::string experts = "tp";  // --engine-experts
   std::string mode = "direct";
+  std::string transport = "cuda_ipc";
 };
 
 class ShardedGpuTest : public ::testing::TestWithParam<ShardedGpuCase> {};
@@ -38,7 +40,8 @@ TEST_P(ShardedGpuTest, EveryByteComesFromTheTrainerThatHoldsItAndVerifiesOnTheDe
   REFIT_SKIP_WITHOUT_CUDA_DEVICE();
   const ShardedGpuCase& c = GetParam();
   // --engine-gpus 1: every engine rank on the one GPU a test machine may have.
-  std::vector<std::string> args = {"demo", "--json", "--device", "cuda", "--transport", "cuda_ipc", "--mode", c.mode,
+  if (c.transport == "ucx") REFIT_SKIP_WITHOUT_UCX();
+  std::vector<std::string> args = {"demo", "--json", "--device", "cuda", "--transport", c.transport, "--mode", c.mode,
                                    "--trainer-layout", c.layout, "--trainer-ranks", std::to_string(c.trainers),
                                    "--engine-ranks", std::to_string(c.engines), "--engine-gpus", "1",
                                    "--model", c.model, "--engine-experts", c.experts, "--refits", "3",
@@ -66,12 +69,15 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ShardedGpuTest,
                                            ShardedGpuCase{"fsdp", "tiny-moe", 2, 3, "ep"},
                                            // Staged: several writers per slot, each waiting for its own part.
                                            ShardedGpuCase{"fsdp", "tiny", 4, 2, "tp", "staged"},
-                                           ShardedGpuCase{"tp:2,fsdp:2", "tiny-moe", 4, 3, "ep", "staged"}),
+                                           ShardedGpuCase{"tp:2,fsdp:2", "tiny-moe", 4, 3, "ep", "staged"},
+                                           // ucx: each rank puts only its part's ranges into the slot.
+                                           ShardedGpuCase{"fsdp", "tiny", 3, 2, "tp", "staged", "ucx"},
+                                           ShardedGpuCase{"tp:2,fsdp:2", "tiny-moe", 4, 3, "tp", "staged", "ucx"}),
                          [](const auto& info) {
                            std::string name = info.param.layout + "_" + info.param.model + "_" +
                                               std::to_string(info.param.trainers) + "x" +
                                               std::to_string(info.param.engines) + "_" + info.param.experts +
-                                              "_" + info.param.mode;
+                                              "_" + info.param.mode + "_" + info.param.transport;
                            for (char& ch : name) {
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            }

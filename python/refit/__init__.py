@@ -335,10 +335,10 @@ class Trainer:
         dim)[index] (dim None: the whole tensor, replicated). Then every entry
         is a shard or a replica, index is this trainer's rank and count its
         trainer_ranks; a full (name, tensor) entry counts as replicated.
-        Sharded trainers run on host memory (staged, over shm, tcp or ucx) or on
-        CUDA memory (over cuda_ipc, direct or staged) today. Their memory is
-        captured once: update them in place (an optimizer step does)
-        and never swap their storage (`param.data = other` would leave refit
+        Sharded trainers run on host memory (staged, over shm, tcp or ucx)
+        or on CUDA memory (over cuda_ipc, direct or staged, or ucx, staged)
+        today. Their memory is captured once: update them in place (an
+        optimizer step does) and never swap their storage (`param.data = other` would leave refit
         sending the old memory). refit holds a DLPack reference, which keeps
         the memory alive until close().
     rules: how each engine splits a tensor over its TP ranks: "auto" (refit's

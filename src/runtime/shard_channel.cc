@@ -226,7 +226,7 @@ StatusOr<std::vector<std::unique_ptr<ShardChannel>>> link_shard_channels(
                              ", the coordinator named engine rank " + std::to_string(targets[i].engine_rank));
     }
     // check_sharded_settings: host weights feed host engines; device
-    // weights feed device engines over cuda_ipc (direct or staged).
+    // weights feed device engines (cuda_ipc, direct or staged; ucx, staged).
     const bool on_device = source->memory() == MemoryKind::kCuda;
     if ((targets[i].device != "cpu") != on_device) {
       return FailedPrecondition(name + ": sharded " + (on_device ? "device" : "host") + " weights feed engines that "
@@ -254,10 +254,12 @@ Status check_sharded_settings(const RankOptions& options, const WeightSource& so
                                                              : ": --trainer-layout " + options.trainer_layout);
   const bool host = source.memory() == MemoryKind::kHost && options.mode == "staged" &&
                     (options.transport == "shm" || options.transport == "tcp" || options.transport == "ucx");
-  const bool device = source.memory() == MemoryKind::kCuda && options.transport == "cuda_ipc";
+  const bool device = source.memory() == MemoryKind::kCuda &&
+                      (options.transport == "cuda_ipc" || (options.transport == "ucx" && options.mode == "staged"));
   if (!host && !device) {
     return FailedPrecondition(what + " runs with host weights (--device cpu), --mode staged and --transport shm, "
-                              "tcp or ucx, or with device weights (--device cuda) and --transport cuda_ipc, "
+                              "tcp or ucx, or with device weights (--device cuda) and --transport cuda_ipc (direct or "
+                              "staged) or ucx (staged), "
                               "in this build (got --device " + options.device + ", --mode " + options.mode +
                               ", --transport " + options.transport + ")");
   }

@@ -128,11 +128,12 @@ StatusOr<std::uint64_t> receive_credit(Link& link, const std::string& who, doubl
                                        std::uint64_t version, std::uint64_t j, Deadline deadline);
 
 // What a sharded layout runs on in this build: host weights (a source of
-// this rank's shards) into host engines, staged, over shm, tcp or ucx; or device
-// weights into device engines over cuda_ipc (direct: straight into their
-// weights; staged: into their receive pool, each writer waiting for its own
-// part before it says landed, as a slot's one landing event cannot order
-// several writers).
+// this rank's shards) into host engines, staged, over shm, tcp or ucx; or
+// device weights into device engines over ucx (staged: each rank puts only
+// its part's slot ranges) or cuda_ipc (direct: straight into their weights;
+// staged: into their receive pool, each writer waiting for its own part
+// before it says landed, as a slot's one landing event cannot order several
+// writers).
 // kFailedPrecondition naming the settings otherwise.
 Status check_sharded_settings(const RankOptions& options, const WeightSource& source);
 
