@@ -111,6 +111,12 @@ class PyTrainer {
       ImportedTensor t = value_or_throw(ImportedTensor::Import(item[1], name, /*writable=*/false));
       auto rule = parse_shard_rule(item[2].cast<std::string>());
       if (!rule.ok()) throw_status(rule.status().WithContext(name_ + ": tensor '" + name + "'"));
+      if (*rule == ShardRule::kExpert) {
+        // As a --rule row: an expert's owner comes from the engines' layout
+        // (--engine-experts ep), never from one tensor's rule.
+        throw_status(InvalidArgument(name_ + ": tensor '" + name + "': rule 'expert' is not a per-tensor rule; "
+                                             "expert-parallel engines give every expert tensor its owner"));
+      }
       TensorSpec full = t.spec();
       if (item.size() == 7) {
         EntrySplit split{item[3].cast<std::vector<std::int64_t>>(),

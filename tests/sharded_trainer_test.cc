@@ -126,10 +126,16 @@ TEST(ShardedDemo, LayoutsThatCannotFeedTheJobAreRefusedNamingTheSetting) {
   auto fewer = run_refit({"demo", "--trainer-ranks", "2", "--engine-ranks", "3"}, 60);
   EXPECT_NE(fewer.exit_code, 0);
   EXPECT_NE(fewer.err.find("fewer trainer ranks (2) than engine ranks (3)"), std::string::npos) << fewer.err;
-  // Settings the sharded senders do not drive yet (host weights written
-  // straight into the engines' weights, over ucx, which can expose them):
-  // refused at setup, naming what runs and what was given.
-  if (!testing::ucx_built()) return;
+}
+
+// Settings the sharded senders do not drive yet (host weights written
+// straight into the engines' weights, over ucx, which can expose them):
+// refused at setup, naming what runs and what was given.
+// Catches: check_sharded_settings accepting ucx direct (its remote-write
+// sender would put whole bucket entries, other ranks' parts too), or a
+// refusal that names neither what runs nor what was given.
+TEST(ShardedDemo, UcxDirectIsRefusedNamingWhatRuns) {
+  REFIT_SKIP_WITHOUT_UCX();
   auto direct = run_refit({"demo", "--trainer-layout", "fsdp", "--trainer-ranks", "2", "--engine-ranks", "1",
                            "--transport", "ucx", "--mode", "direct", "--setup-timeout", "20"},
                           60);

@@ -17,6 +17,8 @@
 //   kExperts      expert parallel over a stacked [E, ...] tensor: whole
 //                 experts along dim 0, a contiguous range per rank split
 //                 like kTensorSplit; needs at least 2 dims and E >= ranks
+//   kOwner        one rank (`owner`) holds the whole box, the others
+//                 nothing: a per-expert tensor on an expert-parallel engine
 //
 // Rank order: with RankOrder::kOuterSlowest (the default) a rank's level
 // indices are its digits in a mixed radix whose most significant digit is

@@ -44,8 +44,10 @@ struct RankOptions {
   // Trainer: how the trainer ranks hold the weights (trainer_layout.h:
   // "full", "fsdp", "tp", "tp:X,fsdp:Y"). A sharded layout makes the
   // synthetic source hold only this rank's shards and feeds every engine
-  // rank they reach; in this build host weights into host engines, staged
-  // (shm, tcp). Default: "full".
+  // rank they reach (check_sharded_settings: host weights into host
+  // engines, staged, over shm, tcp or ucx; device weights into device
+  // engines over cuda_ipc, direct or staged, or ucx, staged). Default:
+  // "full".
   std::string trainer_layout = "full";
   // How the engine splits expert tensors (expert_parallel.h): "tp" (by
   // their TP rules) or "ep" (whole experts per engine rank). Trainers and

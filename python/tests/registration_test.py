@@ -68,6 +68,16 @@ class TrainerRegistration(unittest.TestCase):
         with self.assertRaisesNaming(refit.InvalidArgumentError, "'w'", "diagonal"):
             _trainer([("w", np.zeros((2, 2), np.float32), "diagonal")])
 
+    # Mutation caught: the binding's refusal of 'expert' removed (a full trainer would split the tensor as a
+    # column under another name; a sharded one would fail later with a layout error naming no rule).
+    def test_expert_is_not_a_per_tensor_rule(self):
+        w = np.zeros((4, 2), np.float32)
+        for tensors, options, words in (([("w", w, "expert")], {}, ("'w'", "expert")),
+                                        ({"w": w}, {"rules": {"w": "expert"}}, ("'w'", "expert")),
+                                        ({"w": w}, {"rules": "expert"}, ("rules='expert'",))):
+            with self.subTest(options=options), self.assertRaisesNaming(refit.InvalidArgumentError, *words):
+                _trainer(tensors, **options)
+
     # Mutation caught: a duplicate name accepted (the second would shadow the first on the engine).
     def test_duplicate_name(self):
         with self.assertRaisesNaming(refit.InvalidArgumentError, "'w'", "twice"):

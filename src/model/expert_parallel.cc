@@ -56,6 +56,9 @@ StatusOr<Model> engine_expert_model(Model model, EngineExperts experts, int engi
     const std::optional<ExpertName> e = expert_name(w.spec.name);
     if (!e) continue;
     if (!e->expert && w.spec.shape.size() < 2) continue;  // not a stacked [E, ...] weight
+    // A per-expert scalar (an FP8 checkpoint's input_scale) has no rows to
+    // hold or not: it keeps its rule (replicated, a few bytes per rank).
+    if (w.spec.shape.empty()) continue;
     any = true;
     w.rule = ShardRule::kExpert;
     if (e->expert) {

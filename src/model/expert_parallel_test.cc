@@ -66,7 +66,11 @@ TEST(EngineExpertModel, ExpertTensorsGetTheirOwnerAndTheRestKeepTheirRules) {
   for (std::size_t i = 0; i < same.weights.size(); ++i) EXPECT_EQ(same.weights[i].rule, tp.weights[i].rule);
 }
 
-// A stacked [E, ...] expert tensor splits into whole experts along dim 0.
+// A stacked [E, ...] expert tensor splits into whole experts along dim 0; a
+// per-expert scalar (an FP8 checkpoint's input_scale) stays replicated.
+// Catches: stacked tensors split along another dim or left to their TP
+// rule, the extra expert given to the last rank, and a scalar made kExpert
+// (its non-owners would hold "0 rows" of a tensor without rows).
 TEST(EngineExpertModel, StackedExpertsSplitAlongDimZero) {
   Model m;
   m.preset = "stacked";
@@ -77,6 +81,18 @@ TEST(EngineExpertModel, StackedExpertsSplitAlongDimZero) {
   EXPECT_EQ(ep.weights[0].expert, -1);
   EXPECT_EQ(shard_spec(ep.weights[0], 0, 2).shape, (std::vector<std::int64_t>{3, 8, 4}));
   EXPECT_EQ(shard_spec(ep.weights[0], 1, 2).shape, (std::vector<std::int64_t>{2, 8, 4}));
+  Model scales;
+  scales.preset = "fp8-scales";
+  for (int j : {0, 1}) {
+    const std::string e = "model.layers.0.mlp.experts." + std::to_string(j);
+    scales.weights.push_back(Weight{TensorSpec{e + ".down_proj.weight", DType::kBFloat16, {4, 8}}, ShardRule::kRow});
+    scales.weights.push_back(Weight{TensorSpec{e + ".down_proj.input_scale", DType::kFloat32, {}},
+                                    ShardRule::kReplicated});
+  }
+  ASSERT_OK_AND_ASSIGN(const Model ep_scales, engine_expert_model(scales, EngineExperts::kEp, 2));
+  EXPECT_EQ(ep_scales.weights[0].rule, ShardRule::kExpert);
+  EXPECT_EQ(ep_scales.weights[1].rule, ShardRule::kReplicated);
+  EXPECT_EQ(shard_spec(ep_scales.weights[1], 1, 2).nbytes(), 4u);
 }
 
 // Catches: ep accepted where it cannot hold (a dense model, a rank left

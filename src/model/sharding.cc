@@ -78,14 +78,14 @@ ShardSlice shard_slice(const Weight& weight, int rank, int ranks) {
   const int dim = split_dim(weight.rule);
   const std::vector<std::int64_t>& shape = weight.spec.shape;
   if (dim < 0) return ShardSlice{};
+  if (static_cast<std::size_t>(dim) >= shape.size()) {
+    assert(false && "shard rule splits a dimension the tensor does not have");
+    return ShardSlice{};
+  }
   if (weight.rule == ShardRule::kExpert && weight.expert >= 0) {
     // A per-expert tensor: whole on its owner, nothing (0 rows) elsewhere.
     if (expert_owner(weight.expert, weight.experts, ranks) == rank) return ShardSlice{};
     return ShardSlice{0, 0, 0};
-  }
-  if (static_cast<std::size_t>(dim) >= shape.size()) {
-    assert(false && "shard rule splits a dimension the tensor does not have");
-    return ShardSlice{};
   }
   const std::int64_t size = shape[static_cast<std::size_t>(dim)];
   const std::int64_t n = ranks;

@@ -126,8 +126,7 @@ class TrainerRank::Impl : public BucketProtocol {
     direct_ = options_.mode == "direct";
     const Model& model = source_->model();
     ASSIGN_OR_RETURN(layout_, parse_trainer_layout(options_.trainer_layout, options_.trainer_ranks));
-    // A source of shards (a sharded --trainer-layout's, or the caller's
-    // per-tensor layouts through the binding) makes a sharded rank.
+    // A source of shards (a sharded --trainer-layout's, or the binding's layouts) makes a sharded rank.
     const bool shards = !source_->trainer_layouts().empty();
     if (!shards) RETURN_IF_ERROR(validate_full_trainer_counts(layout_, options_.trainer_ranks, options_.engine_ranks));
     engine_rank_ = options_.rank % options_.engine_ranks;
@@ -158,17 +157,7 @@ class TrainerRank::Impl : public BucketProtocol {
       for (auto& c : channels_) c->shutdown_link();
     });
     seed_ = setup.seed;
-    if (sharded_) {
-      on_demand_ = setup.on_demand;
-      std::vector<std::unique_ptr<ShardChannel>> channels;
-      ASSIGN_OR_RETURN(channels, link_shard_channels(options_, *sharded_, setup.targets, client_.get(),
-                                                     source_.get(), deadline));
-      {
-        std::lock_guard<std::mutex> lock(link_mu_);  // the control reader shuts them down
-        channels_ = std::move(channels);
-      }
-      return client_->send(Linked{});
-    }
+    if (sharded_) return link_sharded(setup, deadline);
     const std::string address = setup.engine_address, descriptor = setup.descriptor;
     if (setup.feeder_count == 0 || setup.trainer_index >= setup.feeder_count) {
       return InvalidArgument("setup: trainer_index out of range");
@@ -188,15 +177,26 @@ class TrainerRank::Impl : public BucketProtocol {
       std::lock_guard<std::mutex> lock(link_mu_);  // the control reader may shut it down
       link_ = std::move(link);
     }
-    // From the device that writes: the weights' device, or for host weights
-    // into a device engine the one that copies (--gpu). Transports that bind
-    // a device at open (nccl) send from it; cuda_ipc enables peer access from
-    // it to the engine's GPU (the pack kernel writes into the slot).
+    // From the device that writes: the weights' device, or for host weights into a device engine the one
+    // that copies (--gpu). Transports that bind a device at open (nccl) send from it; cuda_ipc enables
+    // peer access from it to the engine's GPU (the pack kernel writes into the slot).
     const int writer = source_on_device_ ? source_->device() : (target_on_device_ ? options_.gpu : -1);
     ASSIGN_OR_RETURN(target_, transport_->open_target_on(descriptor, link_.get(), writer));
     RETURN_IF_ERROR(send_hello(deadline));
 
     RETURN_IF_ERROR(make_sender(writer));
+    return client_->send(Linked{});
+  }
+
+  // A sharded rank's links: one channel per engine rank it feeds.
+  Status link_sharded(const Setup& setup, Deadline deadline) {
+    on_demand_ = setup.on_demand;
+    ASSIGN_OR_RETURN(auto channels, link_shard_channels(options_, *sharded_, setup.targets, client_.get(),
+                                                        source_.get(), deadline));
+    {
+      std::lock_guard<std::mutex> lock(link_mu_);  // the control reader shuts them down
+      channels_ = std::move(channels);
+    }
     return client_->send(Linked{});
   }
 

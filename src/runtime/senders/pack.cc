@@ -33,7 +33,7 @@ void append_slot_runs(const SenderContext& c, std::uint64_t bucket, std::byte* s
     const BucketShare* share = c.feed->share(bucket, c.feed_rank);
     if (share == nullptr) return;
     for (const FeedRun& r : share->runs) {
-      runs->push_back(feed_copy(r, c.source->data(r.tensor) + r.src_offset, slot + r.bucket_offset));
+      runs->push_back(feed_copy(r, c.source->data(r.src_tensor) + r.src_offset, slot + r.bucket_offset));
     }
     return;
   }
@@ -48,7 +48,7 @@ void append_arena_runs(const SenderContext& c, std::uint64_t bucket, std::byte* 
     const BucketShare* share = c.feed->share(bucket, c.feed_rank);
     if (share == nullptr) return;
     for (const FeedRun& r : share->runs) {
-      runs->push_back(feed_copy(r, c.source->data(r.tensor) + r.src_offset,
+      runs->push_back(feed_copy(r, c.source->data(r.src_tensor) + r.src_offset,
                                 arena + c.arena_offsets[r.tensor] + r.tensor_offset));
     }
     return;
