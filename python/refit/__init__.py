@@ -403,7 +403,9 @@ class Trainer:
 
     def refit(self, version):
         """Sends the tensors' current bytes as weight version `version` (on-demand
-        jobs) and returns once every engine rank committed it, with a
+        jobs) and returns once the job committed it: every engine rank
+        received and verified it and the coordinator decided the commit
+        (each engine rank switches to it as its Commit arrives), with a
         RefitReport of this rank's part (bytes, seconds, GB/s, waits). Raises a
         refit.Error (e.g. AbortedError naming a lost engine rank) when the refit
         failed anywhere; the version is then not committed."""

@@ -67,6 +67,15 @@ class Liveness(unittest.TestCase):
     def pid(self, name):
         return self.job.processes[name].pid
 
+    def wait_for_engine_version(self, version):
+        """Until the engine saved `version`: it does once next() returned it, after it acknowledged the
+        commit, so the job is idle from then on."""
+        saved = os.path.join(self.job.out, f"engine0_v{version}.npz")
+        deadline = time.monotonic() + HANG_S
+        while not os.path.exists(saved) and time.monotonic() < deadline:
+            time.sleep(0.005)  # polling a file the engine writes, not a synchronisation by time
+        self.assertTrue(os.path.exists(saved), self.job.log("engine0"))
+
     def refit_or_hang(self, version, stalled):
         """(the refit.Error that trainer.refit(version) raised or None, seconds it took); a refit
         still running after HANG_S is freed by SIGKILL of `stalled` and fails the test."""
@@ -98,6 +107,11 @@ class Liveness(unittest.TestCase):
     # rank, waiting for the next refit, outlives WITHIN).
     def test_a_coordinator_stalled_between_refits_ends_the_next_refit(self):
         self.trainer.refit(1)
+        # The coordinator sends Commit to every rank; the trainer's refit(1)
+        # may return before the engine read its own Commit: a stop before
+        # that would leave the engine in doubt about version 1 (CI, loaded,
+        # 2026-12-04: versions [] instead of [1]).
+        self.wait_for_engine_version(1)
         os.kill(self.pid("coordinator"), signal.SIGSTOP)
         stalled = time.monotonic()
         error, took = self.refit_or_hang(2, "coordinator")
@@ -124,13 +138,7 @@ class Liveness(unittest.TestCase):
     # hangs or does not name the engine rank).
     def test_an_engine_stalled_while_idle_ends_the_job_naming_it(self):
         self.trainer.refit(1)
-        # The engine saves version 1 once next() returned it, after it
-        # acknowledged the commit: the job is idle from then on.
-        saved = os.path.join(self.job.out, "engine0_v1.npz")
-        deadline = time.monotonic() + HANG_S
-        while not os.path.exists(saved) and time.monotonic() < deadline:
-            time.sleep(0.005)  # polling a file the engine writes, not a synchronisation by time
-        self.assertTrue(os.path.exists(saved), self.job.log("engine0"))
+        self.wait_for_engine_version(1)
         os.kill(self.pid("engine0"), signal.SIGSTOP)
         stalled = time.monotonic()
         coordinator = self.job.processes["coordinator"]
