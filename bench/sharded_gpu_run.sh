@@ -31,16 +31,17 @@ if [[ ${MPS:-0} == 1 ]]; then
   trap 'echo quit | nvidia-cuda-mps-control' EXIT
 fi
 # name model layers layout trainers engines [engine-experts: tp (default) or ep] [mode: direct (default) or staged]
+# [trainer-names: hf (default) or megatron]
 runs=${RUNS:-"llama-fsdp8 llama3-8b -1 fsdp 8 2
 llama-full2 llama3-8b -1 full 2 2
 qwen-fsdp8 qwen3-30b-a3b 24 fsdp 8 2
 qwen-full2 qwen3-30b-a3b 24 full 2 2"}
-while read -r name model layers layout trainers engines experts mode; do
+while read -r name model layers layout trainers engines experts mode names; do
   [[ -z $name ]] && continue
   tmp=$(mktemp -d)
   timeout 240 "$carry/refit" bench --json --device cuda --transport cuda_ipc --mode "${mode:-direct}" --model "$model" \
     --layers "$layers" --trainer-layout "$layout" --trainer-ranks "$trainers" --engine-ranks "$engines" --engine-gpus 1 \
-    --engine-experts "${experts:-tp}" \
+    --engine-experts "${experts:-tp}" --trainer-names "${names:-hf}" \
     --refits "${REFITS:-5}" --timeout 120 > "$tmp/report.json" 2> "$tmp/err"
   python3 - "$tmp/report.json" "$name" "$out/bench.jsonl" "$tmp/err" "${MPS:-0}" <<'PY'
 import json, sys

@@ -27,15 +27,20 @@ struct ShardedGpuCase {
   std::string experts = "tp";  // --engine-experts
   std::string mode = "direct";
   std::string transport = "cuda_ipc";
+  std::string names = "hf";  // --trainer-names
+  std::string trainer_device = "cuda";    // --trainer-device: cpu for host shards into the device engines
+  std::string register_host = "true";     // --register-host-weights
 };
 
 class ShardedGpuTest : public ::testing::TestWithParam<ShardedGpuCase> {};
 
 // Catches: a trainer rank writing another rank's runs or at the wrong arena
-// offset (verification on the device fails), an engine rank that counts a
-// bucket landed before every trainer's part did (it verifies too early:
-// fails), and trainers that send more or less than the engines hold (the
-// byte sums).
+// offset (verification on the device fails), a pinned sender copying its
+// whole staging buffer into the slot or scattering whole bucket entries
+// into the weights over the other ranks' parts (the _host_pinned cases),
+// an engine rank that counts a bucket landed before every trainer's part
+// did (it verifies too early: fails), and trainers that send more or less
+// than the engines hold (the byte sums).
 TEST_P(ShardedGpuTest, EveryByteComesFromTheTrainerThatHoldsItAndVerifiesOnTheDevice) {
   REFIT_SKIP_WITHOUT_CUDA_DEVICE();
   const ShardedGpuCase& c = GetParam();
@@ -45,7 +50,8 @@ TEST_P(ShardedGpuTest, EveryByteComesFromTheTrainerThatHoldsItAndVerifiesOnTheDe
                                    "--trainer-layout", c.layout, "--trainer-ranks", std::to_string(c.trainers),
                                    "--engine-ranks", std::to_string(c.engines), "--engine-gpus", "1",
                                    "--model", c.model, "--engine-experts", c.experts, "--refits", "3",
-                                   "--bucket-size", "1MiB", "--timeout", "120"};
+                                   "--bucket-size", "1MiB", "--timeout", "120", "--trainer-names", c.names,
+                                   "--trainer-device", c.trainer_device, "--register-host-weights", c.register_host};
   if (c.mode == "staged") args.push_back("--poison-recycled");  // a slot reused holds no old bytes
   auto r = testing::run_refit(args, 600);
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
@@ -72,12 +78,32 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ShardedGpuTest,
                                            ShardedGpuCase{"tp:2,fsdp:2", "tiny-moe", 4, 3, "ep", "staged"},
                                            // ucx: each rank puts only its part's ranges into the slot.
                                            ShardedGpuCase{"fsdp", "tiny", 3, 2, "tp", "staged", "ucx"},
-                                           ShardedGpuCase{"tp:2,fsdp:2", "tiny-moe", 4, 3, "tp", "staged", "ucx"}),
+                                           ShardedGpuCase{"tp:2,fsdp:2", "tiny-moe", 4, 3, "tp", "staged", "ucx"},
+                                           ShardedGpuCase{"fsdp", "tiny", 3, 2, "tp", "direct", "ucx"},
+                                           // Megatron-named trainers: sub-slices of fused and stacked tensors.
+                                           ShardedGpuCase{"fsdp", "tiny", 3, 2, "tp", "direct", "cuda_ipc", "megatron"},
+                                           ShardedGpuCase{"fsdp", "tiny-moe", 4, 3, "ep", "staged", "cuda_ipc",
+                                                          "megatron"},
+                                           // Host shards into device engines: registered (the copy engines read
+                                           // them) or through pinned buffers, direct and staged.
+                                           ShardedGpuCase{.layout = "fsdp", .model = "tiny", .trainers = 4,
+                                                          .engines = 2, .trainer_device = "cpu"},
+                                           ShardedGpuCase{.layout = "tp:2,fsdp:2", .model = "tiny-moe", .trainers = 4,
+                                                          .engines = 3, .mode = "staged", .trainer_device = "cpu"},
+                                           ShardedGpuCase{.layout = "fsdp", .model = "tiny", .trainers = 3,
+                                                          .engines = 2, .trainer_device = "cpu",
+                                                          .register_host = "false"},
+                                           ShardedGpuCase{.layout = "fsdp", .model = "tiny", .trainers = 3,
+                                                          .engines = 2, .mode = "staged", .trainer_device = "cpu",
+                                                          .register_host = "false"}),
                          [](const auto& info) {
                            std::string name = info.param.layout + "_" + info.param.model + "_" +
                                               std::to_string(info.param.trainers) + "x" +
                                               std::to_string(info.param.engines) + "_" + info.param.experts +
-                                              "_" + info.param.mode + "_" + info.param.transport;
+                                              "_" + info.param.mode + "_" + info.param.transport +
+                                              (info.param.names == "hf" ? "" : "_" + info.param.names) +
+                                              (info.param.trainer_device == "cuda" ? "" : "_host") +
+                                              (info.param.register_host == "true" ? "" : "_pinned");
                            for (char& ch : name) {
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            }

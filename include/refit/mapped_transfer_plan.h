@@ -30,8 +30,9 @@
 // so they have no Layout yet. Megatron's TP shards of linear_qkv (whole
 // query groups) are boxes.
 //
-// Not used by the runtime yet: no CLI flag, trainer or engine path builds a
-// mapped plan (docs/DESIGN.md, "The mapped transfer plan").
+// The runtime builds one for a trainer that names a preset's weights as
+// Megatron-Core does (`--trainer-names megatron`: src/runtime/sharded_plan.h,
+// src/reshard/megatron_model.h).
 //
 // Thread safety: a pure function.
 #pragma once

@@ -44,11 +44,16 @@ struct RankOptions {
   // Trainer: how the trainer ranks hold the weights (trainer_layout.h:
   // "full", "fsdp", "tp", "tp:X,fsdp:Y"). A sharded layout makes the
   // synthetic source hold only this rank's shards and feeds every engine
-  // rank they reach (check_sharded_settings: host weights into host
-  // engines, staged, over shm, tcp or ucx; device weights into device
-  // engines over cuda_ipc, direct or staged, or ucx, staged). Default:
-  // "full".
+  // rank they reach (check_sharded_settings: every transport but nccl,
+  // staged or direct; host weights into device engines over cuda_ipc).
+  // Default: "full".
   std::string trainer_layout = "full";
+  // Trainer: how it names the weights (reshard/megatron_model.h): "hf" (as
+  // the engine does) or "megatron" (Megatron-Core's fused linear_qkv and
+  // linear_fc1 and stacked experts, of a Llama- or Qwen3-MoE-like preset,
+  // with a --trainer-layout of fsdp; the transfer plan moves each sub-slice
+  // straight into the engine's Hugging Face tensors). Default: "hf".
+  std::string trainer_names = "hf";
   // How the engine splits expert tensors (expert_parallel.h): "tp" (by
   // their TP rules) or "ep" (whole experts per engine rank). Trainers and
   // engines of a job must agree (their streams are compared at setup).

@@ -10,24 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "model/preset_arch.h"
 #include "refit/model.h"
 
 namespace refit {
 namespace {
 
-struct Arch {
-  const char* name;
-  std::int64_t hidden;
-  std::int64_t heads;
-  std::int64_t kv_heads;
-  std::int64_t head_dim;
-  std::int64_t inter;  // dense MLP width; unused when experts > 0
-  int layers;
-  std::int64_t vocab;
-  std::int64_t experts = 0;  // 0: dense MLP
-  std::int64_t moe_inter = 0;
-  bool qk_norm = false;  // qwen3: per-head RMSNorm on q and k
-};
+using Arch = PresetArch;
 
 constexpr Arch kArchs[] = {
     {.name = "tiny", .hidden = 512, .heads = 8, .kv_heads = 4, .head_dim = 64, .inter = 1408,
@@ -111,11 +100,15 @@ std::vector<std::string> model_presets() {
   return out;
 }
 
-StatusOr<Model> make_model(const std::string& preset, int layers) {
-  const Arch* arch = nullptr;
+const PresetArch* find_preset_arch(std::string_view preset) {
   for (const Arch& a : kArchs) {
-    if (preset == a.name) arch = &a;
+    if (preset == a.name) return &a;
   }
+  return nullptr;
+}
+
+StatusOr<Model> make_model(const std::string& preset, int layers) {
+  const Arch* arch = find_preset_arch(preset);
   if (arch == nullptr) {
     return InvalidArgument("unknown model preset \"" + preset + "\"; known presets: " + preset_list());
   }

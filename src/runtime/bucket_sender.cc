@@ -66,22 +66,26 @@ SenderKind choose_sender(const SenderSettings& s, bool registered) {
   return s.weights_on_device ? SenderKind::kDeviceKernel : SenderKind::kRegisteredHost;
 }
 
-StatusOr<std::unique_ptr<BucketSender>> make_bucket_sender(SenderContext c, const SenderSettings& s) {
-  std::vector<HostRegistration> registrations;
+SharedRegistrations host_registrations(const WeightSource& source, const SenderSettings& s, const std::string& name) {
   // Host weights that never move (a mapped checkpoint) into a device engine:
   // registered once, then the copy engines read them directly.
-  if (!s.capabilities.remote_write && !s.weights_on_device && s.target_on_device && s.register_host_weights) {
-    registrations = register_host_weights(*c.source, c.name, s.gpu);
+  if (s.capabilities.remote_write || s.weights_on_device || !s.target_on_device || !s.register_host_weights) {
+    return std::make_shared<const std::vector<HostRegistration>>();
   }
+  return std::make_shared<const std::vector<HostRegistration>>(register_host_weights(source, name, s.gpu));
+}
+
+StatusOr<std::unique_ptr<BucketSender>> make_bucket_sender(SenderContext c, const SenderSettings& s) {
+  SharedRegistrations registrations = c.registrations ? c.registrations : host_registrations(*c.source, s, c.name);
   const std::string name = c.name;
-  switch (choose_sender(s, !registrations.empty())) {
+  switch (choose_sender(s, !registrations->empty())) {
     case SenderKind::kHostPack: return make_host_pack_sender(std::move(c), s.capabilities.one_sided);
     case SenderKind::kHostDirect: return make_host_direct_sender(std::move(c));
     case SenderKind::kPinned: return make_pinned_sender(std::move(c), s.gpu);
     case SenderKind::kPinnedDirect: return make_pinned_direct_sender(std::move(c), s.gpu);
     case SenderKind::kDeviceKernel: return make_device_kernel_sender(std::move(c), s.gpu);
-    case SenderKind::kRegisteredHost: return make_registered_host_sender(std::move(c), s.gpu, std::move(registrations));
-    case SenderKind::kDeviceDirect: return make_device_direct_sender(std::move(c), s.gpu, std::move(registrations));
+    case SenderKind::kRegisteredHost: return make_registered_host_sender(std::move(c), s.gpu, registrations);
+    case SenderKind::kDeviceDirect: return make_device_direct_sender(std::move(c), s.gpu, registrations);
     case SenderKind::kRemoteWrite: {
       const bool host_staged = s.weights_on_device && s.capabilities.device_memory_staged;
       if (host_staged) {

@@ -56,6 +56,10 @@ class BucketProtocol {
   virtual std::string peer() const = 0;
 };
 
+// Host weights registered with a device (cudaHostRegister), shared by the
+// senders that read them; released with the last.
+using SharedRegistrations = std::shared_ptr<const std::vector<HostRegistration>>;
+
 // What every sender reads. What it points to outlives the sender.
 struct SenderContext {
   std::string name;  // the trainer rank, in errors and logs: "trainer rank 2"
@@ -75,6 +79,11 @@ struct SenderContext {
   // the full tensors for pack_rank.
   const BucketFeed* feed = nullptr;
   int feed_rank = 0;
+  // The source's host weights registered with the copying device, shared
+  // by every sender of a trainer rank (a sharded rank has one per engine
+  // rank it feeds, and a range registers once): host_registrations' result.
+  // Null: make_bucket_sender registers them itself where the settings ask.
+  SharedRegistrations registrations;
 };
 
 enum class SenderKind {
@@ -126,6 +135,14 @@ struct SenderSettings {
 // Which sender the settings call for. `registered`: the host weights are
 // registered with the device. Pure: unit-tested on every combination.
 SenderKind choose_sender(const SenderSettings& settings, bool registered);
+
+// Registers the source's stable host ranges with settings.gpu when the
+// settings ask for it (host weights into a device engine, not over a
+// remote-write transport, register_host_weights): the copy engines then read
+// them in place. Empty where not asked, or where the driver refuses a range
+// (logged once under `name`: the weights then go through pinned buffers).
+SharedRegistrations host_registrations(const WeightSource& source, const SenderSettings& settings,
+                                       const std::string& name);
 
 // Chooses (registering the host weights first where the settings ask, and
 // falling back to the pinned buffers where the driver refuses) and creates

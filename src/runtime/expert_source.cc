@@ -33,7 +33,8 @@ class ExpertRuleSource final : public WeightSource {
 StatusOr<std::unique_ptr<WeightSource>> with_engine_experts(std::unique_ptr<WeightSource> source,
                                                             const RankOptions& options) {
   ASSIGN_OR_RETURN(const EngineExperts experts, parse_engine_experts(options.engine_experts));
-  if (experts == EngineExperts::kTp) return source;
+  // A Megatron-named source's plan applies the rules to the engine's own tensors (runtime/sharded_plan.h).
+  if (experts == EngineExperts::kTp || options.trainer_names != "hf") return source;
   ASSIGN_OR_RETURN(Model model, engine_expert_model(source->model(), experts, options.engine_ranks));
   return std::unique_ptr<WeightSource>(new ExpertRuleSource(std::move(source), std::move(model)));
 }

@@ -13,7 +13,10 @@
 
 namespace refit {
 
-// `source` itself for --engine-experts tp; for ep, a view of it whose
+// `source` itself for --engine-experts tp, and for a trainer that does not
+// name its tensors as the engine does (--trainer-names megatron: its
+// sharded plan, runtime/sharded_plan.h, applies the expert rules to the
+// engine's own tensors); for ep, a view of it whose
 // model() is engine_expert_model(source->model(), kEp, engine_ranks).
 // Errors: parse_engine_experts's and engine_expert_model's.
 StatusOr<std::unique_ptr<WeightSource>> with_engine_experts(std::unique_ptr<WeightSource> source,

@@ -18,27 +18,6 @@
 
 namespace refit {
 
-StatusOr<ShardedPlan> make_sharded_plan(const WeightSource& source, const RankOptions& options) {
-  const Model& model = source.model();
-  const std::vector<Layout> layouts = source.trainer_layouts();
-  std::vector<TensorLayouts> tensors;
-  for (std::size_t i = 0; i < model.weights.size(); ++i) {
-    const Weight& w = model.weights[i];
-    tensors.push_back(TensorLayouts{w.spec, layouts[i], engine_layout(w, options.engine_ranks)});
-  }
-  ShardedPlan out;
-  ASSIGN_OR_RETURN(out.transfer, make_transfer_plan(std::move(tensors), options.trainer_ranks, options.engine_ranks));
-  for (int e = 0; e < options.engine_ranks; ++e) {
-    if (out.transfer.pair(options.rank, e).bytes == 0) continue;
-    ShardedPlan::Fed fed;
-    fed.engine_rank = e;
-    ASSIGN_OR_RETURN(fed.plan, make_plan(engine_stream(model, e, options.engine_ranks), options.bucket_size));
-    ASSIGN_OR_RETURN(fed.feed, make_bucket_feed(out.transfer, e, fed.plan));
-    out.fed.push_back(std::move(fed));
-  }
-  return out;
-}
-
 ShardChannel::ShardChannel(const RankOptions& options, ShardedPlan::Fed* fed, std::string address,
                            ControlClient* client)
     : options_(options), fed_(fed), address_(std::move(address)), client_(client) {}
@@ -82,7 +61,8 @@ Status ShardChannel::link(const std::string& descriptor, int writer, Deadline de
   return send_hello(deadline);
 }
 
-Status ShardChannel::make_sender(const WeightSource* source, SenderSettings settings) {
+Status ShardChannel::make_sender(const WeightSource* source, SenderSettings settings,
+                                 SharedRegistrations registrations) {
   SenderContext context;
   context.name = name() + " (to engine rank " + std::to_string(engine_rank()) + ")";
   context.plan = &fed_->plan;
@@ -93,6 +73,7 @@ Status ShardChannel::make_sender(const WeightSource* source, SenderSettings sett
   context.protocol = this;
   context.feed = &fed_->feed;
   context.feed_rank = options_.rank;
+  context.registrations = std::move(registrations);
   if (settings.direct) context.arena_offsets = weight_arena_offsets(fed_->plan.specs, nullptr);
   settings.capabilities = transport_->capabilities();
   ASSIGN_OR_RETURN(sender_, make_bucket_sender(std::move(context), settings));
@@ -211,6 +192,39 @@ std::map<std::string, std::string> sharded_stream_dtypes(const ShardedPlan& plan
   return out;
 }
 
+namespace {
+
+// The sender settings of a channel to `target` (check_sharded_settings said
+// what runs): host weights feed host engines, or device engines over
+// cuda_ipc from --gpu; device weights feed device engines from their device.
+StatusOr<SenderSettings> channel_settings(const RankOptions& options, const WeightSource& source,
+                                          const EngineTarget& target) {
+  const bool on_device = source.memory() == MemoryKind::kCuda;
+  const bool target_on_device = target.device != "cpu";
+  if (on_device && !target_on_device) {
+    return FailedPrecondition("trainer rank " + std::to_string(options.rank) + ": sharded device weights feed "
+                              "engines that keep device memory; engine rank " + std::to_string(target.engine_rank) +
+                              " keeps " + target.device + " memory");
+  }
+  if (!on_device && target_on_device && options.transport != "cuda_ipc") {
+    return FailedPrecondition("trainer rank " + std::to_string(options.rank) + ": sharded host weights feed device "
+                              "engines over cuda_ipc in this build (got --transport " + options.transport +
+                              "); engine rank " + std::to_string(target.engine_rank) + " keeps " + target.device +
+                              " memory");
+  }
+  SenderSettings settings;
+  settings.transport = options.transport;
+  settings.direct = options.mode == "direct";
+  settings.weights_on_device = on_device;
+  settings.target_on_device = target_on_device;
+  settings.register_host_weights = options.register_host_weights;
+  // The device that writes: the weights' own, or for host weights into a device engine the one that copies.
+  settings.gpu = on_device ? source.device() : (target_on_device ? options.gpu : -1);
+  return settings;
+}
+
+}  // namespace
+
 StatusOr<std::vector<std::unique_ptr<ShardChannel>>> link_shard_channels(
     const RankOptions& options, ShardedPlan& plan, const std::vector<EngineTarget>& targets, ControlClient* client,
     const WeightSource* source, Deadline deadline) {
@@ -220,29 +234,17 @@ StatusOr<std::vector<std::unique_ptr<ShardChannel>>> link_shard_channels(
                            " engine ranks, the coordinator named " + std::to_string(targets.size()));
   }
   std::vector<std::unique_ptr<ShardChannel>> channels;
+  SharedRegistrations registrations;  // registered with the first channel's settings, shared by all
   for (std::size_t i = 0; i < targets.size(); ++i) {
     if (targets[i].engine_rank != static_cast<std::uint64_t>(plan.fed[i].engine_rank)) {
       return InvalidArgument("setup: " + name + " feeds engine rank " + std::to_string(plan.fed[i].engine_rank) +
                              ", the coordinator named engine rank " + std::to_string(targets[i].engine_rank));
     }
-    // check_sharded_settings: host weights feed host engines; device
-    // weights feed device engines (cuda_ipc, direct or staged; ucx, staged).
-    const bool on_device = source->memory() == MemoryKind::kCuda;
-    if ((targets[i].device != "cpu") != on_device) {
-      return FailedPrecondition(name + ": sharded " + (on_device ? "device" : "host") + " weights feed engines that "
-                                "keep " + (on_device ? "device" : "host") + " memory in this build; engine rank " +
-                                std::to_string(targets[i].engine_rank) + " keeps " + targets[i].device + " memory");
-    }
+    ASSIGN_OR_RETURN(const SenderSettings settings, channel_settings(options, *source, targets[i]));
+    if (!registrations) registrations = host_registrations(*source, settings, name);
     auto channel = std::make_unique<ShardChannel>(options, &plan.fed[i], targets[i].address, client);
-    const int writer = on_device ? source->device() : -1;
-    RETURN_IF_ERROR(channel->link(targets[i].descriptor, writer, deadline));
-    SenderSettings settings;
-    settings.transport = options.transport;
-    settings.direct = options.mode == "direct";
-    settings.weights_on_device = on_device;
-    settings.target_on_device = on_device;
-    settings.gpu = writer;
-    RETURN_IF_ERROR(channel->make_sender(source, settings));
+    RETURN_IF_ERROR(channel->link(targets[i].descriptor, settings.gpu, deadline));
+    RETURN_IF_ERROR(channel->make_sender(source, settings, registrations));
     channels.push_back(std::move(channel));
   }
   return channels;
@@ -252,16 +254,10 @@ Status check_sharded_settings(const RankOptions& options, const WeightSource& so
   const std::string what = "trainer rank " + std::to_string(options.rank) +
                            (options.trainer_layout == "full" ? ": sharded tensors"
                                                              : ": --trainer-layout " + options.trainer_layout);
-  const bool host = source.memory() == MemoryKind::kHost && options.mode == "staged" &&
-                    (options.transport == "shm" || options.transport == "tcp" || options.transport == "ucx");
-  const bool device = source.memory() == MemoryKind::kCuda &&
-                      (options.transport == "cuda_ipc" || (options.transport == "ucx" && options.mode == "staged"));
-  if (!host && !device) {
-    return FailedPrecondition(what + " runs with host weights (--device cpu), --mode staged and --transport shm, "
-                              "tcp or ucx, or with device weights (--device cuda) and --transport cuda_ipc (direct or "
-                              "staged) or ucx (staged), "
-                              "in this build (got --device " + options.device + ", --mode " + options.mode +
-                              ", --transport " + options.transport + ")");
+  if (options.transport == "nccl") {
+    return FailedPrecondition(what + " runs over shm, tcp, ucx or cuda_ipc in this build: an nccl target takes one "
+                              "trainer rank, and a sharded engine rank is fed by every trainer rank whose shards "
+                              "reach it (got --transport nccl)");
   }
   if (source.trainer_layouts().size() != source.model().weights.size()) {
     return FailedPrecondition(what + ": its weight source holds full tensors, not this rank's shards");

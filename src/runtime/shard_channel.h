@@ -26,29 +26,11 @@
 #include "refit/roles.h"
 #include "reshard/bucket_feed.h"
 #include "runtime/bucket_sender.h"
+#include "runtime/sharded_plan.h"
 #include "runtime/trainer_share.h"
 #include "transport/transport.h"
 
 namespace refit {
-
-// What a sharded trainer rank computes at setup, before it joins: the
-// transfer plan and, per engine rank it feeds, that rank's bucket plan and
-// feed.
-struct ShardedPlan {
-  TransferPlan transfer;
-  struct Fed {
-    int engine_rank = 0;
-    Plan plan;
-    BucketFeed feed;
-  };
-  std::vector<Fed> fed;  // ascending engine rank, only those this rank writes into
-};
-
-// The transfer plan from the source's layouts (its trainer_layouts(), over
-// options.trainer_ranks) into the engine ranks' shard rules (model.h), and
-// each fed engine rank's plan and feed for trainer rank options.rank.
-// Errors name the tensor (make_transfer_plan's, make_bucket_feed's).
-StatusOr<ShardedPlan> make_sharded_plan(const WeightSource& source, const RankOptions& options);
 
 class ShardChannel final : public BucketProtocol {
  public:
@@ -59,8 +41,10 @@ class ShardChannel final : public BucketProtocol {
   // `deadline` or an abort), opens the transport target from `descriptor`
   // (writing from device `writer`, -1: none) and sends the hello.
   Status link(const std::string& descriptor, int writer, Deadline deadline);
-  // Chooses the sender (bucket_sender.h) over this channel's share.
-  Status make_sender(const WeightSource* source, SenderSettings settings);
+  // Chooses the sender (bucket_sender.h) over this channel's share;
+  // `registrations`: the rank's host weights registered once for all its
+  // channels (host_registrations).
+  Status make_sender(const WeightSource* source, SenderSettings settings, SharedRegistrations registrations);
   // Every bucket this rank writes a part of, in order; then the sender's
   // finish. Returns the bytes sent. The first channel of a rank (`first`)
   // also runs the tests' per-bucket faults after its first part
@@ -127,14 +111,17 @@ StatusOr<std::vector<std::unique_ptr<ShardChannel>>> link_shard_channels(
 StatusOr<std::uint64_t> receive_credit(Link& link, const std::string& who, double bucket_timeout_s,
                                        std::uint64_t version, std::uint64_t j, Deadline deadline);
 
-// What a sharded layout runs on in this build: host weights (a source of
-// this rank's shards) into host engines, staged, over shm, tcp or ucx; or
-// device weights into device engines over ucx (staged: each rank puts only
-// its part's slot ranges) or cuda_ipc (direct: straight into their weights;
-// staged: into their receive pool, each writer waiting for its own part
-// before it says landed, as a slot's one landing event cannot order several
-// writers).
-// kFailedPrecondition naming the settings otherwise.
+// What a sharded layout runs on in this build: every transport but nccl
+// (an nccl target takes one trainer rank). Host weights (a source of this
+// rank's shards) feed host engines over shm, tcp or ucx, staged or direct
+// where the transport has it, and device engines over cuda_ipc (direct or
+// staged, from --gpu: the copy engines read the registered shards, or
+// pinned buffers carry them); device weights feed device engines over
+// cuda_ipc or ucx, direct or staged. Every writer writes only its part:
+// staged, its slot ranges (a slot's one landing event cannot order several
+// writers, so each waits for its own part before it says landed); direct,
+// its runs at their arena offsets. kFailedPrecondition naming the settings
+// otherwise.
 Status check_sharded_settings(const RankOptions& options, const WeightSource& source);
 
 // Recovery: every channel relinks (a fresh data link, the hello again).

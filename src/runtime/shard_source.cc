@@ -7,7 +7,13 @@
 // contiguous piece of the box gets the content at its full-tensor offset.
 // The pieces are worked out once, from the boxes, when the source is made;
 // prepare() only generates bytes.
-#include "refit/weight_source.h"
+//
+// A Megatron-named trainer's tensors (reshard/megatron_model.h) hold the
+// engine tensors' content: a piece is filled segment by segment, each
+// segment from the tensor whose bytes it holds.
+#include "runtime/shard_source.h"
+
+#include <algorithm>
 
 #include <span>
 
@@ -82,8 +88,15 @@ Status for_each_piece(const BoxPieces& pieces, Fn&& fn) {
 
 class ShardSource : public WeightSource {
  public:
-  ShardSource(Model model, std::vector<Layout> layouts, MemoryKind memory, int device)
-      : model_(std::move(model)), layouts_(std::move(layouts)), memory_(memory), device_(device) {}
+  // `content`: per weight, its segments (megatron_model.h), or empty: every
+  // weight holds its own content.
+  ShardSource(Model model, std::vector<Layout> layouts, std::vector<std::vector<ContentSegment>> content,
+              MemoryKind memory, int device)
+      : model_(std::move(model)),
+        layouts_(std::move(layouts)),
+        content_(std::move(content)),
+        memory_(memory),
+        device_(device) {}
 
   // Works out rank `rank`'s boxes and pieces and allocates the arena of its
   // local shards. REQUIRES: check_layouts passed.
@@ -117,7 +130,8 @@ class ShardSource : public WeightSource {
       std::byte* shard = arena() + offsets_[i];
       const std::uint64_t bytes = pieces_[i].bytes;
       RETURN_IF_ERROR(for_each_piece(pieces_[i], [&](std::uint64_t full, std::uint64_t local) {
-        return fill(key, full, shard + local, bytes);
+        if (content_.empty()) return fill(key, full, shard + local, bytes);
+        return fill_segments(content_[i], seed, version, full, shard + local, bytes);
       }));
     }
     if (memory_ == MemoryKind::kCuda) return stream_.synchronize();
@@ -141,11 +155,27 @@ class ShardSource : public WeightSource {
     fill_content(key, full, std::span<std::byte>(dst, bytes));
     return Status::Ok();
   }
+  // The bytes [full, full + bytes) of a tensor made of `segments`: each
+  // part from the tensor whose content its segment holds.
+  Status fill_segments(const std::vector<ContentSegment>& segments, std::uint64_t seed, std::uint64_t version,
+                       std::uint64_t full, std::byte* dst, std::uint64_t bytes) {
+    // The last segment that begins at or before `full`: the segments tile the tensor from 0.
+    auto it = std::upper_bound(segments.begin(), segments.end(), full,
+                               [](std::uint64_t at, const ContentSegment& s) { return at < s.begin; });
+    for (--it; it != segments.end() && it->begin < full + bytes; ++it) {
+      const std::uint64_t from = std::max(full, it->begin);
+      const std::uint64_t to = std::min(full + bytes, it->begin + it->bytes);
+      RETURN_IF_ERROR(fill(content_key(seed, version, it->source), it->source_offset + (from - it->begin),
+                           dst + (from - full), to - from));
+    }
+    return Status::Ok();
+  }
   std::byte* arena() { return memory_ == MemoryKind::kCuda ? device_arena_.data() : host_arena_.data(); }
   const std::byte* arena() const { return memory_ == MemoryKind::kCuda ? device_arena_.data() : host_arena_.data(); }
 
   Model model_;  // full specs
   std::vector<Layout> layouts_;
+  std::vector<std::vector<ContentSegment>> content_;
   MemoryKind memory_;
   int device_;
   std::vector<BoxPieces> pieces_;       // of each weight's box, for this rank
@@ -194,7 +224,17 @@ StatusOr<std::unique_ptr<WeightSource>> make_synthetic_shard_source(const std::s
                                                                     MemoryKind memory, int device) {
   ASSIGN_OR_RETURN(Model model, make_model(preset, layers));
   RETURN_IF_ERROR(check_layouts(model, layouts, rank));
-  auto source = std::make_unique<ShardSource>(std::move(model), std::move(layouts), memory, device);
+  auto source = std::make_unique<ShardSource>(std::move(model), std::move(layouts),
+                                              std::vector<std::vector<ContentSegment>>{}, memory, device);
+  RETURN_IF_ERROR(source->allocate(rank));
+  return std::unique_ptr<WeightSource>(std::move(source));
+}
+
+StatusOr<std::unique_ptr<WeightSource>> make_megatron_shard_source(const MegatronModel& model,
+                                                                   std::vector<Layout> layouts, int rank,
+                                                                   MemoryKind memory, int device) {
+  RETURN_IF_ERROR(check_layouts(model.trainer, layouts, rank));
+  auto source = std::make_unique<ShardSource>(model.trainer, std::move(layouts), model.content, memory, device);
   RETURN_IF_ERROR(source->allocate(rank));
   return std::unique_ptr<WeightSource>(std::move(source));
 }

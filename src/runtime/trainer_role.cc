@@ -10,14 +10,36 @@
 #include "refit/weight_source.h"
 #include "runtime/model_choice.h"
 #include "runtime/setup_failure.h"
+#include "runtime/shard_source.h"
 
 namespace refit {
+namespace {
+
+// A Megatron-named trainer rank's shards (--trainer-names megatron). FSDP
+// only: Megatron's TP shard of linear_fc1 is [gate_r; up_r], not one box of
+// the tensor (reshard/name_map.h), so a tp level has no layout yet.
+StatusOr<std::unique_ptr<WeightSource>> megatron_source(const RankOptions& options, const TrainerLayout& layout) {
+  if (layout.full || layout.tp > 1) {
+    return InvalidArgument("--trainer-names megatron with --trainer-layout " + options.trainer_layout +
+                           ": Megatron-named trainers run with --trainer-layout fsdp in this build (a full "
+                           "trainer names its tensors as the engine does; Megatron's TP shard of linear_fc1 is "
+                           "[gate_r; up_r], not one box of the tensor)");
+  }
+  ASSIGN_OR_RETURN(const MegatronModel model, megatron_model(options.model, options.layers));
+  ASSIGN_OR_RETURN(std::vector<Layout> layouts, trainer_layouts(layout, model.trainer));
+  return make_megatron_shard_source(model, std::move(layouts), options.rank,
+                                    options.device == "cuda" ? MemoryKind::kCuda : MemoryKind::kHost, options.gpu);
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<WeightSource>> make_rank_source(const RankOptions& options) {
   const std::vector<std::string> presets = model_presets();
   if (std::find(presets.begin(), presets.end(), options.model) != presets.end() && options.shard_rules.empty()) {
     const bool on_device = options.device == "cuda";
     ASSIGN_OR_RETURN(const TrainerLayout layout, parse_trainer_layout(options.trainer_layout, options.trainer_ranks));
+    ASSIGN_OR_RETURN(const TrainerNames names, parse_trainer_names(options.trainer_names));
+    if (names == TrainerNames::kMegatron) return megatron_source(options, layout);
     if (!layout.full) {
       ASSIGN_OR_RETURN(Model model, make_model(options.model, options.layers));
       ASSIGN_OR_RETURN(std::vector<Layout> layouts, trainer_layouts(layout, model));
@@ -26,6 +48,10 @@ StatusOr<std::unique_ptr<WeightSource>> make_rank_source(const RankOptions& opti
     }
     return make_synthetic_source(options.model, options.layers, on_device ? MemoryKind::kCuda : MemoryKind::kHost,
                                  options.gpu);
+  }
+  if (options.trainer_names != "hf") {
+    return InvalidArgument("--trainer-names " + options.trainer_names + ": Megatron names are generated for a "
+                           "preset (--model " + options.model + " is a checkpoint, read under its own names)");
   }
   if (options.trainer_layout != "full") {
     return InvalidArgument("--trainer-layout " + options.trainer_layout +

@@ -361,7 +361,7 @@ void start_ranks(const DemoOptions& o, int trainers, const std::string& port, De
   for (int t = 0; t < trainers; ++t) {
     std::vector<std::string> args = {job.self, "trainer", "--rank", std::to_string(t), "--device", trainer_device(o),
                                      "--register-host-weights", o.register_host_weights ? "true" : "false",
-                                     "--trainer-layout", o.trainer_layout};
+                                     "--trainer-layout", o.trainer_layout, "--trainer-names", o.trainer_names};
     args.insert(args.end(), rank_common.begin(), rank_common.end());
     job.children.push_back(start_child("trainer rank " + std::to_string(t), args, {}, job.env));
   }

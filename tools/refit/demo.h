@@ -25,6 +25,7 @@ struct DemoOptions {
   int engine_gpus = EngineOptions{}.engine_gpus;  // GPUs the engine ranks share (0: one each)
   int trainer_ranks = 0;  // 0: as many as engine ranks
   std::string trainer_layout = RankOptions{}.trainer_layout;  // trainer_layout.h
+  std::string trainer_names = RankOptions{}.trainer_names;    // hf or megatron (roles.h)
   std::string engine_experts = RankOptions{}.engine_experts;  // expert_parallel.h: tp or ep
   std::string transport = RankOptions{}.transport;
   std::string device = RankOptions{}.device;  // cpu or cuda (trainer weights, pools, engine weights)

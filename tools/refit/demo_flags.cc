@@ -41,7 +41,7 @@ void add_demo_flags(CLI::App& cmd, DemoOptions& o) {
       ->capture_default_str();
   cmd.add_option("--trainer-ranks", o.trainer_ranks, "Trainer ranks (default: as many as engine ranks)")
       ->check(CLI::Range(1, 256));
-  add_trainer_layout_flag(cmd, o.trainer_layout);
+  add_trainer_layout_flags(cmd, o.trainer_layout, o.trainer_names);
   add_engine_gpus_flag(cmd, o.engine_gpus);
   add_engine_experts_flag(cmd, o.engine_experts);
   add_transport_flag(cmd, o.transport);

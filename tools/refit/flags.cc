@@ -268,11 +268,17 @@ void add_rank_flags(CLI::App& cmd, RankOptions& o) {
   add_mode_flag(cmd, o.mode);
 }
 
-void add_trainer_layout_flag(CLI::App& cmd, std::string& layout) {
+void add_trainer_layout_flags(CLI::App& cmd, std::string& layout, std::string& names) {
   cmd.add_option("--trainer-layout", layout,
                  "How the trainer ranks hold the weights: full (every rank all of them), fsdp (FSDP2 dim-0 chunks "
                  "over all ranks), tp (Megatron TP by each weight's shard rule), tp:X,fsdp:Y (both, X*Y ranks); "
                  "sharded layouts feed every engine rank their shards reach")
+      ->capture_default_str();
+  cmd.add_option("--trainer-names", names,
+                 "How the trainer names the weights: hf (as the engine does) or megatron (Megatron-Core's fused "
+                 "linear_qkv and linear_fc1 and stacked experts, with --trainer-layout fsdp; each sub-slice moves "
+                 "straight into the engine's Hugging Face tensors)")
+      ->check(CLI::IsMember({"hf", "megatron"}))
       ->capture_default_str();
 }
 

@@ -108,8 +108,9 @@ StatusOr<Secret> resolve_secret(const std::string& path);
 // rank, counts, model, layers, shard rules, bucket size, transport,
 // timeouts, device and mode.
 void add_rank_flags(CLI::App& cmd, RankOptions& options);
-// --trainer-layout (trainer, demo, bench): how the trainer ranks hold the weights.
-void add_trainer_layout_flag(CLI::App& cmd, std::string& layout);
+// --trainer-layout and --trainer-names (trainer, demo, bench): how the
+// trainer ranks hold the weights and how they name them.
+void add_trainer_layout_flags(CLI::App& cmd, std::string& layout, std::string& names);
 // --engine-experts (trainer, engine, demo, bench): tp or ep (expert_parallel.h).
 void add_engine_experts_flag(CLI::App& cmd, std::string& experts);
 // --engine-gpus (engine, demo, bench): GPUs the engine ranks share round-robin.

@@ -60,7 +60,7 @@ void add_trainer_command(CLI::App& app, CommandTable& table) {
   auto f = std::make_shared<TrainerFlags>();
   CLI::App* cmd = app.add_subcommand("trainer", "Run one trainer rank");
   add_rank_flags(*cmd, f->options);
-  add_trainer_layout_flag(*cmd, f->options.trainer_layout);
+  add_trainer_layout_flags(*cmd, f->options.trainer_layout, f->options.trainer_names);
   add_secret_file_flag(*cmd, f->secret_file);
   add_debug_flags(*cmd, *f);
   cmd->add_option("--gpu", f->options.gpu, "Local CUDA device of this trainer rank (inside CUDA_VISIBLE_DEVICES)")

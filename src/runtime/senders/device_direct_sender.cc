@@ -17,11 +17,11 @@ constexpr std::uint64_t kLaunchBytes = 1ull << 30;
 
 class DeviceDirectSender final : public BucketSender {
  public:
-  DeviceDirectSender(SenderContext c, std::vector<HostRegistration> registrations)
+  DeviceDirectSender(SenderContext c, SharedRegistrations registrations)
       : c_(std::move(c)), registrations_(std::move(registrations)) {}
 
   Status init(int gpu) {
-    if (registrations_.empty()) {  // device weights: the copy kernel
+    if (registrations_->empty()) {  // device weights: the copy kernel
       ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(gpu));
       copier_ = std::make_unique<BatchedCopier>(std::move(copier));
     }
@@ -69,7 +69,7 @@ class DeviceDirectSender final : public BucketSender {
   }
 
   SenderContext c_;
-  std::vector<HostRegistration> registrations_;  // registered host weights; empty for device weights
+  SharedRegistrations registrations_;  // registered host weights; empty for device weights
   std::unique_ptr<BatchedCopier> copier_;        // device weights only
   CudaStream stream_;
   std::vector<CopyRun> runs_;               // packed, not launched yet
@@ -80,7 +80,7 @@ class DeviceDirectSender final : public BucketSender {
 }  // namespace
 
 StatusOr<std::unique_ptr<BucketSender>> make_device_direct_sender(SenderContext c, int gpu,
-                                                                  std::vector<HostRegistration> registrations) {
+                                                                  SharedRegistrations registrations) {
   auto sender = std::make_unique<DeviceDirectSender>(std::move(c), std::move(registrations));
   RETURN_IF_ERROR(sender->init(gpu));
   return std::unique_ptr<BucketSender>(std::move(sender));

@@ -26,22 +26,42 @@ class PinnedDirectSender final : public BucketSender {
     const std::string where = bucket_where(c_, j);
     std::byte* arena = c_.target->mapped_slot(0);
     if (arena == nullptr) return Internal(where + ": the device target has no mapped slot");
-    const Bucket& bucket = c_.plan->buckets[j];
     runs_.clear();
     append_slot_runs(c_, j, pinned_.data(), &runs_);
     copy_runs_on_host_parallel(runs_);
-    RETURN_IF_ERROR(copy_async(device_bucket_.data(), pinned_.data(), bucket.bytes, stream_.handle()).WithContext(where));
-    runs_.clear();
-    for (const PlanEntry& e : bucket.entries) {
-      runs_.push_back(copy_run_1d(device_bucket_.data() + e.bucket_offset,
-                                  arena + c_.arena_offsets[e.tensor] + e.tensor_offset, e.bytes));
+    for (const auto& [begin, end] : slot_ranges(c_, j)) {
+      RETURN_IF_ERROR(copy_async(device_bucket_.data() + begin, pinned_.data() + begin, end - begin, stream_.handle())
+                          .WithContext(where));
     }
+    runs_.clear();
+    append_scatter_runs(j, arena);
     RETURN_IF_ERROR(copier_->copy(runs_, stream_.handle()).WithContext(where));
     RETURN_IF_ERROR(stream_.synchronize().WithContext(where));
     return c_.protocol->send_landed(version, j, 0, deadline);
   }
 
   Status finish(std::uint64_t, Deadline) override { return Status::Ok(); }
+
+  // The device bucket's bytes into the weights: every entry, or with a feed
+  // (other trainer ranks write the rest of these tensors) this rank's runs.
+  void append_scatter_runs(std::uint64_t j, std::byte* arena) {
+    std::byte* bucket = device_bucket_.data();
+    if (c_.feed != nullptr) {
+      const BucketShare* share = c_.feed->share(j, c_.feed_rank);
+      if (share == nullptr) return;
+      for (const FeedRun& r : share->runs) {
+        std::byte* dst = arena + c_.arena_offsets[r.tensor] + r.tensor_offset;
+        runs_.push_back(r.count == 1 ? copy_run_1d(bucket + r.bucket_offset, dst, r.bytes)
+                                     : CopyRun{bucket + r.bucket_offset, dst, r.bytes, r.count, r.dst_stride,
+                                               r.dst_stride});
+      }
+      return;
+    }
+    for (const PlanEntry& e : c_.plan->buckets[j].entries) {
+      runs_.push_back(copy_run_1d(bucket + e.bucket_offset, arena + c_.arena_offsets[e.tensor] + e.tensor_offset,
+                                  e.bytes));
+    }
+  }
   void abandon() override { (void)stream_.synchronize(); }
   CudaStream* stream() override { return &stream_; }
   SenderKind kind() const override { return SenderKind::kPinnedDirect; }

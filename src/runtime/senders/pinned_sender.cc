@@ -35,7 +35,10 @@ class PinnedSender final : public BucketSender {
     ASSIGN_OR_RETURN(const std::uint64_t slot, c_.protocol->wait_credit(version, j, deadline));
     std::byte* dst = c_.target->mapped_slot(static_cast<int>(slot));
     if (dst == nullptr) return Internal(where + ": the device target has no mapped slot " + std::to_string(slot));
-    RETURN_IF_ERROR(copy_async(dst, pinned, c_.plan->buckets[j].bytes, stream_.handle()).WithContext(where));
+    // Only this rank's ranges: with a feed, other trainer ranks write the rest of the slot.
+    for (const auto& [begin, end] : slot_ranges(c_, j)) {
+      RETURN_IF_ERROR(copy_async(dst + begin, pinned + begin, end - begin, stream_.handle()).WithContext(where));
+    }
     RETURN_IF_ERROR(copied_[b].record(stream_.handle()).WithContext(where));
     pending_[b] = Pending{true, version, j, slot};
     return Status::Ok();

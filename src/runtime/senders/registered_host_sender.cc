@@ -18,7 +18,7 @@ namespace {
 
 class RegisteredHostSender final : public BucketSender {
  public:
-  RegisteredHostSender(SenderContext c, std::vector<HostRegistration> registrations)
+  RegisteredHostSender(SenderContext c, SharedRegistrations registrations)
       : c_(std::move(c)), registrations_(std::move(registrations)) {}
 
   Status init(int gpu) {
@@ -55,7 +55,7 @@ class RegisteredHostSender final : public BucketSender {
 
  private:
   SenderContext c_;
-  std::vector<HostRegistration> registrations_;  // of the source's stable host ranges; outlive the stream
+  SharedRegistrations registrations_;  // of the source's stable host ranges; outlive the stream
   CudaStream stream_;
   bool unwaited_ = false;  // copies announced with a landing event, not yet waited for
   std::vector<CopyRun> runs_;
@@ -64,7 +64,7 @@ class RegisteredHostSender final : public BucketSender {
 }  // namespace
 
 StatusOr<std::unique_ptr<BucketSender>> make_registered_host_sender(SenderContext c, int gpu,
-                                                                   std::vector<HostRegistration> registrations) {
+                                                                   SharedRegistrations registrations) {
   auto sender = std::make_unique<RegisteredHostSender>(std::move(c), std::move(registrations));
   RETURN_IF_ERROR(sender->init(gpu));
   return std::unique_ptr<BucketSender>(std::move(sender));

@@ -5,13 +5,16 @@
 // is polled to completion and announced, the credit of j awaited, and j's
 // write submitted. Staged mode writes the bucket at offset 0 of the granted
 // slot (a sharded trainer rank only the ranges of its part: others write
-// the rest); direct mode writes each packed run at its arena offset, runs
+// the rest); direct mode writes each packed entry (a sharded rank: the
+// parts of the entries its ranges cover) at its arena offset, pieces
 // adjacent in both the bucket and the arena merged into one write.
 //
 // Staging buffers: host memory for host weights; for device weights device
 // memory, or pinned host memory behind a device bucket when the transport
 // cannot register device memory ("host-staged"). The engine pool's side is
 // the transport's business.
+#include <algorithm>
+
 #include "refit/transfer_defaults.h"
 #include "runtime/senders/pack.h"
 #include "runtime/senders/senders.h"
@@ -114,23 +117,30 @@ class RemoteWriteSender final : public BucketSender {
       in_flight_.tickets.push_back(t);
       return Status::Ok();
     };
-    const Bucket& bucket = c_.plan->buckets[j];
+    const std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges = slot_ranges(c_, j);
     if (c_.arena_offsets.empty()) {
-      for (const auto& [begin, end] : slot_ranges(c_, j)) RETURN_IF_ERROR(write(begin, begin, end - begin));
+      for (const auto& [begin, end] : ranges) RETURN_IF_ERROR(write(begin, begin, end - begin));
       return Status::Ok();
     }
+    // Direct: the parts of the bucket's entries that this rank's ranges
+    // cover (the whole entries without a feed), each at its arena offset.
     std::uint64_t at = 0, offset = 0, n = 0;
-    for (const PlanEntry& e : bucket.entries) {
-      if (e.bytes == 0) continue;
-      const std::uint64_t to = c_.arena_offsets[e.tensor] + e.tensor_offset;
-      if (n > 0 && to == at + n && e.bucket_offset == offset + n) {
-        n += e.bytes;
-        continue;
+    std::size_t k = 0;  // the first range that ends after the entry's start
+    for (const PlanEntry& e : c_.plan->buckets[j].entries) {
+      const std::uint64_t e_end = e.bucket_offset + e.bytes;
+      while (k < ranges.size() && ranges[k].second <= e.bucket_offset) ++k;
+      for (std::size_t i = k; i < ranges.size() && ranges[i].first < e_end; ++i) {
+        const std::uint64_t lo = std::max(ranges[i].first, e.bucket_offset), hi = std::min(ranges[i].second, e_end);
+        const std::uint64_t to = c_.arena_offsets[e.tensor] + e.tensor_offset + (lo - e.bucket_offset);
+        if (n > 0 && to == at + n && lo == offset + n) {  // continues the last write on both sides
+          n += hi - lo;
+          continue;
+        }
+        if (n > 0) RETURN_IF_ERROR(write(at, offset, n));
+        at = to;
+        offset = lo;
+        n = hi - lo;
       }
-      if (n > 0) RETURN_IF_ERROR(write(at, offset, n));
-      at = to;
-      offset = e.bucket_offset;
-      n = e.bytes;
     }
     return n > 0 ? write(at, offset, n) : Status::Ok();
   }

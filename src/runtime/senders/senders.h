@@ -25,11 +25,11 @@ StatusOr<std::unique_ptr<BucketSender>> make_device_kernel_sender(SenderContext 
 // registered_host_sender.cc: `registrations` hold every byte the source's
 // data() points to.
 StatusOr<std::unique_ptr<BucketSender>> make_registered_host_sender(SenderContext c, int gpu,
-                                                                   std::vector<HostRegistration> registrations);
+                                                                   SharedRegistrations registrations);
 // device_direct_sender.cc: device weights (copy kernel), or registered host
 // weights (`registrations` not empty: the copy engines).
 StatusOr<std::unique_ptr<BucketSender>> make_device_direct_sender(SenderContext c, int gpu,
-                                                                  std::vector<HostRegistration> registrations);
+                                                                  SharedRegistrations registrations);
 // remote_write_sender.cc. `gpu` >= 0: the weights are on that device;
 // `host_staged`: the transport cannot register device memory, so device
 // bytes are staged through pinned host buffers.
