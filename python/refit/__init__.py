@@ -335,9 +335,7 @@ class Trainer:
         dim)[index] (dim None: the whole tensor, replicated). Then every entry
         is a shard or a replica, index is this trainer's rank and count its
         trainer_ranks; a full (name, tensor) entry counts as replicated.
-        Sharded trainers run on host memory (staged, over shm, tcp or ucx)
-        or on CUDA memory (over cuda_ipc, direct or staged, or ucx, staged)
-        today. Their memory is captured once: update them in place (an
+        Sharded trainers run over every transport but nccl. Their memory is captured once: update them in place (an
         optimizer step does) and never swap their storage (`param.data = other` would leave refit
         sending the old memory). refit holds a DLPack reference, which keeps
         the memory alive until close().
@@ -346,6 +344,12 @@ class Trainer:
         the rest replicated; see refit.shard_rule), one rule for all
         ("replicated", "column", "row", "vocab"), or {name: rule} (unlisted
         names: "auto"). A rule in a (name, tensor, rule) entry wins.
+    engine_experts: how the engine ranks hold MoE experts (tensors named
+        "*.experts.*"): "tp" (by their rules, the default) or "ep" (expert
+        parallel: each engine rank holds whole experts, contiguous ranges,
+        the first E % N ranks one more; an engine rank declares the experts
+        it does not own with 0 rows). The engines must hold them so: their
+        streams are compared at setup.
     Tensors on a CUDA device: refit() waits for the device first, so updates
     queued on any stream have landed.
     heartbeat_interval: this rank sends the coordinator a heartbeat each this
@@ -361,11 +365,12 @@ class Trainer:
     def __init__(self, coordinator, tensors, *, rank=None, trainer_ranks=None, engine_ranks=None, rules="auto",
                  bucket_size=None, transport=None, mode=None, device=None, gpu=None, setup_timeout=None,
                  refit_timeout=None, bucket_timeout=None, heartbeat_interval=None, heartbeat_timeout=None,
-                 secret=None):
+                 secret=None, engine_experts=None):
         entries = self._entries(tensors, rules)
         options = _rank_options(_refit.RankOptions(), coordinator, rank, trainer_ranks, engine_ranks, bucket_size,
                                 transport, mode, device, gpu, setup_timeout, refit_timeout, bucket_timeout, secret,
                                 heartbeat_interval=heartbeat_interval, heartbeat_timeout=heartbeat_timeout)
+        _set(options, "engine_experts", engine_experts)
         if any(len(e) == 7 for e in entries):  # sharded: full tensors are replicas
             entries = [e if len(e) == 7 else e + (tuple(_shape(e[1])), None, options.rank, options.trainer_ranks)
                        for e in entries]

@@ -44,10 +44,38 @@ MODEL = [
 ]
 
 
+# An MoE layer for expert-parallel engines: a router and three experts'
+# gate (column) and down (row) weights, split 2, 1 over 2 engine ranks.
+MOE_MODEL = [
+    {"name": "model.layers.0.mlp.gate.weight", "dtype": "float32", "shape": [3, 6], "rule": "replicated"},
+] + [
+    {"name": f"model.layers.0.mlp.experts.{j}.{proj}", "dtype": "float16", "shape": shape, "rule": rule}
+    for j in range(3)
+    for proj, shape, rule in (("gate_proj.weight", [5, 6], "column"), ("down_proj.weight", [6, 5], "row"))
+]
+
+
+def engine_rule(model, t, rank, ranks, engine_experts):
+    """The split of tensor t on an engine rank: its rule, or under engine_experts "ep" for a per-expert
+    tensor "whole" on the expert's owner (contiguous ranges, the first E % N ranks one more: vLLM's
+    expert map) and "empty" (0 rows) elsewhere."""
+    if engine_experts != "ep" or ".experts." not in t["name"]:
+        return t["rule"]
+    layer, rest = t["name"].split(".experts.")
+    expert = int(rest.split(".")[0])
+    experts = len({u["name"].split(".experts.")[1].split(".")[0] for u in model
+                   if u["name"].startswith(layer + ".experts.")})
+    base, extra = divmod(experts, ranks)
+    begin = rank * base + min(rank, extra)
+    return "whole" if begin <= expert < begin + base + (1 if rank < extra else 0) else "empty"
+
+
 def shard_shape(shape, rule, rank, ranks):
     """refit's split (model.h): dim D over N ranks gives rank i D//N + (i < D%N)."""
-    if rule == "replicated":
+    if rule in ("replicated", "whole"):
         return list(shape)
+    if rule == "empty":
+        return [0] + list(shape[1:])
     axis = 1 if rule == "row" else 0
     out = list(shape)
     out[axis] = shape[axis] // ranks + (1 if rank < shape[axis] % ranks else 0)
@@ -57,8 +85,10 @@ def shard_shape(shape, rule, rank, ranks):
 def shard(full, rule, rank, ranks):
     """The shard of a full numpy array (numpy.array_split splits the same way)."""
     import numpy as np
-    if rule == "replicated":
+    if rule in ("replicated", "whole"):
         return full
+    if rule == "empty":
+        return full[:0]
     return np.array_split(full, ranks, axis=1 if rule == "row" else 0)[rank]
 
 
@@ -152,7 +182,7 @@ def run_trainer(c):
                            bucket_size=c.get("bucket_size", 4096), transport=c.get("transport", "shm"),
                            bucket_timeout=c.get("bucket_timeout", 60), refit_timeout=c.get("refit_timeout", 60),
                            heartbeat_interval=c.get("heartbeat_interval"), heartbeat_timeout=c.get("heartbeat_timeout"),
-                           setup_timeout=30) as trainer:
+                           setup_timeout=30, engine_experts=c.get("engine_experts")) as trainer:
             for v in c["versions"]:
                 for i, t in enumerate(model):
                     fill(arrays[t["name"]], c.get("seed", 7), v, i)  # in place: an optimizer step
@@ -176,7 +206,8 @@ def run_engine(c):
     import numpy as np
     import refit
     rank, ranks, out, model = c["rank"], c["engine_ranks"], c["out"], c.get("model", MODEL)
-    shapes = {t["name"]: shard_shape(t["shape"], t["rule"], rank, ranks) for t in model}
+    shapes = {t["name"]: shard_shape(t["shape"], engine_rule(model, t, rank, ranks, c.get("engine_experts")), rank,
+                                     ranks) for t in model}
     store = {}
     for t in model:  # filled with 0xEE bytes: a tensor never written stays visibly wrong
         nbytes = int(np.prod(shapes[t["name"]], dtype=np.int64)) * np.dtype(t["dtype"]).itemsize
