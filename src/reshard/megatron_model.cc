@@ -137,10 +137,6 @@ Status add_trainer_tensors(MegatronModel& m) {
 
 }  // namespace
 
-std::string_view trainer_names_name(TrainerNames names) {
-  return names == TrainerNames::kMegatron ? "megatron" : "hf";
-}
-
 StatusOr<TrainerNames> parse_trainer_names(std::string_view text) {
   if (text == "hf") return TrainerNames::kHf;
   if (text == "megatron") return TrainerNames::kMegatron;

@@ -32,8 +32,6 @@ namespace refit {
 // Face names, the default) or as Megatron-Core does.
 enum class TrainerNames : unsigned char { kHf, kMegatron };
 
-// "hf", "megatron".
-std::string_view trainer_names_name(TrainerNames names);
 // Parses "hf" or "megatron"; anything else is kInvalidArgument quoting the
 // text and naming both.
 StatusOr<TrainerNames> parse_trainer_names(std::string_view text);
