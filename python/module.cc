@@ -45,6 +45,7 @@ void bind_options(py::module_& m) {
       .def_readwrite("gpu", &RankOptions::gpu)
       .def_readwrite("layers", &RankOptions::layers)
       .def_readwrite("engine_experts", &RankOptions::engine_experts)
+      .def_readwrite("quantize", &RankOptions::quantize)
       .def_readwrite("model", &RankOptions::model);
   py::class_<EngineOptions, RankOptions>(m, "EngineOptions", "Settings of one engine rank (src/runtime/roles.h).")
       .def(py::init<>())

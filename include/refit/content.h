@@ -12,6 +12,7 @@
 #include <span>
 #include <string_view>
 
+#include "refit/dtype.h"
 #include "refit/status.h"
 
 namespace refit {
@@ -26,5 +27,15 @@ void fill_content(std::uint64_t key, std::uint64_t offset, std::span<std::byte> 
 // from the content at [offset, ...), or -1 when all match.
 std::int64_t first_content_mismatch(std::uint64_t key, std::uint64_t offset,
                                     std::span<const std::byte> bytes);
+
+// Synthetic weights the FP8 format can quantize (`--quantize`, quantize.h):
+// random bytes are NaN or Inf for one bf16 element in 256, and the format
+// refuses those. Clears the top exponent bit (0x40 of an element's last,
+// most significant byte) of every bf16 or fp32 element of `bytes` (C order,
+// starting at an element), so that each is finite with |x| < 2. Trainers
+// apply it to the content of the weights they quantize and engines to the
+// content they verify those weights' codes and scales against. Other
+// dtypes: unchanged.
+void make_finite_content(DType dtype, std::span<std::byte> bytes);
 
 }  // namespace refit

@@ -59,6 +59,10 @@ struct EngineBinding {
   // Checks this rank's weights after refit `version` (seed: the job's);
   // empty: the rank reports its refits as unverified.
   std::function<Status(std::uint64_t version, std::uint64_t seed)> verify;
+  // --quantize (quantize.h): how many of the model's weights this engine
+  // holds as FP8 codes and scales converted from the trainer's bf16 or
+  // fp32 (EngineOptions::quantize names the conversion), for the report.
+  std::uint64_t quantized_tensors = 0;
 };
 
 class EngineRank {

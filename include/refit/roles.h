@@ -59,6 +59,15 @@ struct RankOptions {
   // engines of a job must agree (their streams are compared at setup).
   // Default: "tp".
   std::string engine_experts = "tp";
+  // The conversions the engine declares (refit/quantize.h): "none",
+  // "fp8-block128" (bf16 or fp32 linear weights held as FP8 codes with
+  // 128 x 128 block scales) or "fp8-block128:GLOB,...". The trainer
+  // quantizes on its own side (its GPU, or the CPU reference), so the link
+  // carries the FP8 bytes; the engine verifies codes and scales against the
+  // same function. Trainers and engines of a job must agree (their streams
+  // are compared at setup, naming the first tensor that differs). Default:
+  // "none".
+  std::string quantize = "none";
   // Bytes per transport bucket; every rank of a job must agree (checked at
   // setup). Larger buckets amortise per-bucket costs on GPUs (docs/PERF.md),
   // smaller ones keep staging memory small. Default: kAutoBucketSize, which

@@ -28,6 +28,7 @@
 
 #include "refit/layout.h"
 #include "refit/model.h"
+#include "refit/quantize.h"
 #include "refit/status.h"
 #include "refit/tensor.h"
 
@@ -52,6 +53,15 @@ class WeightSource {
   // kernels then read the weights straight from them; a source without such
   // ranges is packed through pinned memory instead.
   virtual std::vector<std::pair<const std::byte*, std::uint64_t>> stable_host_ranges() const { return {}; }
+  // Called after the coordinator's "go" for `version`, before the first
+  // bucket is sent: a view whose bytes are computed from the source's (the
+  // codes and scales of `--quantize`, runtime/quantized_source.h) computes
+  // them here, so that a refit's time includes the conversion. An error
+  // fails the refit (a NaN refused, naming the tensor). Default: nothing.
+  virtual Status derive(std::uint64_t version) {
+    (void)version;
+    return Status::Ok();
+  }
   // Called after a refit read every data(i) it sends, before the trainer
   // says "sent": OK when what was read is what the source held. A
   // checkpoint's file truncated, rewritten or replaced meanwhile fails it,
@@ -69,9 +79,12 @@ class WeightSource {
 
 // A preset (model.h make_model) whose weights live in one arena of host
 // memory, or of device memory on local CUDA index `device` when
-// memory == kCuda, allocated once here.
+// memory == kCuda, allocated once here. The weights `quantize` selects
+// (quantize.h `quantizes`; none by default) hold finite content
+// (content.h make_finite_content), as an FP8 engine verifies them.
 StatusOr<std::unique_ptr<WeightSource>> make_synthetic_source(const std::string& preset, int layers,
-                                                              MemoryKind memory, int device);
+                                                              MemoryKind memory, int device,
+                                                              const QuantizeSpec& quantize = {});
 
 // The preset's weights as trainer rank `rank` of `layouts` holds them (one
 // layout per weight, model order; trainer_layouts() returns them): data(i)

@@ -350,6 +350,17 @@ class Trainer:
         the first E % N ranks one more; an engine rank declares the experts
         it does not own with 0 rows). The engines must hold them so: their
         streams are compared at setup.
+    quantize: the conversions the engines declare: "none" (the default),
+        "fp8-block128" (every bf16 or fp32 linear "*.weight" but embeddings,
+        lm_head, norms and the router becomes float8_e4m3fn codes of its
+        shape and "*.weight_scale_inv" float32 128x128 block scales, the
+        DeepSeek-V3 / Qwen3-FP8 format; docs/DESIGN.md) or
+        "fp8-block128:GLOB,..." (exactly the weights the globs match). The
+        trainer quantizes on its own side (its GPU, or the CPU), so the link
+        carries FP8; the engine declares the codes and scales, (name,
+        "float8_e4m3fn", shape) and (name + "_scale_inv", "float32",
+        blocks), and its streams are compared with the trainer's at setup.
+        Not with sharded trainers yet.
     Tensors on a CUDA device: refit() waits for the device first, so updates
     queued on any stream have landed.
     heartbeat_interval: this rank sends the coordinator a heartbeat each this
@@ -365,12 +376,13 @@ class Trainer:
     def __init__(self, coordinator, tensors, *, rank=None, trainer_ranks=None, engine_ranks=None, rules="auto",
                  bucket_size=None, transport=None, mode=None, device=None, gpu=None, setup_timeout=None,
                  refit_timeout=None, bucket_timeout=None, heartbeat_interval=None, heartbeat_timeout=None,
-                 secret=None, engine_experts=None):
+                 secret=None, engine_experts=None, quantize=None):
         entries = self._entries(tensors, rules)
         options = _rank_options(_refit.RankOptions(), coordinator, rank, trainer_ranks, engine_ranks, bucket_size,
                                 transport, mode, device, gpu, setup_timeout, refit_timeout, bucket_timeout, secret,
                                 heartbeat_interval=heartbeat_interval, heartbeat_timeout=heartbeat_timeout)
         _set(options, "engine_experts", engine_experts)
+        _set(options, "quantize", quantize)
         if any(len(e) == 7 for e in entries):  # sharded: full tensors are replicas
             entries = [e if len(e) == 7 else e + (tuple(_shape(e[1])), None, options.rank, options.trainer_ranks)
                        for e in entries]

@@ -99,6 +99,8 @@ StatusOr<Join> decode_join(const Json& m) {
   if (auto it = m.find("supported_dtypes"); it != m.end()) {
     for (const Json& d : *it) j.supported_dtypes.push_back(d.get<std::string>());
   }
+  j.quantize = str(m, "quantize", "none");
+  j.quantized_tensors = u64(m, "quantized_tensors");
   ASSIGN_OR_RETURN(j.specs, specs_field(m, "join", "specs"));
   ASSIGN_OR_RETURN(j.rules, rules_field(m, j.specs.size()));
   j.layout = str(m, "layout", "full");
@@ -132,6 +134,10 @@ Json encode_join(const Join& j) {
     m["pool_slots"] = j.pool_slots;
     m["memory_limit"] = j.memory_limit;
     m["supported_dtypes"] = j.supported_dtypes;
+    if (j.quantize != "none") {
+      m["quantize"] = j.quantize;
+      m["quantized_tensors"] = j.quantized_tensors;
+    }
     m["specs"] = specs_to_json(j.specs);
   }
   // Either role: the rule beside each spec, when the rank knows its model.

@@ -150,6 +150,10 @@ struct Join {
   std::string data_address, descriptor;
   std::uint64_t pool_slots = 0, memory_limit = 0;
   std::vector<std::string> supported_dtypes;
+  // Engine: its --quantize (quantize.h QuantizeSpec::ToString) and how many
+  // of its weights that converts, for the report. Absent on the wire: none.
+  std::string quantize = "none";
+  std::uint64_t quantized_tensors = 0;
   // Engine: its stream. Trainer (optional): its plan of the stream of the
   // engine rank it feeds, so that a digest mismatch names the first tensor
   // that differs; empty: not sent.

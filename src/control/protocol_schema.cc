@@ -67,6 +67,8 @@ const std::vector<Schema>& schemas() {
                   {"pool_slots", kUint, false, kMaxPoolSlots},
                   {"memory_limit", kUint},
                   {"supported_dtypes", kArr, false, 64, kStr},
+                  {"quantize", kStr, false, kMaxDescriptorBytes},
+                  {"quantized_tensors", kUint},
                   {"specs", kArr},
                   {"rules", kArr, false, 0, kStr},  // one per spec: decode_join checks the count and names
                   {"layout", kStr, false, kMaxNameBytes},

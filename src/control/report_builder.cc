@@ -26,6 +26,8 @@ void ReportBuilder::set_topology(const Join& first, const Topology& topology) {
   report_["aligned_batches"] = topology.aligned_batches;
   report_["divergent_boundaries"] = topology.divergent_boundaries;
   report_["bytes_per_refit"] = topology.bytes_per_refit;
+  report_["quantize"] = first.quantize;  // engine rank 0's conversions
+  report_["quantized_tensors"] = first.quantized_tensors;
   bytes_per_refit_ = topology.bytes_per_refit;
   memory_path_field_ = transport_topology(first.transport).memory_path_report_field;
 }
@@ -86,9 +88,12 @@ void ReportBuilder::record_commit(const RecordCommit& commit) {
   report_["duplicate_bytes"] = std::max(duplicated, report_.value("duplicate_bytes", std::uint64_t{0}));
   if (memory_path_field_ != nullptr) report_[memory_path_field_] = memory_path(commit);
   const double seconds = commit.seconds;
+  std::uint64_t wire = 0;  // every trainer rank's bytes sent: what crossed the links
+  for (const Done& done : commit.trainers) wire += stat_u64(done.stats, "bytes");
   report_["refits"].push_back(
       Json{{"version", commit.version},
            {"bytes", bytes_per_refit_},
+           {"wire_bytes", wire},
            {"seconds", seconds},
            {"gbps", seconds > 0 ? static_cast<double>(bytes_per_refit_) / seconds / 1e9 : 0.0},
            {"verified", commit.verified}});

@@ -225,4 +225,33 @@ StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t key, const Co
   return static_cast<std::int64_t>(host);
 }
 
+namespace {
+
+// Clears bit 0x40 of the last byte of each of `elements` elements of `size` bytes.
+__global__ void finite_kernel(unsigned char* dst, std::uint64_t elements, unsigned size) {
+  const std::uint64_t step = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < elements; i += step) {
+    dst[i * size + size - 1] &= 0xBF;
+  }
+}
+
+}  // namespace
+
+Status make_finite_content_device(DType dtype, std::byte* dst, std::uint64_t bytes, void* stream) {
+  if (dtype != DType::kBFloat16 && dtype != DType::kFloat32) return Status::Ok();
+  const unsigned size = static_cast<unsigned>(dtype_size(dtype));
+  const std::uint64_t elements = bytes / size;
+  if (elements == 0) return Status::Ok();
+  if (dst == nullptr) return InvalidArgument("make_finite_content_device: null dst");
+  ASSIGN_OR_RETURN(const int device, launch_device(stream, dst, "make_finite_content_device"));
+  const std::string what = "make_finite_content_device of " + std::to_string(bytes) + " bytes on device " +
+                           std::to_string(device);
+  ScopedDevice scope(device);
+  RETURN_IF_ERROR(scope.status().WithContext(what));
+  const auto blocks = static_cast<unsigned>(std::min<std::uint64_t>((elements + kThreads - 1) / kThreads, 65536));
+  finite_kernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(reinterpret_cast<unsigned char*>(dst),
+                                                                           elements, size);
+  return cuda_check_launch(what);
+}
+
 }  // namespace refit

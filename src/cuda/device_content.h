@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "refit/dtype.h"
 #include "refit/status.h"
 
 namespace refit {
@@ -45,5 +46,9 @@ struct ContentRows {
 // every row (a row-sharded tensor has thousands). SYNCHRONOUS, as above.
 StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t key, const ContentRows& rows, const std::byte* src,
                                                      void* stream);
+
+// make_finite_content (refit/content.h) on `bytes` bytes at dst, which
+// start at an element. ASYNCHRONOUS, as fill_content_device.
+Status make_finite_content_device(DType dtype, std::byte* dst, std::uint64_t bytes, void* stream);
 
 }  // namespace refit

@@ -7,6 +7,7 @@
 #include "cuda/batched_copy.h"
 #include "cuda/device.h"
 #include "cuda/device_content.h"
+#include "cuda/fp8_block.h"
 
 namespace refit {
 namespace {
@@ -32,6 +33,15 @@ Status fill_content_device(std::uint64_t, std::uint64_t, std::byte*, std::uint64
 StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t, std::uint64_t, const std::byte*, std::uint64_t,
                                                      void*) {
   return no_cuda("first_content_mismatch_device");
+}
+Status quantize_fp8_block_device(const Fp8Source&, const Fp8Box&, const Fp8DeviceOutput&, void*) {
+  return no_cuda("quantize_fp8_block_device");
+}
+Status e4m3_from_float_bits_device(std::uint32_t, std::uint64_t, std::uint8_t*, void*) {
+  return no_cuda("e4m3_from_float_bits_device");
+}
+Status make_finite_content_device(DType, std::byte*, std::uint64_t, void*) {
+  return no_cuda("make_finite_content_device");
 }
 StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t, const ContentRows&, const std::byte*, void*) {
   return no_cuda("first_content_mismatch_device");

@@ -102,4 +102,10 @@ std::int64_t first_content_mismatch(std::uint64_t key, std::uint64_t offset, std
   return -1;
 }
 
+void make_finite_content(DType dtype, std::span<std::byte> bytes) {
+  if (dtype != DType::kBFloat16 && dtype != DType::kFloat32) return;
+  const std::size_t size = dtype_size(dtype);
+  for (std::size_t i = size - 1; i < bytes.size(); i += size) bytes[i] &= std::byte{0xBF};
+}
+
 }  // namespace refit

@@ -129,5 +129,23 @@ TEST(ContentTest, FirstMismatchFindsEveryFlippedByte) {
   EXPECT_EQ(first_content_mismatch(k, 3, {}), -1);
 }
 
+// Catches: clearing the wrong bit or byte (bf16 and fp32 keep their sign
+// and mantissa; only the top exponent bit goes), or touching other dtypes.
+TEST(ContentTest, MakeFiniteClearsTheTopExponentBitOfEachElement) {
+  // bf16 +Inf 0x7F80, NaN 0xFFC0, 1.5 0x3FC0, little-endian.
+  std::vector<std::byte> bf16 = {std::byte{0x80}, std::byte{0x7F}, std::byte{0xC0}, std::byte{0xFF},
+                                 std::byte{0xC0}, std::byte{0x3F}};
+  make_finite_content(DType::kBFloat16, bf16);
+  EXPECT_EQ(bf16, (std::vector<std::byte>{std::byte{0x80}, std::byte{0x3F}, std::byte{0xC0}, std::byte{0xBF},
+                                          std::byte{0xC0}, std::byte{0x3F}}));
+  // fp32 NaN 0x7FC00001: only byte 3 changes.
+  std::vector<std::byte> fp32 = {std::byte{0x01}, std::byte{0x00}, std::byte{0xC0}, std::byte{0x7F}};
+  make_finite_content(DType::kFloat32, fp32);
+  EXPECT_EQ(fp32, (std::vector<std::byte>{std::byte{0x01}, std::byte{0x00}, std::byte{0xC0}, std::byte{0x3F}}));
+  std::vector<std::byte> int8 = {std::byte{0xFF}, std::byte{0xFF}};
+  make_finite_content(DType::kInt8, int8);
+  EXPECT_EQ(int8, (std::vector<std::byte>{std::byte{0xFF}, std::byte{0xFF}}));
+}
+
 }  // namespace
 }  // namespace refit

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <vector>
 
-#include "quant/fp8_block.h"
 
 namespace refit {
 namespace {
@@ -40,6 +39,25 @@ bool whole_blocks(std::int64_t begin, std::int64_t extent, std::int64_t size) {
 
 }  // namespace
 
+StatusOr<Fp8Box> quantized_shard_box(const Weight& source, int rank, int ranks) {
+  RETURN_IF_ERROR(fp8_block_specs(source.spec).status());
+  const MatrixBox box = shard_box(source, rank, ranks);
+  const std::vector<std::int64_t>& shape = source.spec.shape;
+  const std::size_t nd = shape.size();
+  if (!whole_blocks(box.r0, box.rows, shape[nd - 2]) || !whole_blocks(box.c0, box.cols, shape[nd - 1])) {
+    return InvalidArgument("tensor '" + source.spec.name + "': engine rank " + std::to_string(rank) + " of " +
+                           std::to_string(ranks) + " holds rows [" + std::to_string(box.r0) + ", " +
+                           std::to_string(box.r0 + box.rows) + ") x columns [" + std::to_string(box.c0) + ", " +
+                           std::to_string(box.c0 + box.cols) + "), which cut 128-blocks");
+  }
+  return Fp8Box{box.m0, box.matrices, box.r0, box.rows, box.c0, box.cols};
+}
+
+Fp8Source full_fp8_source(const TensorSpec& spec, const std::byte* full) {
+  const std::size_t nd = spec.shape.size();
+  return fp8_dense_source(spec.dtype, full, nd == 3 ? spec.shape[0] : 1, spec.shape[nd - 2], spec.shape[nd - 1]);
+}
+
 std::uint64_t quantized_shard_bytes(const Weight& source, int rank, int ranks, QuantPart part) {
   const MatrixBox b = shard_box(source, rank, ranks);
   if (part == QuantPart::kCodes) return static_cast<std::uint64_t>(b.matrices * b.rows * b.cols);
@@ -50,16 +68,8 @@ Status quantized_shard_range(const Weight& source, int rank, int ranks, QuantPar
                              std::uint64_t begin, std::span<std::byte> out, std::uint64_t version) {
   const std::string& name = source.spec.name;
   if (part == QuantPart::kCopy) return InvalidArgument("tensor '" + name + "': a copy is not a quantized part");
-  RETURN_IF_ERROR(fp8_block_specs(source.spec).status());
+  RETURN_IF_ERROR(quantized_shard_box(source, rank, ranks).status());
   const MatrixBox box = shard_box(source, rank, ranks);
-  const std::vector<std::int64_t>& shape = source.spec.shape;
-  const std::size_t nd = shape.size();
-  if (!whole_blocks(box.r0, box.rows, shape[nd - 2]) || !whole_blocks(box.c0, box.cols, shape[nd - 1])) {
-    return InvalidArgument("tensor '" + name + "': engine rank " + std::to_string(rank) + " of " +
-                           std::to_string(ranks) + " holds rows [" + std::to_string(box.r0) + ", " +
-                           std::to_string(box.r0 + box.rows) + ") x columns [" + std::to_string(box.c0) + ", " +
-                           std::to_string(box.c0 + box.cols) + "), which cut 128-blocks");
-  }
   const std::uint64_t total = quantized_shard_bytes(source, rank, ranks, part);
   if (begin > total || out.size() > total - begin) {
     return InvalidArgument("tensor '" + name + "': bytes [" + std::to_string(begin) + ", +" +
@@ -73,8 +83,7 @@ Status quantized_shard_range(const Weight& source, int rank, int ranks, QuantPar
   // rows its block rows; `row_len` elements each.
   const std::int64_t rows = codes ? box.rows : fp8_blocks(box.rows);
   const std::uint64_t row_bytes = static_cast<std::uint64_t>(codes ? box.cols : fp8_blocks(box.cols) * 4);
-  const Fp8Source src =
-      fp8_dense_source(source.spec.dtype, full, nd == 3 ? shape[0] : 1, shape[nd - 2], shape[nd - 1]);
+  const Fp8Source src = full_fp8_source(source.spec, full);
   const std::uint64_t end = begin + out.size();
   std::vector<std::uint8_t> weight;
   std::vector<float> scale;

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <span>
 
+#include "quant/fp8_block.h"
 #include "refit/model.h"
 #include "refit/quantize.h"
 #include "refit/status.h"
@@ -35,6 +36,17 @@ namespace refit {
 // `version`).
 Status quantized_shard_range(const Weight& source, int rank, int ranks, QuantPart part, const std::byte* full,
                              std::uint64_t begin, std::span<std::byte> out, std::uint64_t version);
+
+// Engine rank `rank`'s shard of `source` as a box of its full tensor: the
+// blocks a pack quantizes (quantize_fp8_block_device writes a box's codes
+// and scales dense, exactly as the shard holds them). Errors
+// (kInvalidArgument, naming the tensor): a source the format cannot take, a
+// split that cuts a block.
+StatusOr<Fp8Box> quantized_shard_box(const Weight& source, int rank, int ranks);
+
+// The full C-order tensor of `spec` (bf16 or fp32, [R, C] or [E, R, C]) at
+// `full`, host or device memory, as the format reads it.
+Fp8Source full_fp8_source(const TensorSpec& spec, const std::byte* full);
 
 // The byte size of that shard (codes: its elements; scales: 4 per block).
 // REQUIRES: fp8_block_specs(source.spec) is OK.

@@ -198,6 +198,8 @@ class EngineRank::Impl {
     join.bucket_size = options_.bucket_size;
     join.transport = options_.transport;
     join.plan_digest = plan_.digest_hex();
+    join.quantize = options_.quantize;
+    join.quantized_tensors = binding_.quantized_tensors;
     join.data_address = listener_->address();
     join.descriptor = descriptor;
     join.pool_slots = direct_ ? 2 : static_cast<std::uint64_t>(std::max(options_.pool_slots, 0));
@@ -550,15 +552,11 @@ EngineBinding bind_local_engine(const EngineOptions& options, const LocalEngine&
   binding.arena_bytes = local.engine->arena_bytes(options.rank);
   binding.memory = local.on_device ? MemoryKind::kCuda : MemoryKind::kHost;
   binding.device = local.device;
+  binding.quantized_tensors = local.choice.quantized.quantized_tensors;
   if (options.verify) {
     binding.verify = [&options, &local](std::uint64_t version, std::uint64_t seed) {
-      const Model& model = local.choice.model;
-      if (local.choice.checkpoint != nullptr) {
-        return verify_checkpoint(model, *local.choice.checkpoint, *local.engine, options.rank, options.engine_ranks,
-                                 local.on_device, version);
-      }
-      return verify_synthetic(model, *local.engine, options.rank, options.engine_ranks, local.on_device, version,
-                              seed);
+      return verify_engine_weights(local.choice, *local.engine, options.rank, options.engine_ranks, local.on_device,
+                                   version, seed);
     };
   }
   return binding;

@@ -16,6 +16,7 @@ class ExpertRuleSource final : public WeightSource {
   MemoryKind memory() const override { return inner_->memory(); }
   int device() const override { return inner_->device(); }
   Status prepare(std::uint64_t version, std::uint64_t seed) override { return inner_->prepare(version, seed); }
+  Status derive(std::uint64_t version) override { return inner_->derive(version); }
   const std::byte* data(std::size_t i) const override { return inner_->data(i); }
   std::vector<std::pair<const std::byte*, std::uint64_t>> stable_host_ranges() const override {
     return inner_->stable_host_ranges();

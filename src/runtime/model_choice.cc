@@ -50,6 +50,11 @@ StatusOr<ModelChoice> open_engine_model(const RankOptions& options) {
   ASSIGN_OR_RETURN(ModelChoice choice, open_model_choice(options.model, options.layers, options.shard_rules));
   ASSIGN_OR_RETURN(const EngineExperts experts, parse_engine_experts(options.engine_experts));
   ASSIGN_OR_RETURN(choice.model, engine_expert_model(std::move(choice.model), experts, options.engine_ranks));
+  ASSIGN_OR_RETURN(const QuantizeSpec quantize, parse_quantize(options.quantize));
+  if (quantize.format == QuantFormat::kNone) return choice;
+  ASSIGN_OR_RETURN(choice.quantized, quantize_model(choice.model, quantize, options.engine_ranks));
+  choice.unquantized = std::move(choice.model);
+  choice.model = choice.quantized.engine;
   return choice;
 }
 

@@ -9,6 +9,7 @@
 
 #include "refit/checkpoint.h"
 #include "refit/model.h"
+#include "refit/quantize.h"
 #include "refit/roles.h"
 #include "refit/status.h"
 
@@ -19,6 +20,12 @@ struct ModelChoice {
   // Set when the model came from a checkpoint: its mapped files hold the
   // bytes every refit of it must deliver.
   std::unique_ptr<Checkpoint> checkpoint;
+  // An engine's --quantize (quantize.h): `model` is the engine's model of
+  // `quantized.engine`'s weights, `unquantized` the model they come from,
+  // and quantized.sources what each weight holds of it. Empty sources: no
+  // conversion.
+  Model unquantized;
+  QuantizedModel quantized;
 };
 
 // A preset name opens the preset (keeping `layers` decoder layers, -1: all);
@@ -30,7 +37,8 @@ StatusOr<ModelChoice> open_model_choice(const std::string& preset_or_path, int l
 
 // An engine rank's model: open_model_choice of its --model, --layers and
 // --rule rows, its expert tensors split by --engine-experts
-// (engine_expert_model, expert_parallel.h).
+// (engine_expert_model, expert_parallel.h), then its --quantize conversions
+// (quantize_model; `quantized` and `unquantized` set when there are any).
 StatusOr<ModelChoice> open_engine_model(const RankOptions& options);
 
 // The rows of `rules` ("GLOB=RULE") followed by the default table.

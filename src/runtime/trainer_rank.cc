@@ -22,6 +22,7 @@
 #include "refit/trainer_layout.h"
 #include "runtime/bucket_sender.h"
 #include "runtime/expert_source.h"
+#include "runtime/quantized_source.h"
 #include "runtime/setup_failure.h"
 #include "runtime/shard_channel.h"
 #include "runtime/trainer_share.h"
@@ -120,6 +121,7 @@ class TrainerRank::Impl : public BucketProtocol {
     RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
     RETURN_IF_ERROR(validate_rank_settings(options_, /*engine=*/false));
     ASSIGN_OR_RETURN(source_, with_engine_experts(std::move(source_), options_));  // the engine's expert rules
+    ASSIGN_OR_RETURN(source_, with_quantization(std::move(source_), options_));    // --quantize: codes, scales
     ASSIGN_OR_RETURN(HeartbeatTiming heartbeats,
                      heartbeat_timing(options_.heartbeat_interval_s, options_.heartbeat_timeout_s, name()));
     source_on_device_ = source_->memory() == MemoryKind::kCuda;
@@ -366,11 +368,11 @@ class TrainerRank::Impl : public BucketProtocol {
     fire_fault_hook(options_.debug_fault, ProtocolStep::kReady, version, name());
     RETURN_IF_ERROR(client_->send(Ready{version}));
     const Clock::time_point ready = Clock::now();
-    ASSIGN_OR_RETURN(Go go, client_->wait_for<Go>(Deadline::AfterSeconds(options_.refit_timeout_s)));
-    (void)go;
+    RETURN_IF_ERROR(client_->wait_for<Go>(Deadline::AfterSeconds(options_.refit_timeout_s)).status());
     report.wait_go_s = seconds_since(ready);
     fire_fault_hook(options_.debug_fault, ProtocolStep::kGo, version, name());
     Deadline deadline = Deadline::AfterSeconds(options_.refit_timeout_s);
+    RETURN_IF_ERROR(source_->derive(version).WithContext(name() + ", refit " + std::to_string(version)));
     ASSIGN_OR_RETURN(const SentShare sent, send_share(version, deadline));
     fire_fault_hook(options_.debug_fault, ProtocolStep::kSent, version, name());
     RETURN_IF_ERROR(client_->send(Sent{version}));
@@ -521,9 +523,7 @@ class TrainerRank::Impl : public BucketProtocol {
   Status send_landed(std::uint64_t version, std::uint64_t j, std::uint64_t slot, Deadline deadline) override {
     return link_->send(encode(LandedFrame{version, j, slot, plan_.buckets[j].bytes}), {}, deadline);
   }
-
   std::string peer() const override { return link_->peer(); }
-
   static double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
   // Where this rank's bytes are read from, for the report: "host",

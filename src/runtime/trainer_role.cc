@@ -46,8 +46,9 @@ StatusOr<std::unique_ptr<WeightSource>> make_rank_source(const RankOptions& opti
       return make_synthetic_shard_source(options.model, options.layers, std::move(layouts), options.rank,
                                          on_device ? MemoryKind::kCuda : MemoryKind::kHost, options.gpu);
     }
+    ASSIGN_OR_RETURN(const QuantizeSpec quantize, parse_quantize(options.quantize));  // finite where quantized
     return make_synthetic_source(options.model, options.layers, on_device ? MemoryKind::kCuda : MemoryKind::kHost,
-                                 options.gpu);
+                                 options.gpu, quantize);
   }
   if (options.trainer_names != "hf") {
     return InvalidArgument("--trainer-names " + options.trainer_names + ": Megatron names are generated for a "

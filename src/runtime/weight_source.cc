@@ -11,7 +11,8 @@ namespace {
 
 class SyntheticSource : public WeightSource {
  public:
-  SyntheticSource(Model model, MemoryKind memory, int device) : model_(std::move(model)), memory_(memory), device_(device) {}
+  SyntheticSource(Model model, MemoryKind memory, int device, std::vector<bool> finite)
+      : model_(std::move(model)), memory_(memory), device_(device), finite_(std::move(finite)) {}
 
   Status allocate() {
     std::vector<TensorSpec> full;
@@ -35,10 +36,13 @@ class SyntheticSource : public WeightSource {
     for (std::size_t i = 0; i < model_.weights.size(); ++i) {
       const TensorSpec& spec = model_.weights[i].spec;
       const std::uint64_t key = content_key(seed, version, spec.name);
+      std::byte* dst = arena() + offsets_[i];
       if (memory_ == MemoryKind::kCuda) {
-        RETURN_IF_ERROR(fill_content_device(key, 0, arena() + offsets_[i], spec.nbytes(), stream_.handle()));
+        RETURN_IF_ERROR(fill_content_device(key, 0, dst, spec.nbytes(), stream_.handle()));
+        if (finite_[i]) RETURN_IF_ERROR(make_finite_content_device(spec.dtype, dst, spec.nbytes(), stream_.handle()));
       } else {
-        fill_content(key, 0, std::span<std::byte>(arena() + offsets_[i], spec.nbytes()));
+        fill_content(key, 0, std::span<std::byte>(dst, spec.nbytes()));
+        if (finite_[i]) make_finite_content(spec.dtype, std::span<std::byte>(dst, spec.nbytes()));
       }
     }
     if (memory_ == MemoryKind::kCuda) return stream_.synchronize();
@@ -61,6 +65,7 @@ class SyntheticSource : public WeightSource {
   Model model_;
   MemoryKind memory_;
   int device_;
+  std::vector<bool> finite_;            // per weight: make_finite_content after filling
   std::vector<std::uint64_t> offsets_;  // of each weight in the arena
   std::vector<std::byte> host_arena_;
   DeviceBuffer device_arena_;
@@ -117,9 +122,12 @@ Status check_external_layouts(const Model& model, const std::vector<Layout>& lay
 }  // namespace
 
 StatusOr<std::unique_ptr<WeightSource>> make_synthetic_source(const std::string& preset, int layers,
-                                                              MemoryKind memory, int device) {
+                                                              MemoryKind memory, int device,
+                                                              const QuantizeSpec& quantize) {
   ASSIGN_OR_RETURN(Model model, make_model(preset, layers));
-  auto source = std::make_unique<SyntheticSource>(std::move(model), memory, device);
+  std::vector<bool> finite;
+  for (const Weight& w : model.weights) finite.push_back(quantizes(quantize, w));
+  auto source = std::make_unique<SyntheticSource>(std::move(model), memory, device, std::move(finite));
   RETURN_IF_ERROR(source->allocate());
   return std::unique_ptr<WeightSource>(std::move(source));
 }

@@ -1,14 +1,18 @@
 // The engine's verification of a refit: see weight_verify.h.
 #include "runtime/weight_verify.h"
 
+#include <algorithm>
 #include <cstring>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda/device.h"
 #include "cuda/device_content.h"
+#include "quant/fp8_shard.h"
 #include "refit/content.h"
+#include "refit/device_memory.h"
 
 namespace refit {
 
@@ -70,6 +74,85 @@ Status verify_checkpoint(const Model& model, const Checkpoint& checkpoint, const
   }
   // What was compared against is the file as opened (else zeros).
   return checkpoint.check_unchanged();
+}
+
+namespace {
+
+// Weight i of an FP8 engine rank against its source's expected bytes.
+Status verify_quantized_weight(const Model& unquantized, const QuantizedModel& quantized, std::size_t i,
+                               const Checkpoint* checkpoint, const ReferenceEngine& engine, int rank, int ranks,
+                               bool on_device, std::uint64_t version, std::uint64_t seed) {
+  const std::string name = "engine rank " + std::to_string(rank);
+  const QuantSource& q = quantized.sources[i];
+  const Weight& source = unquantized.weights[q.source];
+  const Weight& held_weight = quantized.engine.weights[i];
+  const std::byte* held = engine.weight(rank, held_weight.spec.name);
+  if (held == nullptr) return Internal(name + " holds no weight '" + held_weight.spec.name + "'");
+  std::vector<std::byte> full;
+  const std::byte* expected = nullptr;  // the source's full tensor
+  if (checkpoint != nullptr) {
+    expected = checkpoint->data(q.source).data();
+  } else {
+    full.resize(source.spec.nbytes());
+    fill_content(content_key(seed, version, source.spec.name), 0, full);
+    if (q.part != QuantPart::kCopy) make_finite_content(source.spec.dtype, full);
+    expected = full.data();
+  }
+  std::vector<std::byte> want(shard_spec(held_weight, rank, ranks).nbytes()), got;
+  if (q.part == QuantPart::kCopy) {
+    copy_shard_range(held_weight, rank, ranks, expected, 0, want);
+  } else {
+    RETURN_IF_ERROR(quantized_shard_range(source, rank, ranks, q.part, expected, 0, want, version));
+  }
+  const std::byte* have = held;
+  if (on_device) {
+    got.resize(want.size());
+    RETURN_IF_ERROR(copy_device_to_host(got, held));
+    have = got.data();
+  }
+  if (std::memcmp(have, want.data(), want.size()) == 0) return Status::Ok();
+  std::uint64_t at = 0;
+  while (have[at] == want[at]) ++at;
+  const char* what = q.part == QuantPart::kCopy ? "" : q.part == QuantPart::kCodes ? " (FP8 codes)" : " (FP8 scales)";
+  return DataLoss(name + ": tensor '" + held_weight.spec.name + "'" + what + " is wrong at byte " +
+                  std::to_string(at) + " of its shard after refit " + std::to_string(version) +
+                  (checkpoint != nullptr ? " (against " + checkpoint->path() + ")" : std::string()));
+}
+
+}  // namespace
+
+Status verify_quantized(const Model& unquantized, const QuantizedModel& quantized, const Checkpoint* checkpoint,
+                        const ReferenceEngine& engine, int rank, int ranks, bool on_device, std::uint64_t version,
+                        std::uint64_t seed) {
+  const std::size_t n = quantized.engine.weights.size();
+  const unsigned threads =
+      static_cast<unsigned>(std::min<std::size_t>({n, 16, std::max(std::thread::hardware_concurrency(), 1u)}));
+  std::vector<Status> results(n);
+  auto work = [&](unsigned t) {
+    for (std::size_t i = t; i < n; i += threads) {
+      results[i] = verify_quantized_weight(unquantized, quantized, i, checkpoint, engine, rank, ranks, on_device,
+                                           version, seed);
+    }
+  };
+  std::vector<std::thread> workers;
+  for (unsigned t = 1; t < threads; ++t) workers.emplace_back(work, t);
+  if (threads > 0) work(0);
+  for (auto& w : workers) w.join();
+  for (const Status& s : results) RETURN_IF_ERROR(s);  // the first tensor in stream order
+  if (checkpoint != nullptr) return checkpoint->check_unchanged();
+  return Status::Ok();
+}
+
+Status verify_engine_weights(const ModelChoice& choice, const ReferenceEngine& engine, int rank, int ranks,
+                             bool on_device, std::uint64_t version, std::uint64_t seed) {
+  if (!choice.quantized.sources.empty()) {
+    return verify_quantized(choice.unquantized, choice.quantized, choice.checkpoint.get(), engine, rank, ranks,
+                            on_device, version, seed);
+  }
+  if (choice.checkpoint != nullptr) {
+    return verify_checkpoint(choice.model, *choice.checkpoint, engine, rank, ranks, on_device, version);
+  }
+  return verify_synthetic(choice.model, engine, rank, ranks, on_device, version, seed);
 }
 
 }  // namespace refit

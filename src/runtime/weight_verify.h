@@ -7,8 +7,10 @@
 
 #include "refit/checkpoint.h"
 #include "refit/model.h"
+#include "refit/quantize.h"
 #include "refit/reference_engine.h"
 #include "refit/status.h"
+#include "runtime/model_choice.h"
 
 namespace refit {
 
@@ -23,5 +25,24 @@ Status verify_synthetic(const Model& model, const ReferenceEngine& engine, int r
 // the tensor, the file and the byte.
 Status verify_checkpoint(const Model& model, const Checkpoint& checkpoint, const ReferenceEngine& engine, int rank,
                          int ranks, bool on_device, std::uint64_t version);
+
+// Checks every byte of an FP8 engine rank's weights (--quantize):
+// `quantized` is quantize_model's result for `unquantized`. Each weight is
+// compared with what it must hold of its source tensor's expected full
+// bytes (the synthetic content of `version` for `seed`, made finite where
+// quantized, content.h; or, with a checkpoint, the file's bytes): copies
+// cut as the pack cuts them, codes and scales by quantized_shard_range
+// (quant/fp8_shard.h, the CPU reference the trainer's GPU kernel equals
+// bit for bit). Tensors are checked on a few host threads. DataLoss names
+// the tensor and the byte; a NaN or Inf in a checkpoint's tensor its
+// refusal.
+Status verify_quantized(const Model& unquantized, const QuantizedModel& quantized, const Checkpoint* checkpoint,
+                        const ReferenceEngine& engine, int rank, int ranks, bool on_device, std::uint64_t version,
+                        std::uint64_t seed);
+
+// The check of an engine that verifies (EngineOptions::verify), as its
+// model calls for: verify_quantized, verify_checkpoint or verify_synthetic.
+Status verify_engine_weights(const ModelChoice& choice, const ReferenceEngine& engine, int rank, int ranks,
+                             bool on_device, std::uint64_t version, std::uint64_t seed);
 
 }  // namespace refit

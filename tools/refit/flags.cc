@@ -10,6 +10,7 @@
 #include "refit/dtype.h"
 #include "refit/model.h"
 #include "refit/plan.h"
+#include "refit/quantize.h"
 #include "refit/transports.h"
 
 namespace refit::cli {
@@ -259,6 +260,7 @@ void add_rank_flags(CLI::App& cmd, RankOptions& o) {
                  "Checkpoints: a TP shard rule GLOB=RULE (replicated, column, row, vocab) ahead of the default "
                  "rules (repeatable; default: none)");
   add_engine_experts_flag(cmd, o.engine_experts);
+  add_quantize_flag(cmd, o.quantize);
   add_bucket_size_flag(cmd, o.bucket_size);
   add_transport_flag(cmd, o.transport);
   add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
@@ -308,6 +310,19 @@ void add_engine_experts_flag(CLI::App& cmd, std::string& experts) {
                  "How engine ranks hold MoE experts: tp (each rank a TP slice of every expert) or ep (expert "
                  "parallel: whole experts, about E/N per rank)")
       ->check(CLI::IsMember({"tp", "ep"}))
+      ->capture_default_str();
+}
+
+void add_quantize_flag(CLI::App& cmd, std::string& quantize) {
+  cmd.add_option("--quantize", quantize,
+                 "Weights the engine holds as FP8: none, fp8-block128 (every bf16/fp32 linear weight but embeddings, "
+                 "lm_head, norms and the router, as e4m3fn codes with 128x128 block scales in <prefix>."
+                 "weight_scale_inv, quantized on the trainer's side) or fp8-block128:GLOB[,GLOB...] (exactly the "
+                 "2-D or 3-D weights the globs match)")
+      ->check([](const std::string& text) {
+        auto spec = parse_quantize(text);
+        return spec.ok() ? std::string() : std::string(spec.status().message());
+      })
       ->capture_default_str();
 }
 

@@ -113,6 +113,8 @@ void add_rank_flags(CLI::App& cmd, RankOptions& options);
 void add_trainer_layout_flags(CLI::App& cmd, std::string& layout, std::string& names);
 // --engine-experts (trainer, engine, demo, bench): tp or ep (expert_parallel.h).
 void add_engine_experts_flag(CLI::App& cmd, std::string& experts);
+// --quantize (trainer, engine, demo, bench): none or fp8-block128[:GLOB,...] (quantize.h).
+void add_quantize_flag(CLI::App& cmd, std::string& quantize);
 // --engine-gpus (engine, demo, bench): GPUs the engine ranks share round-robin.
 void add_engine_gpus_flag(CLI::App& cmd, int& gpus);
 

@@ -6,7 +6,21 @@
 // most of the GPU idle; one launch for everything measured slower than
 // ~1 GiB launches). finish() launches the rest, waits once, and announces
 // every bucket. No credits.
+//
+// Under --quantize (device weights), the sender quantizes straight into the
+// engine's weights: for each FP8 tensor of the fed rank, one kernel reads
+// its shard of the trainer's bf16 tensor and writes the codes and scales
+// where the engine holds them (take_quantization: the view's derive() then
+// computes nothing), launched after the copies of the same launch. Every
+// kernel's NaN report is read in finish(), before any bucket is announced:
+// a NaN or Inf fails the refit naming the tensor, and the engine, which
+// has not been told a bucket landed, commits nothing of it.
 #include "cuda/copy_engine.h"
+#include "cuda/fp8_block.h"
+#include "model/shard_copy.h"
+#include "quant/fp8_shard.h"
+#include "refit/device_memory.h"
+#include "runtime/quantized_source.h"
 #include "runtime/senders/pack.h"
 #include "runtime/senders/senders.h"
 
@@ -24,15 +38,24 @@ class DeviceDirectSender final : public BucketSender {
     if (registrations_->empty()) {  // device weights: the copy kernel
       ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(gpu));
       copier_ = std::make_unique<BatchedCopier>(std::move(copier));
+      if (c_.feed == nullptr) quant_ = take_quantization(*c_.source);
     }
     ASSIGN_OR_RETURN(stream_, CudaStream::Create(gpu));
+    if (quant_) {
+      ASSIGN_OR_RETURN(reports_, DeviceBuffer::Allocate(gpu, 8 * c_.plan->specs.size()));
+      RETURN_IF_ERROR(device_memset(reports_.data(), 0xFF, reports_.size()));
+    }
     return Status::Ok();
   }
 
   Status send(std::uint64_t, std::uint64_t j, Deadline) override {
     std::byte* arena = c_.target->mapped_slot(0);
     if (arena == nullptr) return Internal(bucket_where(c_, j) + ": the engine's exposed weights are not mapped");
-    append_arena_runs(c_, j, arena, &runs_);
+    if (quant_) {
+      append_quantized_bucket(j, arena);
+    } else {
+      append_arena_runs(c_, j, arena, &runs_);
+    }
     bytes_ += c_.plan->buckets[j].bytes;
     unannounced_.push_back(j);
     if (bytes_ >= kLaunchBytes) RETURN_IF_ERROR(launch(bucket_where(c_, j)));
@@ -44,6 +67,7 @@ class DeviceDirectSender final : public BucketSender {
     const std::string where = c_.name + ", direct writes of refit " + std::to_string(version);
     RETURN_IF_ERROR(launch(where));
     RETURN_IF_ERROR(stream_.synchronize().WithContext(where));
+    RETURN_IF_ERROR(check_reports(version));
     for (std::uint64_t j : unannounced_) RETURN_IF_ERROR(c_.protocol->send_landed(version, j, 0, deadline));
     unannounced_.clear();
     return Status::Ok();
@@ -53,18 +77,68 @@ class DeviceDirectSender final : public BucketSender {
     (void)stream_.synchronize();
     unannounced_.clear();
     runs_.clear();
+    quantized_.clear();
     bytes_ = 0;
+    if (quant_) (void)device_memset(reports_.data(), 0xFF, reports_.size());
   }
   CudaStream* stream() override { return &stream_; }
   SenderKind kind() const override { return SenderKind::kDeviceDirect; }
 
  private:
-  // Launches the runs packed so far.
+  // Launches the runs packed so far, then the quantizing kernels.
   Status launch(const std::string& where) {
     RETURN_IF_ERROR((copier_ ? copier_->copy(runs_, stream_.handle()) : copy_runs_with_copy_engine(runs_, stream_.handle()))
                         .WithContext(where));
     runs_.clear();
     bytes_ = 0;
+    for (const std::size_t codes : quantized_) RETURN_IF_ERROR(launch_quantize(codes).WithContext(where));
+    quantized_.clear();
+    return Status::Ok();
+  }
+
+  // Bucket j's copies as runs, and each FP8 tensor it begins (the entry at
+  // its offset 0) as one kernel: the scales follow their codes in the
+  // stream (quantize_model), so the codes' entry stands for both.
+  void append_quantized_bucket(std::uint64_t j, std::byte* arena) {
+    for (const PlanEntry& e : c_.plan->buckets[j].entries) {
+      const QuantPart part = quant_->quantized->sources[e.tensor].part;
+      if (part == QuantPart::kCodes && e.tensor_offset == 0) quantized_.push_back(e.tensor);
+      if (part != QuantPart::kCopy) continue;
+      append_shard_copy_runs(c_.source->model().weights[e.tensor], c_.pack_rank, c_.engine_ranks,
+                             c_.source->data(e.tensor), e.tensor_offset, e.bytes,
+                             arena + c_.arena_offsets[e.tensor] + e.tensor_offset, &runs_);
+    }
+  }
+
+  // Engine tensor `codes` (and its scales, the next) from the fed rank's
+  // shard of its bf16 source, into the engine's weights.
+  Status launch_quantize(std::size_t codes) {
+    const Weight& source = quant_->unquantized->model().weights[quant_->quantized->sources[codes].source];
+    ASSIGN_OR_RETURN(const Fp8Box box, quantized_shard_box(source, c_.pack_rank, c_.engine_ranks));
+    std::byte* arena = c_.target->mapped_slot(0);
+    const Fp8DeviceOutput out{reinterpret_cast<std::uint8_t*>(arena + c_.arena_offsets[codes]),
+                              reinterpret_cast<float*>(arena + c_.arena_offsets[codes + 1]),
+                              reinterpret_cast<std::uint64_t*>(reports_.data()) + codes};
+    const std::byte* full = quant_->unquantized->data(quant_->quantized->sources[codes].source);
+    return quantize_fp8_block_device(full_fp8_source(source.spec, full), box, out, stream_.handle())
+        .WithContext("quantizing tensor '" + source.spec.name + "'");
+  }
+
+  // After the stream finished: OK when no kernel saw a NaN or Inf; else the
+  // first such tensor's refusal. Resets the reports for the next refit.
+  Status check_reports(std::uint64_t version) {
+    if (!quant_) return Status::Ok();
+    std::vector<std::uint64_t> reports(c_.plan->specs.size());
+    RETURN_IF_ERROR(copy_device_to_host({reinterpret_cast<std::byte*>(reports.data()), reports_.size()},
+                                        reports_.data()));
+    RETURN_IF_ERROR(device_memset(reports_.data(), 0xFF, reports_.size()));
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+      if (reports[i] == kFp8AllFinite) continue;
+      const Weight& source = quant_->unquantized->model().weights[quant_->quantized->sources[i].source];
+      ASSIGN_OR_RETURN(const Fp8Box box, quantized_shard_box(source, c_.pack_rank, c_.engine_ranks));
+      return fp8_nonfinite_status(full_fp8_source(source.spec, nullptr), box, reports[i], source.spec.name, version)
+          .WithContext(c_.name);
+    }
     return Status::Ok();
   }
 
@@ -75,6 +149,12 @@ class DeviceDirectSender final : public BucketSender {
   std::vector<CopyRun> runs_;               // packed, not launched yet
   std::uint64_t bytes_ = 0;                 // their bytes
   std::vector<std::uint64_t> unannounced_;  // buckets packed this refit, not yet announced
+  // --quantize, device weights: the view's parts, the FP8 tensors (their
+  // codes' index) to quantize at the next launch, one NaN report per
+  // engine tensor (device memory, all bits set when finite).
+  std::optional<QuantizedOrigin> quant_;
+  std::vector<std::size_t> quantized_;
+  DeviceBuffer reports_;
 };
 
 }  // namespace

@@ -1,0 +1,192 @@
+// The trainer's view of its source under --quantize: see quantized_source.h.
+#include "runtime/quantized_source.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "cuda/device.h"
+#include "cuda/fp8_block.h"
+#include "quant/fp8_shard.h"
+#include "refit/device_memory.h"
+#include "refit/reference_engine.h"
+
+namespace refit {
+namespace {
+
+// At most this many host threads quantize one refit's tensors.
+constexpr unsigned kQuantizeThreads = 14;
+
+// A selected weight: the source tensor it comes from, where its codes and
+// scales lie in the arena.
+struct Selected {
+  std::size_t source = 0;
+  std::uint64_t codes = 0, scales = 0;  // arena offsets
+};
+
+class QuantizingSource final : public WeightSource {
+ public:
+  QuantizingSource(std::unique_ptr<WeightSource> inner, QuantizedModel quantized)
+      : inner_(std::move(inner)), q_(std::move(quantized)) {}
+
+  // Lays out every selected weight's codes then scales, and allocates them once.
+  Status allocate() {
+    std::vector<TensorSpec> specs;  // the codes and scales, in order
+    for (std::size_t i = 0; i < q_.sources.size(); ++i) {
+      if (q_.sources[i].part != QuantPart::kCopy) specs.push_back(q_.engine.weights[i].spec);
+    }
+    std::uint64_t bytes = 0;
+    const std::vector<std::uint64_t> at = weight_arena_offsets(specs, &bytes);
+    offsets_.assign(q_.sources.size(), 0);
+    for (std::size_t i = 0, k = 0; i < q_.sources.size(); ++i) {
+      const QuantPart part = q_.sources[i].part;
+      if (part == QuantPart::kCopy) continue;
+      offsets_[i] = at[k++];
+      if (part == QuantPart::kCodes) selected_.push_back({q_.sources[i].source, offsets_[i], 0});
+      if (part == QuantPart::kScales) selected_.back().scales = offsets_[i];
+    }
+    if (inner_->memory() == MemoryKind::kCuda) {
+      ASSIGN_OR_RETURN(device_arena_, DeviceBuffer::Allocate(inner_->device(), bytes));
+      ASSIGN_OR_RETURN(reports_, DeviceBuffer::Allocate(inner_->device(), 8 * std::max<std::size_t>(1, selected_.size())));
+      ASSIGN_OR_RETURN(stream_, CudaStream::Create(inner_->device()));
+    } else {
+      host_arena_.resize(bytes);
+    }
+    return Status::Ok();
+  }
+
+  const Model& model() const override { return q_.engine; }
+  MemoryKind memory() const override { return inner_->memory(); }
+  int device() const override { return inner_->device(); }
+
+  Status prepare(std::uint64_t version, std::uint64_t seed) override { return inner_->prepare(version, seed); }
+  // The quantization, timed with the refit (unless a sender took it).
+  Status derive(std::uint64_t version) override {
+    RETURN_IF_ERROR(inner_->derive(version));
+    if (sender_quantizes_) return Status::Ok();
+    if (inner_->memory() == MemoryKind::kCuda) return quantize_on_device(version);
+    return quantize_on_host(version);
+  }
+
+  const std::byte* data(std::size_t i) const override {
+    const QuantSource& s = q_.sources[i];
+    if (s.part == QuantPart::kCopy) return inner_->data(s.source);
+    return arena() + offsets_[i];
+  }
+  std::vector<std::pair<const std::byte*, std::uint64_t>> stable_host_ranges() const override {
+    auto ranges = inner_->stable_host_ranges();
+    if (ranges.empty() || host_arena_.empty()) return {};  // every data(i) must lie in one of them
+    ranges.emplace_back(host_arena_.data(), host_arena_.size());
+    return ranges;
+  }
+  Status check_unchanged() const override { return inner_->check_unchanged(); }
+
+  QuantizedOrigin take() const {
+    sender_quantizes_ = true;
+    return QuantizedOrigin{&q_, inner_.get()};
+  }
+
+ private:
+  const std::byte* arena() const { return device_arena_.size() > 0 ? device_arena_.data() : host_arena_.data(); }
+  std::byte* arena() { return device_arena_.size() > 0 ? device_arena_.data() : host_arena_.data(); }
+
+  // One tensor with the CPU reference; a refusal names the tensor.
+  Status quantize_one(const Selected& s, std::uint64_t version) {
+    const TensorSpec& spec = inner_->model().weights[s.source].spec;
+    const Fp8Source src = full_fp8_source(spec, inner_->data(s.source));
+    const Fp8Box box = fp8_whole_box(src);
+    auto* codes = reinterpret_cast<std::uint8_t*>(arena() + s.codes);
+    auto* scales = reinterpret_cast<float*>(arena() + s.scales);
+    const Status done = quantize_fp8_block(src, box, {codes, static_cast<std::size_t>(box.elements())},
+                                           {scales, static_cast<std::size_t>(box.scales())});
+    if (done.ok()) return done;
+    RETURN_IF_ERROR(check_fp8_finite(src, box, spec.name, version));  // the named refusal
+    return done.WithContext("tensor '" + spec.name + "'");
+  }
+
+  Status quantize_on_host(std::uint64_t version) {
+    const unsigned cores = std::max(std::thread::hardware_concurrency(), 2u);
+    const auto threads = static_cast<unsigned>(std::min<std::size_t>({kQuantizeThreads, cores, selected_.size()}));
+    std::vector<Status> results(std::max(threads, 1u));
+    auto work = [&](unsigned t) {
+      for (std::size_t i = t; i < selected_.size() && results[t].ok(); i += threads) {
+        results[t] = quantize_one(selected_[i], version);
+      }
+    };
+    std::vector<std::thread> workers;
+    for (unsigned t = 1; t < threads; ++t) workers.emplace_back(work, t);
+    if (threads > 0) work(0);
+    for (auto& w : workers) w.join();
+    for (const Status& s : results) RETURN_IF_ERROR(s);
+    return Status::Ok();
+  }
+
+  // One launch per tensor on one stream, then every tensor's NaN report.
+  Status quantize_on_device(std::uint64_t version) {
+    if (selected_.empty()) return Status::Ok();
+    auto* reports = reinterpret_cast<std::uint64_t*>(reports_.data());
+    RETURN_IF_ERROR(device_memset(reports_.data(), 0xFF, 8 * selected_.size()));
+    for (std::size_t i = 0; i < selected_.size(); ++i) {
+      const Selected& s = selected_[i];
+      const TensorSpec& spec = inner_->model().weights[s.source].spec;
+      const Fp8Source src = full_fp8_source(spec, inner_->data(s.source));
+      const Fp8DeviceOutput out{reinterpret_cast<std::uint8_t*>(arena() + s.codes),
+                                reinterpret_cast<float*>(arena() + s.scales), reports + i};
+      RETURN_IF_ERROR(quantize_fp8_block_device(src, fp8_whole_box(src), out, stream_.handle())
+                          .WithContext("quantizing tensor '" + spec.name + "'"));
+    }
+    RETURN_IF_ERROR(stream_.synchronize());
+    std::vector<std::uint64_t> host(selected_.size());
+    RETURN_IF_ERROR(copy_device_to_host({reinterpret_cast<std::byte*>(host.data()), 8 * host.size()}, reports_.data()));
+    for (std::size_t i = 0; i < selected_.size(); ++i) {
+      if (host[i] == kFp8AllFinite) continue;
+      const TensorSpec& spec = inner_->model().weights[selected_[i].source].spec;
+      const Fp8Source src = full_fp8_source(spec, inner_->data(selected_[i].source));
+      return fp8_nonfinite_status(src, fp8_whole_box(src), host[i], spec.name, version);
+    }
+    return Status::Ok();
+  }
+
+  std::unique_ptr<WeightSource> inner_;
+  QuantizedModel q_;
+  std::vector<std::uint64_t> offsets_;  // of each engine weight's codes or scales in the arena (copies: 0)
+  std::vector<Selected> selected_;
+  std::vector<std::byte> host_arena_;
+  DeviceBuffer device_arena_, reports_;
+  CudaStream stream_;
+  // A sender writes the codes and scales itself (take_quantization): set
+  // once at setup, through the const source the senders hold.
+  mutable bool sender_quantizes_ = false;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<WeightSource>> with_quantization(std::unique_ptr<WeightSource> source,
+                                                          const QuantizeSpec& spec, int engine_ranks) {
+  if (spec.format == QuantFormat::kNone) return source;
+  if (!source->trainer_layouts().empty()) {
+    return InvalidArgument("--quantize " + spec.ToString() +
+                           " with a sharded trainer: not built yet (a 128-block may span two trainer ranks' "
+                           "shards, whose amax they would exchange first); quantize from full trainer ranks");
+  }
+  ASSIGN_OR_RETURN(QuantizedModel quantized, quantize_model(source->model(), spec, engine_ranks));
+  auto view = std::make_unique<QuantizingSource>(std::move(source), std::move(quantized));
+  RETURN_IF_ERROR(view->allocate());
+  return std::unique_ptr<WeightSource>(std::move(view));
+}
+
+std::optional<QuantizedOrigin> take_quantization(const WeightSource& source) {
+  const auto* view = dynamic_cast<const QuantizingSource*>(&source);
+  if (view == nullptr) return std::nullopt;
+  return view->take();
+}
+
+StatusOr<std::unique_ptr<WeightSource>> with_quantization(std::unique_ptr<WeightSource> source,
+                                                          const RankOptions& options) {
+  ASSIGN_OR_RETURN(const QuantizeSpec spec, parse_quantize(options.quantize));
+  return with_quantization(std::move(source), spec, options.engine_ranks);
+}
+
+}  // namespace refit
