@@ -15,6 +15,7 @@
 #include "refit/checkpoint.h"
 #include "refit/device_memory.h"
 #include "refit/dtype.h"
+#include "refit/quantize.h"
 #include "refit/coordinator.h"
 #include "refit/roles.h"
 #include "refit/transports.h"
@@ -119,4 +120,22 @@ PYBIND11_MODULE(_refit, m) {
       },
       py::arg("name"),
       "The TP shard rule of a tensor name under refit's default table (column, row, vocab or replicated).");
+  m.def(
+      "quantized_specs",
+      [](const std::vector<std::tuple<std::string, std::string, std::vector<std::int64_t>>>& specs,
+         const std::string& quantize) {
+        Model model;
+        for (const auto& [name, dtype, shape] : specs) {
+          model.weights.push_back(Weight{TensorSpec{name, value_or_throw(parse_dtype(dtype)), shape}});
+        }
+        // One rank: the specs are the engine rank's own shards, whose codes and scales are the
+        // shards' (a trainer refuses splits that would make them differ).
+        const QuantizedModel q = value_or_throw(quantize_model(model, value_or_throw(parse_quantize(quantize)), 1));
+        std::vector<std::tuple<std::string, std::string, std::vector<std::int64_t>>> out;
+        for (const Weight& w : q.engine.weights) out.emplace_back(w.spec.name, dtype_name(w.spec.dtype), w.spec.shape);
+        return out;
+      },
+      py::arg("specs"), py::arg("quantize"),
+      "An engine rank's (name, dtype, shape) specs as its trainers' bf16/fp32 weights, as the FP8 engine holds "
+      "them under `quantize` (refit/quantize.h): codes and scales in place of each selected weight.");
 }

@@ -1,6 +1,8 @@
 // Element types refit moves. Names are the torch dtype names ("bfloat16",
 // "float8_e4m3fn", ...). refit never converts between dtypes: bytes move as
-// they are (DESIGN.md rule 5: never promote).
+// they are (DESIGN.md rule 5: never promote). The one conversion is the one
+// an engine declares with --quantize (quantize.h): bf16/fp32 weights into
+// FP8 codes and scales, in a format defined bit for bit.
 #pragma once
 
 #include <cstddef>

@@ -22,8 +22,9 @@
 // blocks are then whole blocks of the full tensor, and its codes and scales
 // are the full tensor's, cut.
 //
-// Not used by the runtime yet: no trainer packs, and no engine verifies,
-// quantized bytes (docs/DESIGN.md, "FP8 block quantization").
+// The runtime: RankOptions::quantize (`--quantize`) on both sides; the
+// trainer quantizes on its own side and the engine verifies every code and
+// scale (docs/DESIGN.md, "FP8 block quantization").
 //
 // Thread safety: values; the functions are pure.
 #pragma once

@@ -53,7 +53,7 @@ __all__ = [
     "AbortedError", "Coordinator", "DataLossError", "DeadlineExceededError", "Engine", "Error",
     "FailedPreconditionError", "InternalError", "InvalidArgumentError", "NotFoundError", "RefitReport",
     "ResourceExhaustedError", "TensorView", "Trainer", "TransportAvailability", "UnavailableError", "cuda_built",
-    "dtypes", "parse_bytes", "set_log_handler", "shard_rule", "tensor_spec", "transports",
+    "dtypes", "parse_bytes", "quantized_specs", "set_log_handler", "shard_rule", "tensor_spec", "transports",
 ]
 
 # ---------------------------------------------------------------- log messages
@@ -223,6 +223,15 @@ def _dtype_name(dtype):
 def _is_cuda(tensor):
     device = getattr(tensor, "__dlpack_device__", None)
     return device is not None and device()[0] == 2
+
+
+def quantized_specs(specs, quantize):
+    """An engine rank's [(name, dtype, shape)] as its trainers hold them (bf16 or fp32), as the
+    FP8 engine holds them under quantize ("fp8-block128[:GLOB,...]"): each selected weight becomes
+    its codes (name, "float8_e4m3fn", shape) followed by its scales (prefix + ".weight_scale_inv",
+    "float32", [ceil(R/128), ceil(C/128)]); the rest as given."""
+    entries = [(n, _dtype_name(d), tuple(int(x) for x in s)) for n, d, s in specs]
+    return [(n, d, tuple(s)) for n, d, s in _refit.quantized_specs(entries, quantize)]
 
 
 def _set(options, field, value, convert=None):
@@ -505,14 +514,25 @@ class Engine:
         seconds): a coordinator silent for heartbeat_timeout ends next(),
         also while it waits for the next refit to start, with
         UnavailableError "lost the coordinator: ...".
+    quantize: with (name, dtype, shape) specs of the bf16 (or fp32) weights
+        the trainers hold, the engine holds them as the trainers' quantize
+        makes them (see Trainer; refit.quantized_specs): each selected
+        weight becomes (name, "float8_e4m3fn", shape) and (name +
+        "_scale_inv", "float32", blocks), and load_fn receives those views.
+        Default: as declared.
     """
 
     def __init__(self, coordinator, params, *, rank=None, trainer_ranks=None, engine_ranks=None, bucket_size=None,
                  transport=None, mode=None, device=None, gpu=None, base_gpu_id=None, pool_slots=None,
                  memory_limit=None, listen_host=None, poison_recycled=None, supported_dtypes=None,
                  setup_timeout=None, refit_timeout=None, bucket_timeout=None, heartbeat_interval=None,
-                 heartbeat_timeout=None, secret=None, on_commit=None):
+                 heartbeat_timeout=None, secret=None, on_commit=None, quantize=None):
         entries = self._entries(params)
+        if quantize not in (None, "none"):
+            if any(len(e) != 3 for e in entries):
+                raise InvalidArgumentError("quantize: declare the weights as (name, dtype, shape) specs; "
+                                           "refit then holds the codes and scales for you")
+            entries = quantized_specs(entries, quantize)
         if device is None:
             device = "cuda" if entries and len(entries[0]) == 2 and _is_cuda(entries[0][1]) else "cpu"
         options = _rank_options(_refit.EngineOptions(), coordinator, rank, trainer_ranks, engine_ranks, bucket_size,

@@ -216,6 +216,95 @@ class OneProcess(unittest.TestCase):
         self.assertNotIn("error", coordinator.wait(10))
         self.assertLess(time.monotonic() - started, 10)
 
+    # bf16/fp32 trainers into FP8 engines (quantize="fp8-block128"): the engine declares the codes
+    # and scales, and holds after each version exactly what an independent numpy quantization
+    # from the format gives (amax per 128x128 block, s = max(amax, 1e-12) / 448 in fp32, codes by
+    # nearest-even search over every finite e4m3 value, saturating at 448); the norm is copied.
+    # Mutations caught: the binding not passing quantize (the trainer's stream keeps float32: setup
+    # refuses the job naming the tensor; tried), codes or scales of another version or block.
+    def test_a_quantizing_trainer_feeds_an_fp8_engine(self):
+        import ctypes
+        import threading
+        import refit
+        coordinator = refit.Coordinator(1, 1, setup_timeout=20, refit_timeout=20)
+        full = {"layers.0.q_proj.weight": np.zeros((256, 200), np.float32),
+                "layers.0.input_layernorm.weight": np.zeros(200, np.float32)}
+        errors, sent = [], {}
+
+        def trainer():
+            try:
+                with refit.Trainer(coordinator, full, quantize="fp8-block128", bucket_size=8192) as t:
+                    for v in (1, 2):
+                        rng = np.random.default_rng(v)
+                        for a in full.values():
+                            a[...] = rng.standard_normal(a.shape, np.float32) * (v * 3)
+                        full["layers.0.q_proj.weight"][5, 7] = 0.0 if v == 1 else -0.0
+                        sent[v] = {name: a.copy() for name, a in full.items()}  # the engine compares after
+                        t.refit(v)
+            except refit.Error as e:
+                errors.append(e)
+
+        got = {}
+
+        def load(items):
+            for name, view in items:
+                got[name] = ctypes.string_at(view.data_ptr, view.nbytes)
+
+        thread = threading.Thread(target=trainer)
+        thread.start()
+        specs = [("layers.0.q_proj.weight", "float8_e4m3fn", (256, 200)),
+                 ("layers.0.q_proj.weight_scale_inv", "float32", (2, 2)),
+                 ("layers.0.input_layernorm.weight", "float32", (200,))]
+        self.assertEqual(refit.quantized_specs([(n, a.dtype, a.shape) for n, a in full.items()], "fp8-block128"),
+                         specs)
+        versions = []
+        with refit.Engine(coordinator, specs, bucket_size=8192) as engine:
+            while (v := engine.next(load)) is not None:
+                versions.append(v)
+                codes, scales = _quantize_fp8_block128(sent[v]["layers.0.q_proj.weight"])
+                self.assertEqual(got["layers.0.q_proj.weight"], codes.tobytes(), f"codes of version {v}")
+                self.assertEqual(got["layers.0.q_proj.weight_scale_inv"], scales.tobytes(), f"scales of {v}")
+                self.assertEqual(got["layers.0.input_layernorm.weight"],
+                                 sent[v]["layers.0.input_layernorm.weight"].tobytes())
+        thread.join(30)
+        self.assertEqual(errors, [])
+        self.assertEqual(versions, [1, 2])
+        report = coordinator.wait(10)
+        self.assertEqual(report["quantized_tensors"], 0)  # a Python engine declares; the count is the CLI's
+        self.assertEqual(report["bytes_per_refit"], 256 * 200 + 16 + 800)
+
+
+def _e4m3_values():
+    """The 127 non-negative finite e4m3fn values, by code 0..126."""
+    codes = np.arange(127)
+    e, m = codes >> 3, (codes & 7).astype(np.float64)
+    return np.where(e == 0, m * 2.0 ** -9, (1 + m / 8) * 2.0 ** (e - 7.0))
+
+
+def _quantize_fp8_block128(w):
+    """The format (docs/DESIGN.md), in numpy: codes (uint8, w's shape) and fp32 scales per block."""
+    rows, cols = w.shape
+    values = _e4m3_values()
+    codes = np.zeros((rows, cols), np.uint8)
+    scales = np.zeros((-(-rows // 128), -(-cols // 128)), np.float32)
+    for i in range(scales.shape[0]):
+        for j in range(scales.shape[1]):
+            block = w[128 * i:128 * i + 128, 128 * j:128 * j + 128].astype(np.float32)
+            amax = np.float32(np.abs(block).max())
+            s = np.float32(max(amax, np.float32(1e-12))) / np.float32(448.0)
+            scales[i, j] = s
+            q = (block / s).astype(np.float32)
+            mag = np.abs(q).astype(np.float64)
+            idx = np.clip(np.searchsorted(values, mag), 1, 126)
+            lo, hi = values[idx - 1], values[idx]
+            pick = np.where(mag - lo < hi - mag, idx - 1, idx)
+            tie = (mag - lo) == (hi - mag)
+            pick = np.where(tie, np.where((idx - 1) % 2 == 0, idx - 1, idx), pick)
+            pick = np.where(mag >= 448.0, 126, pick)
+            pick = np.where(mag == 0, 0, pick)
+            codes[128 * i:128 * i + 128, 128 * j:128 * j + 128] = pick | np.where(np.signbit(q), 0x80, 0)
+    return codes, scales
+
 
 if __name__ == "__main__":
     unittest.main()
