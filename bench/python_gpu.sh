@@ -14,6 +14,9 @@
 #       runs the proof with the GPU machine's python3 (torch, transformers),
 #       prints each case and a last line "SUMMARY: PASS|FAIL: ...";
 #       the log goes to $OUT/python_gpu.log. Exit status 0 only on PASS.
+#   there, `bash bench/python_gpu.sh fp8 [--models llama --modes staged]`:
+#       bf16 trainers into FP8 engines, each code and scale equal to a PyTorch
+#       quantization from the format (python/tests/gpu_fp8_proof.py, issue 20).
 #   there, `bash bench/python_gpu.sh fsdp [--cases llama:2:3,...]`: FSDP2
 #       trainers (fully_shard over gloo ranks sharing the GPU) refit into
 #       engines of another TP size, bit for bit (python/tests/gpu_fsdp_proof.py,
@@ -48,6 +51,7 @@ fi
 what=proof
 [[ ${1:-} == dtensor ]] && { what=dtensor; shift; }
 [[ ${1:-} == fsdp ]] && { what=fsdp; shift; }
+[[ ${1:-} == fp8 ]] && { what=fp8; shift; }
 out=${OUT:-/tmp/refit-python-gpu-out}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
@@ -69,6 +73,12 @@ export PYTHONUNBUFFERED=1
     (cd python/tests && timeout 600 "$py" run.py dtensor_test)
     status=$?
     [[ $status == 0 ]] && echo "SUMMARY: PASS: dtensor_test" || echo "SUMMARY: FAIL: dtensor_test exited $status"
+    exit $status
+  fi
+  if [[ $what == fp8 ]]; then
+    timeout -k 15 500 "$py" python/tests/gpu_fp8_proof.py "$@" 2>&1 | tee "$out/fp8_proof.log"
+    status=${PIPESTATUS[0]}
+    grep -q '^SUMMARY: PASS' "$out/fp8_proof.log" || { echo "SUMMARY: FAIL: the fp8 proof exited $status"; status=1; }
     exit $status
   fi
   if [[ $what == fsdp ]]; then

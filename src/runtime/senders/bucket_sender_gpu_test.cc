@@ -16,7 +16,10 @@
 #include "cuda/device.h"
 #include "refit/reference_engine.h"
 #include "refit/model.h"
+#include "quant/fp8_block.h"
+#include "refit/device_memory.h"
 #include "runtime/bucket_sender.h"
+#include "runtime/quantized_source.h"
 #include "testing/fake_data_plane.h"
 
 namespace refit {
@@ -143,6 +146,80 @@ INSTANTIATE_TEST_SUITE_P(
                       GpuCase{"device_kernel", true, false, false, SenderKind::kDeviceKernel},
                       GpuCase{"device_direct", true, true, false, SenderKind::kDeviceDirect}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// --quantize, direct mode, device weights: the sender quantizes each shard
+// straight into the engine's weights. A NaN or Inf its kernels report fails
+// finish() naming the tensor, element and version, with no bucket
+// announced; without one, the arena holds the CPU reference's codes and
+// scales. Catches: finish() not reading the reports (the buckets would be
+// announced with the codes of an Inf), a kernel writing codes or scales
+// anywhere but at their arena offsets, and the view's derive() still
+// computing (the sender took the quantization: derive() must not touch the
+// device, which the NaN case would then report from derive instead).
+TEST(GpuQuantizingSender, DirectKernelsWriteTheArenaAndRefuseAnInfBeforeAnnouncing) {
+  REFIT_SKIP_WITHOUT_CUDA_DEVICE();
+  for (const bool with_inf : {false, true}) {
+    Model model;
+    model.preset = "test";
+    model.weights.push_back(Weight{TensorSpec{"l.up_proj.weight", DType::kBFloat16, {300, 260}}, ShardRule::kColumn});
+    model.weights.push_back(Weight{TensorSpec{"l.norm.weight", DType::kBFloat16, {260}}, ShardRule::kReplicated});
+    std::vector<std::uint16_t> values(300 * 260 + 260);
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<std::uint16_t>(0x3F80 + i % 97);
+    if (with_inf) values[257 * 260 + 3] = 0xFF80;
+    REFIT_ASSERT_OK_AND_ASSIGN(DeviceBuffer weights, DeviceBuffer::Allocate(0, values.size() * 2));
+    REFIT_ASSERT_OK(copy_host_to_device(weights.data(), {reinterpret_cast<const std::byte*>(values.data()),
+                                                         values.size() * 2}));
+    REFIT_ASSERT_OK_AND_ASSIGN(auto external, make_external_source(model, {weights.data(), weights.data() + 300 * 260 * 2},
+                                                                   MemoryKind::kCuda, 0));
+    REFIT_ASSERT_OK_AND_ASSIGN(auto source, with_quantization(std::move(external), parse_quantize("fp8-block128").value(), 1));
+    REFIT_ASSERT_OK_AND_ASSIGN(Plan plan, make_plan(engine_stream(source->model(), 0, 1), 16 << 10));
+    std::uint64_t arena_bytes = 0;
+    const std::vector<std::uint64_t> offsets = weight_arena_offsets(plan.specs, &arena_bytes);
+    DeviceSlots target;
+    REFIT_ASSERT_OK_AND_ASSIGN(DeviceBuffer arena, DeviceBuffer::Allocate(0, arena_bytes));
+    target.slots.push_back(std::move(arena));
+    testing::FakeProtocol protocol(kSlots, [](std::uint64_t, std::uint64_t, std::uint64_t) { return true; });
+    SenderContext context;
+    context.name = "trainer rank 0";
+    context.plan = &plan;
+    context.source = source.get();
+    context.target = &target;
+    context.protocol = &protocol;
+    context.arena_offsets = offsets;
+    SenderSettings settings;
+    settings.direct = true;
+    settings.weights_on_device = true;
+    settings.target_on_device = true;
+    settings.gpu = 0;
+    REFIT_ASSERT_OK_AND_ASSIGN(auto sender, make_bucket_sender(std::move(context), settings));
+    ASSERT_EQ(sender->kind(), SenderKind::kDeviceDirect);
+    REFIT_ASSERT_OK(source->prepare(4, 0));
+    REFIT_ASSERT_OK(source->derive(4));  // the sender took the quantization: nothing to compute here
+    const Deadline deadline = Deadline::AfterSeconds(30);
+    for (std::uint64_t j = 0; j < plan.buckets.size(); ++j) REFIT_ASSERT_OK(sender->send(4, j, deadline));
+    const Status finished = sender->finish(4, deadline);
+    if (with_inf) {
+      ASSERT_FALSE(finished.ok());
+      EXPECT_NE(finished.message().find("tensor 'l.up_proj.weight' at weight version 4: element [257, 3] is -inf"),
+                std::string::npos)
+          << finished.ToString();
+      EXPECT_TRUE(protocol.landed().empty());
+      continue;
+    }
+    REFIT_ASSERT_OK(finished);
+    EXPECT_EQ(protocol.landed().size(), plan.buckets.size());
+    const Fp8Source src = fp8_dense_source(DType::kBFloat16, reinterpret_cast<const std::byte*>(values.data()), 1,
+                                           300, 260);
+    std::vector<std::uint8_t> codes(300 * 260);
+    std::vector<float> scales(3 * 3);
+    REFIT_ASSERT_OK(quantize_fp8_block(src, fp8_whole_box(src), codes, scales));
+    std::vector<std::byte> got(arena_bytes);
+    REFIT_ASSERT_OK(copy_device_to_host(got, target.slots[0].data()));
+    EXPECT_EQ(std::memcmp(got.data() + offsets[0], codes.data(), codes.size()), 0);
+    EXPECT_EQ(std::memcmp(got.data() + offsets[1], scales.data(), scales.size() * 4), 0);
+    EXPECT_EQ(std::memcmp(got.data() + offsets[2], values.data() + 300 * 260, 520), 0);
+  }
+}
 
 }  // namespace
 }  // namespace refit
