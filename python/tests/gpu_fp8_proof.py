@@ -201,7 +201,8 @@ def main():
                 print(line, flush=True)
             results.append((model, mode, ok))
     failed = [f"{m}/{mode}" for m, mode, ok in results if not ok]
-    print(json.dumps({"proof": "gpu_fp8", "cases": [{"model": m, "mode": mode, "pass": ok} for m, mode, ok in results]}))
+    cases = [{"model": m, "mode": mode, "pass": ok} for m, mode, ok in results]
+    print(json.dumps({"proof": "gpu_fp8", "cases": cases}))
     print(f"SUMMARY: {'PASS' if not failed else 'FAIL'}: {len(results) - len(failed)}/{len(results)} cases passed"
           + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
     return 0 if not failed else 1
