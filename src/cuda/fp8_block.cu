@@ -23,11 +23,13 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.h"
+#include "refit/device_memory.h"
 
 namespace refit {
 namespace {
@@ -49,6 +51,7 @@ struct QuantizeArgs {
   std::uint8_t* weight;
   float* scale;
   unsigned long long* report;
+  bool bf16;  // the batch kernel's dtype; the single kernel's is its template argument
 };
 
 __device__ __forceinline__ std::uint8_t e4m3_rn_satfinite(float x) {
@@ -65,71 +68,104 @@ __device__ __forceinline__ float load_element(const std::byte* data, std::int64_
   }
 }
 
+// Block (m, bi, bj) of the box of `a`: amax, s, codes. Every thread of the
+// CUDA block calls it with the same block; `warp_amax` and `block_scale` are
+// the CUDA block's shared memory.
+template <bool kBf16>
+__device__ __forceinline__ void quantize_block(const QuantizeArgs& a, std::int64_t m, std::int64_t bi,
+                                               std::int64_t bj, float* warp_amax, float* block_scale) {
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  const std::int64_t r0 = bi * kFp8BlockSize, c0 = bj * kFp8BlockSize;
+  const std::int64_t h = min(kFp8BlockSize, a.rows - r0), w = min(kFp8BlockSize, a.cols - c0);
+  // Element (r, c) of this block: source index base + r * row_stride + c;
+  // box C-order index out + r * cols + c.
+  const std::int64_t base = (a.matrix_begin + m) * a.matrix_stride + (a.row_begin + r0) * a.row_stride +
+                            a.col_begin + c0;
+  const std::int64_t out = (m * a.rows + r0) * a.cols + c0;
+  float v[kRowsPerThread][kColsPerThread];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int r = ty + kTileY * i;
+#pragma unroll
+    for (int j = 0; j < kColsPerThread; ++j) {
+      const int c = tx + kTileX * j;
+      v[i][j] = 0.0f;
+      if (r < h && c < w) {
+        const float x = load_element<kBf16>(a.data, base + r * a.row_stride + c);
+        const unsigned bits = __float_as_uint(x);
+        if ((bits & 0x7F800000u) == 0x7F800000u) {
+          const unsigned long long kind = (bits & 0x7FFFFFu) != 0 ? 0 : (bits >> 31) ? 2 : 1;
+          const auto at = static_cast<unsigned long long>(out + static_cast<std::int64_t>(r) * a.cols + c);
+          atomicMin(a.report, (at << 2) | kind);
+        }
+        amax = fmaxf(amax, fabsf(x));
+        v[i][j] = x;
+      }
+    }
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
+  if (tx == 0) warp_amax[ty] = amax;
+  __syncthreads();
+  if (tx == 0 && ty == 0) {
+    float block_amax = warp_amax[0];
+    for (int k = 1; k < kTileY; ++k) block_amax = fmaxf(block_amax, warp_amax[k]);
+    const float s = __fdiv_rn(fmaxf(block_amax, kFp8ScaleFloor), kFp8E4M3Max);
+    *block_scale = s;
+    a.scale[(m * a.block_rows + bi) * a.block_cols + bj] = s;
+  }
+  __syncthreads();
+  const float s = *block_scale;
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int r = ty + kTileY * i;
+#pragma unroll
+    for (int j = 0; j < kColsPerThread; ++j) {
+      const int c = tx + kTileX * j;
+      if (r < h && c < w) {
+        a.weight[out + static_cast<std::int64_t>(r) * a.cols + c] = e4m3_rn_satfinite(__fdiv_rn(v[i][j], s));
+      }
+    }
+  }
+  __syncthreads();  // warp_amax and block_scale are reused by the next block
+}
+
 template <bool kBf16>
 __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeArgs a) {
   __shared__ float warp_amax[kTileY];
   __shared__ float block_scale;
-  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
   for (std::int64_t m = blockIdx.z; m < a.matrices; m += gridDim.z) {
     for (std::int64_t bi = blockIdx.y; bi < a.block_rows; bi += gridDim.y) {
       for (std::int64_t bj = blockIdx.x; bj < a.block_cols; bj += gridDim.x) {
-        const std::int64_t r0 = bi * kFp8BlockSize, c0 = bj * kFp8BlockSize;
-        const std::int64_t h = min(kFp8BlockSize, a.rows - r0), w = min(kFp8BlockSize, a.cols - c0);
-        // Element (r, c) of this block: source index base + r * row_stride + c;
-        // box C-order index out + r * cols + c.
-        const std::int64_t base = (a.matrix_begin + m) * a.matrix_stride + (a.row_begin + r0) * a.row_stride +
-                                  a.col_begin + c0;
-        const std::int64_t out = (m * a.rows + r0) * a.cols + c0;
-        float v[kRowsPerThread][kColsPerThread];
-        float amax = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kRowsPerThread; ++i) {
-          const int r = ty + kTileY * i;
-#pragma unroll
-          for (int j = 0; j < kColsPerThread; ++j) {
-            const int c = tx + kTileX * j;
-            v[i][j] = 0.0f;
-            if (r < h && c < w) {
-              const float x = load_element<kBf16>(a.data, base + r * a.row_stride + c);
-              const unsigned bits = __float_as_uint(x);
-              if ((bits & 0x7F800000u) == 0x7F800000u) {
-                const unsigned long long kind = (bits & 0x7FFFFFu) != 0 ? 0 : (bits >> 31) ? 2 : 1;
-                const auto at = static_cast<unsigned long long>(out + static_cast<std::int64_t>(r) * a.cols + c);
-                atomicMin(a.report, (at << 2) | kind);
-              }
-              amax = fmaxf(amax, fabsf(x));
-              v[i][j] = x;
-            }
-          }
-        }
-#pragma unroll
-        for (int offset = 16; offset > 0; offset /= 2) {
-          amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
-        }
-        if (tx == 0) warp_amax[ty] = amax;
-        __syncthreads();
-        if (tx == 0 && ty == 0) {
-          float block_amax = warp_amax[0];
-          for (int k = 1; k < kTileY; ++k) block_amax = fmaxf(block_amax, warp_amax[k]);
-          const float s = __fdiv_rn(fmaxf(block_amax, kFp8ScaleFloor), kFp8E4M3Max);
-          block_scale = s;
-          a.scale[(m * a.block_rows + bi) * a.block_cols + bj] = s;
-        }
-        __syncthreads();
-        const float s = block_scale;
-#pragma unroll
-        for (int i = 0; i < kRowsPerThread; ++i) {
-          const int r = ty + kTileY * i;
-#pragma unroll
-          for (int j = 0; j < kColsPerThread; ++j) {
-            const int c = tx + kTileX * j;
-            if (r < h && c < w) {
-              a.weight[out + static_cast<std::int64_t>(r) * a.cols + c] = e4m3_rn_satfinite(__fdiv_rn(v[i][j], s));
-            }
-          }
-        }
-        __syncthreads();  // warp_amax and block_scale are reused by the next block
+        quantize_block<kBf16>(a, m, bi, bj, warp_amax, &block_scale);
       }
+    }
+  }
+}
+
+// Every block of every job: `first[k]` is job k's first global block index
+// (first[jobs] the total); CUDA block g grid-strides over global blocks and
+// finds its job by binary search.
+__global__ void __launch_bounds__(kThreads) quantize_batch_kernel(const QuantizeArgs* jobs,
+                                                                 const unsigned long long* first, int count) {
+  __shared__ float warp_amax[kTileY];
+  __shared__ float block_scale;
+  const unsigned long long total = first[count];
+  for (unsigned long long g = blockIdx.x; g < total; g += gridDim.x) {
+    int lo = 0, hi = count - 1;  // the last job whose first block is <= g
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (first[mid] <= g) lo = mid; else hi = mid - 1;
+    }
+    const QuantizeArgs& a = jobs[lo];
+    const auto local = static_cast<std::int64_t>(g - first[lo]);
+    const std::int64_t bj = local % a.block_cols, bi = local / a.block_cols % a.block_rows;
+    const std::int64_t m = local / a.block_cols / a.block_rows;
+    if (a.bf16) {
+      quantize_block<true>(a, m, bi, bj, warp_amax, &block_scale);
+    } else {
+      quantize_block<false>(a, m, bi, bj, warp_amax, &block_scale);
     }
   }
 }
@@ -163,11 +199,12 @@ unsigned grid_dim(std::int64_t n, std::int64_t limit) {
 
 }  // namespace
 
-Status quantize_fp8_block_device(const Fp8Source& source, const Fp8Box& box, const Fp8DeviceOutput& out,
-                                 void* stream) {
-  std::string what = "quantize_fp8_block_device";
+namespace {
+
+// The checks of one job and its kernel arguments; `what` names it in errors.
+StatusOr<QuantizeArgs> job_args(const Fp8Source& source, const Fp8Box& box, const Fp8DeviceOutput& out,
+                                const std::string& what) {
   RETURN_IF_ERROR(validate_fp8_box(source, box).WithContext(what));
-  if (box.elements() == 0) return Status::Ok();
   if (out.weight == nullptr || out.scale == nullptr || out.report == nullptr) {
     return InvalidArgument(what + ": null output (weight, scale and report are all required)");
   }
@@ -176,12 +213,8 @@ Status quantize_fp8_block_device(const Fp8Source& source, const Fp8Box& box, con
       reinterpret_cast<std::uintptr_t>(out.report) % alignof(std::uint64_t) != 0) {
     return InvalidArgument(what + ": misaligned source, scale or report pointer");
   }
-  ASSIGN_OR_RETURN(const int device, launch_device(stream, source.data, what));
-  what += "(" + std::string(dtype_name(source.dtype)) + " box of " + std::to_string(box.matrices) + " x " +
-          std::to_string(box.rows) + " x " + std::to_string(box.cols) + ") on device " + std::to_string(device);
-  ScopedDevice scope(device);
-  RETURN_IF_ERROR(scope.status().WithContext(what));
-  const QuantizeArgs args{
+  static_assert(sizeof(unsigned long long) == sizeof(std::uint64_t));
+  return QuantizeArgs{
       .data = source.data,
       .row_stride = source.row_stride,
       .matrix_stride = source.matrix_stride,
@@ -196,17 +229,69 @@ Status quantize_fp8_block_device(const Fp8Source& source, const Fp8Box& box, con
       .weight = out.weight,
       .scale = out.scale,
       .report = reinterpret_cast<unsigned long long*>(out.report),
+      .bf16 = source.dtype == DType::kBFloat16,
   };
-  static_assert(sizeof(unsigned long long) == sizeof(std::uint64_t));
+}
+
+}  // namespace
+
+Status quantize_fp8_block_device(const Fp8Source& source, const Fp8Box& box, const Fp8DeviceOutput& out,
+                                 void* stream) {
+  std::string what = "quantize_fp8_block_device";
+  RETURN_IF_ERROR(validate_fp8_box(source, box).WithContext(what));
+  if (box.elements() == 0) return Status::Ok();
+  ASSIGN_OR_RETURN(const QuantizeArgs args, job_args(source, box, out, what));
+  ASSIGN_OR_RETURN(const int device, launch_device(stream, source.data, what));
+  what += "(" + std::string(dtype_name(source.dtype)) + " box of " + std::to_string(box.matrices) + " x " +
+          std::to_string(box.rows) + " x " + std::to_string(box.cols) + ") on device " + std::to_string(device);
+  ScopedDevice scope(device);
+  RETURN_IF_ERROR(scope.status().WithContext(what));
   const dim3 grid(grid_dim(args.block_cols, 0x7FFFFFFF), grid_dim(args.block_rows, 65535),
                   grid_dim(args.matrices, 65535));
   const dim3 threads(kTileX, kTileY);
   auto* s = static_cast<cudaStream_t>(stream);
-  if (source.dtype == DType::kBFloat16) {
+  if (args.bf16) {
     quantize_kernel<true><<<grid, threads, 0, s>>>(args);
   } else {
     quantize_kernel<false><<<grid, threads, 0, s>>>(args);
   }
+  return cuda_check_launch(what);
+}
+
+StatusOr<Fp8DeviceBatch> Fp8DeviceBatch::Prepare(std::span<const Fp8DeviceJob> jobs, int device) {
+  std::vector<QuantizeArgs> args;
+  std::vector<unsigned long long> first{0};
+  for (std::size_t k = 0; k < jobs.size(); ++k) {
+    const Fp8DeviceJob& j = jobs[k];
+    if (j.box.elements() == 0) continue;
+    ASSIGN_OR_RETURN(QuantizeArgs a,
+                     job_args(j.source, j.box, j.out, "quantize_fp8_block batch job " + std::to_string(k)));
+    first.push_back(first.back() + static_cast<unsigned long long>(a.matrices * a.block_rows * a.block_cols));
+    args.push_back(a);
+  }
+  Fp8DeviceBatch batch;
+  batch.count_ = static_cast<int>(args.size());
+  batch.blocks_ = first.back();
+  if (args.empty()) return StatusOr<Fp8DeviceBatch>(std::move(batch));
+  const std::uint64_t args_bytes = args.size() * sizeof(QuantizeArgs);
+  ASSIGN_OR_RETURN(batch.table_, DeviceBuffer::Allocate(device, args_bytes + first.size() * sizeof(first[0])));
+  RETURN_IF_ERROR(copy_host_to_device(batch.table_.data(), {reinterpret_cast<const std::byte*>(args.data()),
+                                                            static_cast<std::size_t>(args_bytes)}));
+  RETURN_IF_ERROR(copy_host_to_device(batch.table_.data() + args_bytes,
+                                      {reinterpret_cast<const std::byte*>(first.data()), first.size() * 8}));
+  return StatusOr<Fp8DeviceBatch>(std::move(batch));
+}
+
+Status Fp8DeviceBatch::launch(void* stream) const {
+  if (count_ == 0) return Status::Ok();
+  const std::string what = "quantize_fp8_block batch of " + std::to_string(count_) + " jobs (" +
+                           std::to_string(blocks_) + " blocks) on device " + std::to_string(table_.device());
+  ScopedDevice scope(table_.device());
+  RETURN_IF_ERROR(scope.status().WithContext(what));
+  const auto* args = reinterpret_cast<const QuantizeArgs*>(table_.data());
+  const auto* first = reinterpret_cast<const unsigned long long*>(table_.data() + count_ * sizeof(QuantizeArgs));
+  const auto grid = static_cast<unsigned>(std::min<unsigned long long>(blocks_, 1u << 20));
+  quantize_batch_kernel<<<grid, dim3(kTileX, kTileY), 0, static_cast<cudaStream_t>(stream)>>>(args, first, count_);
   return cuda_check_launch(what);
 }
 

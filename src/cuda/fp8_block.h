@@ -12,11 +12,14 @@
 //
 // Pointers are device memory the stream's device can address. `stream` is a
 // cudaStream_t (nullptr: the legacy default stream of the source's device).
-// Built only with CUDA (callers of a CPU-only build get no definition).
+// Without CUDA, src/cuda/no_cuda_stubs.cc defines these to fail with
+// kFailedPrecondition.
 #pragma once
 
 #include <cstdint>
+#include <span>
 
+#include "cuda/device.h"
 #include "quant/fp8_block.h"
 #include "refit/status.h"
 
@@ -45,6 +48,34 @@ struct Fp8DeviceOutput {
 // returned before or at the launch.
 Status quantize_fp8_block_device(const Fp8Source& source, const Fp8Box& box, const Fp8DeviceOutput& out,
                                  void* stream);
+
+// Many quantizations in one launch (a model's hundreds or thousands of
+// weights: one launch each would cost more than the work), prepared once
+// (the jobs' pointers stay valid for the batch's life) and launched as often
+// as needed, e.g. once per refit. Each job is one quantize_fp8_block_device
+// call's arguments, with its own report word; the outputs are those calls'
+// bytes (the same per-block code, bit for bit).
+struct Fp8DeviceJob {
+  Fp8Source source;
+  Fp8Box box;
+  Fp8DeviceOutput out;
+};
+class Fp8DeviceBatch {
+ public:
+  // Checks every job as quantize_fp8_block_device does (errors name the job's
+  // index) and copies their descriptors to `device`. Empty boxes are left out.
+  static StatusOr<Fp8DeviceBatch> Prepare(std::span<const Fp8DeviceJob> jobs, int device);
+  // ASYNCHRONOUS on `stream` (of the batch's device), as
+  // quantize_fp8_block_device: every job's report must hold kFp8AllFinite
+  // before, and is read after the stream reached the launch.
+  Status launch(void* stream) const;
+  int jobs() const { return count_; }
+
+ private:
+  DeviceBuffer table_;  // the jobs' kernel arguments, then each job's first block index (jobs + 1 of them)
+  int count_ = 0;
+  unsigned long long blocks_ = 0;
+};
 
 // For tests: dst[i] = the kernel's e4m3 code of the fp32 whose bits are
 // first_bits + i (wrapping past 0xFFFFFFFF), for i < count. The same device

@@ -386,5 +386,80 @@ TEST_F(Fp8BlockGpuTest, RefusesBadArgumentsBeforeLaunching) {
   EXPECT_TRUE(quantize_device(src, {0, 1, 0, 0, 0, 256}, Fp8DeviceOutput{}, nullptr).ok());  // empty: nothing to do
 }
 
+// Catches: a batch job finding the wrong job or block (the binary search
+// over first blocks off by one at a job's edge, local block indices decoded
+// in another order), jobs of mixed dtypes read as one dtype, a NaN reported
+// into another job's word, and writes outside a job's outputs. Every job of
+// one launch (all the shapes above, bf16 and fp32, whole tensors and boxes,
+// one holding a NaN) against the CPU reference.
+TEST_F(Fp8BlockGpuTest, OneBatchedLaunchEqualsTheReferenceForEveryJob) {
+  struct Job {
+    DType dtype;
+    std::int64_t e, r, c;
+    Fp8Box box;  // matrices 0: the whole tensor
+  };
+  const Job jobs[] = {{DType::kBFloat16, 1, 1, 1, {}},       {DType::kFloat32, 1, 127, 129, {}},
+                      {DType::kBFloat16, 3, 130, 129, {}},   {DType::kBFloat16, 1, 300, 260, {0, 1, 128, 128, 0, 260}},
+                      {DType::kFloat32, 2, 256, 384, {1, 1, 0, 256, 128, 256}}, {DType::kBFloat16, 1, 513, 5, {}},
+                      {DType::kBFloat16, 1, 1000, 4100, {}}};
+  std::vector<std::vector<std::byte>> host;
+  std::vector<DeviceBuffer> src, out;
+  std::vector<Fp8DeviceJob> batch_jobs;
+  std::vector<Result> want;
+  REFIT_ASSERT_OK_AND_ASSIGN(DeviceBuffer reports, DeviceBuffer::Allocate(0, 8 * std::size(jobs)));
+  REFIT_ASSERT_OK(device_memset(reports.data(), 0xFF, reports.size()));
+  for (std::size_t k = 0; k < std::size(jobs); ++k) {
+    const Job& j = jobs[k];
+    std::vector<float> values = random_values(j.dtype, 900 + k, j.e, j.r, j.c);
+    if (k == 3) values[200 * 260 + 17] = std::numeric_limits<float>::quiet_NaN();  // inside the box: reported
+    host.push_back(encode(j.dtype, values));
+    const Fp8Source on_host = fp8_dense_source(j.dtype, host.back().data(), j.e, j.r, j.c);
+    const Fp8Box box = j.box.matrices == 0 ? fp8_whole_box(on_host) : j.box;
+    Result cpu;
+    if (k == 3) {
+      cpu.report = fp8_first_nonfinite(on_host, box);
+    } else {
+      ASSERT_NO_FATAL_FAILURE(cpu_quantize(on_host, box, &cpu));
+    }
+    want.push_back(cpu);
+    REFIT_ASSERT_OK_AND_ASSIGN(DeviceBuffer s, DeviceBuffer::Allocate(0, host.back().size()));
+    REFIT_ASSERT_OK(copy_host_to_device(s.data(), host.back()));
+    REFIT_ASSERT_OK_AND_ASSIGN(DeviceBuffer o, DeviceBuffer::Allocate(0, box.elements() + box.scales() * 4 + 64));
+    REFIT_ASSERT_OK(device_memset(o.data(), 0xA5, o.size()));
+    Fp8Source on_device = on_host;
+    on_device.data = s.data();
+    batch_jobs.push_back({on_device, box,
+                          {reinterpret_cast<std::uint8_t*>(o.data() + box.scales() * 4),
+                           reinterpret_cast<float*>(o.data()), reinterpret_cast<std::uint64_t*>(reports.data()) + k}});
+    src.push_back(std::move(s));
+    out.push_back(std::move(o));
+  }
+  REFIT_ASSERT_OK_AND_ASSIGN(const Fp8DeviceBatch batch, Fp8DeviceBatch::Prepare(batch_jobs, 0));
+  EXPECT_EQ(batch.jobs(), static_cast<int>(std::size(jobs)));
+  REFIT_ASSERT_OK_AND_ASSIGN(CudaStream stream, CudaStream::Create(0));
+  REFIT_ASSERT_OK(batch.launch(stream.handle()));
+  REFIT_ASSERT_OK(stream.synchronize());
+  std::vector<std::uint64_t> got_reports(std::size(jobs));
+  REFIT_ASSERT_OK(copy_device_to_host({reinterpret_cast<std::byte*>(got_reports.data()), reports.size()}, reports.data()));
+  for (std::size_t k = 0; k < std::size(jobs); ++k) {
+    const Fp8Box& box = batch_jobs[k].box;
+    std::vector<std::byte> bytes(out[k].size());
+    REFIT_ASSERT_OK(copy_device_to_host(bytes, out[k].data()));
+    const std::string where = "job " + std::to_string(k);
+    EXPECT_EQ(got_reports[k], want[k].report) << where;
+    for (std::size_t i = box.elements() + box.scales() * 4; i < bytes.size(); ++i) {
+      ASSERT_EQ(bytes[i], std::byte{0xA5}) << where << ": wrote past its outputs";
+    }
+    if (k == 3) continue;  // a reported job's outputs are not to be used
+    Result gpu;
+    gpu.report = got_reports[k];
+    gpu.scale.resize(box.scales());
+    gpu.weight.resize(box.elements());
+    std::memcpy(gpu.scale.data(), bytes.data(), box.scales() * 4);
+    std::memcpy(gpu.weight.data(), bytes.data() + box.scales() * 4, box.elements());
+    ASSERT_NO_FATAL_FAILURE(expect_identical(gpu, want[k], where));
+  }
+}
+
 }  // namespace
 }  // namespace refit

@@ -37,6 +37,10 @@ StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t, std::uint64_
 Status quantize_fp8_block_device(const Fp8Source&, const Fp8Box&, const Fp8DeviceOutput&, void*) {
   return no_cuda("quantize_fp8_block_device");
 }
+StatusOr<Fp8DeviceBatch> Fp8DeviceBatch::Prepare(std::span<const Fp8DeviceJob>, int) {
+  return no_cuda("Fp8DeviceBatch::Prepare");
+}
+Status Fp8DeviceBatch::launch(void*) const { return no_cuda("Fp8DeviceBatch::launch"); }
 Status e4m3_from_float_bits_device(std::uint32_t, std::uint64_t, std::uint8_t*, void*) {
   return no_cuda("e4m3_from_float_bits_device");
 }

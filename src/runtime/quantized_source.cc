@@ -123,20 +123,24 @@ class QuantizingSource final : public WeightSource {
     return Status::Ok();
   }
 
-  // One launch per tensor on one stream, then every tensor's NaN report.
+  // Every tensor in one launch (prepared at the first refit: the source's
+  // pointers are stable from then on), then every tensor's NaN report.
   Status quantize_on_device(std::uint64_t version) {
     if (selected_.empty()) return Status::Ok();
-    auto* reports = reinterpret_cast<std::uint64_t*>(reports_.data());
-    RETURN_IF_ERROR(device_memset(reports_.data(), 0xFF, 8 * selected_.size()));
-    for (std::size_t i = 0; i < selected_.size(); ++i) {
-      const Selected& s = selected_[i];
-      const TensorSpec& spec = inner_->model().weights[s.source].spec;
-      const Fp8Source src = full_fp8_source(spec, inner_->data(s.source));
-      const Fp8DeviceOutput out{reinterpret_cast<std::uint8_t*>(arena() + s.codes),
-                                reinterpret_cast<float*>(arena() + s.scales), reports + i};
-      RETURN_IF_ERROR(quantize_fp8_block_device(src, fp8_whole_box(src), out, stream_.handle())
-                          .WithContext("quantizing tensor '" + spec.name + "'"));
+    if (batch_.jobs() == 0) {
+      auto* reports = reinterpret_cast<std::uint64_t*>(reports_.data());
+      std::vector<Fp8DeviceJob> jobs;
+      for (std::size_t i = 0; i < selected_.size(); ++i) {
+        const Selected& s = selected_[i];
+        const Fp8Source src = full_fp8_source(inner_->model().weights[s.source].spec, inner_->data(s.source));
+        jobs.push_back({src, fp8_whole_box(src),
+                        {reinterpret_cast<std::uint8_t*>(arena() + s.codes), reinterpret_cast<float*>(arena() + s.scales),
+                         reports + i}});
+      }
+      ASSIGN_OR_RETURN(batch_, Fp8DeviceBatch::Prepare(jobs, inner_->device()));
     }
+    RETURN_IF_ERROR(device_memset(reports_.data(), 0xFF, 8 * selected_.size()));
+    RETURN_IF_ERROR(batch_.launch(stream_.handle()));
     RETURN_IF_ERROR(stream_.synchronize());
     std::vector<std::uint64_t> host(selected_.size());
     RETURN_IF_ERROR(copy_device_to_host({reinterpret_cast<std::byte*>(host.data()), 8 * host.size()}, reports_.data()));
@@ -156,6 +160,7 @@ class QuantizingSource final : public WeightSource {
   std::vector<std::byte> host_arena_;
   DeviceBuffer device_arena_, reports_;
   CudaStream stream_;
+  Fp8DeviceBatch batch_;  // device sources: every selected tensor, prepared at the first derive()
   // A sender writes the codes and scales itself (take_quantization): set
   // once at setup, through the const source the senders hold.
   mutable bool sender_quantizes_ = false;

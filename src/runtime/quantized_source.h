@@ -7,7 +7,7 @@
 // Each refit, after the coordinator's "go" (derive(), so that the refit's
 // time includes it), every selected weight is quantized whole on the
 // source's side: on its GPU by the kernel
-// (cuda/fp8_block.h, one launch per tensor on one stream), on the host by
+// (cuda/fp8_block.h, every tensor in one batched launch), on the host by
 // the CPU reference (quant/fp8_block.h, tensors spread over a few threads).
 // The two are bit-identical (their tests), and an engine rank's shard of
 // the whole tensor's codes and scales is exactly its shard's quantization

@@ -8,13 +8,14 @@
 // every bucket. No credits.
 //
 // Under --quantize (device weights), the sender quantizes straight into the
-// engine's weights: for each FP8 tensor of the fed rank, one kernel reads
-// its shard of the trainer's bf16 tensor and writes the codes and scales
-// where the engine holds them (take_quantization: the view's derive() then
-// computes nothing), launched after the copies of the same launch. Every
-// kernel's NaN report is read in finish(), before any bucket is announced:
-// a NaN or Inf fails the refit naming the tensor, and the engine, which
-// has not been told a bucket landed, commits nothing of it.
+// engine's weights: every FP8 tensor of the fed rank is one job of one
+// batched kernel launch (cuda/fp8_block.h Fp8DeviceBatch, prepared once per
+// arena mapping) that reads the rank's shard of the trainer's bf16 tensor
+// and writes the codes and scales where the engine holds them
+// (take_quantization: the view's derive() then computes nothing), launched
+// in finish() after the copies. Every job's NaN report is read there,
+// before any bucket is announced: a NaN or Inf fails the refit naming the
+// tensor, and the engine, told of no bucket, commits nothing of it.
 #include "cuda/copy_engine.h"
 #include "cuda/fp8_block.h"
 #include "model/shard_copy.h"
@@ -52,7 +53,7 @@ class DeviceDirectSender final : public BucketSender {
     std::byte* arena = c_.target->mapped_slot(0);
     if (arena == nullptr) return Internal(bucket_where(c_, j) + ": the engine's exposed weights are not mapped");
     if (quant_) {
-      append_quantized_bucket(j, arena);
+      append_copied_entries(j, arena);
     } else {
       append_arena_runs(c_, j, arena, &runs_);
     }
@@ -66,6 +67,7 @@ class DeviceDirectSender final : public BucketSender {
     if (unannounced_.empty()) return Status::Ok();
     const std::string where = c_.name + ", direct writes of refit " + std::to_string(version);
     RETURN_IF_ERROR(launch(where));
+    if (quant_) RETURN_IF_ERROR(launch_quantization().WithContext(where));
     RETURN_IF_ERROR(stream_.synchronize().WithContext(where));
     RETURN_IF_ERROR(check_reports(version));
     for (std::uint64_t j : unannounced_) RETURN_IF_ERROR(c_.protocol->send_landed(version, j, 0, deadline));
@@ -77,7 +79,6 @@ class DeviceDirectSender final : public BucketSender {
     (void)stream_.synchronize();
     unannounced_.clear();
     runs_.clear();
-    quantized_.clear();
     bytes_ = 0;
     if (quant_) (void)device_memset(reports_.data(), 0xFF, reports_.size());
   }
@@ -85,43 +86,47 @@ class DeviceDirectSender final : public BucketSender {
   SenderKind kind() const override { return SenderKind::kDeviceDirect; }
 
  private:
-  // Launches the runs packed so far, then the quantizing kernels.
+  // Launches the runs packed so far.
   Status launch(const std::string& where) {
     RETURN_IF_ERROR((copier_ ? copier_->copy(runs_, stream_.handle()) : copy_runs_with_copy_engine(runs_, stream_.handle()))
                         .WithContext(where));
     runs_.clear();
     bytes_ = 0;
-    for (const std::size_t codes : quantized_) RETURN_IF_ERROR(launch_quantize(codes).WithContext(where));
-    quantized_.clear();
     return Status::Ok();
   }
 
-  // Bucket j's copies as runs, and each FP8 tensor it begins (the entry at
-  // its offset 0) as one kernel: the scales follow their codes in the
-  // stream (quantize_model), so the codes' entry stands for both.
-  void append_quantized_bucket(std::uint64_t j, std::byte* arena) {
+  // Bucket j's copied entries as runs (the FP8 tensors' are the batch's).
+  void append_copied_entries(std::uint64_t j, std::byte* arena) {
     for (const PlanEntry& e : c_.plan->buckets[j].entries) {
-      const QuantPart part = quant_->quantized->sources[e.tensor].part;
-      if (part == QuantPart::kCodes && e.tensor_offset == 0) quantized_.push_back(e.tensor);
-      if (part != QuantPart::kCopy) continue;
+      if (quant_->quantized->sources[e.tensor].part != QuantPart::kCopy) continue;
       append_shard_copy_runs(c_.source->model().weights[e.tensor], c_.pack_rank, c_.engine_ranks,
                              c_.source->data(e.tensor), e.tensor_offset, e.bytes,
                              arena + c_.arena_offsets[e.tensor] + e.tensor_offset, &runs_);
     }
   }
 
-  // Engine tensor `codes` (and its scales, the next) from the fed rank's
-  // shard of its bf16 source, into the engine's weights.
-  Status launch_quantize(std::size_t codes) {
-    const Weight& source = quant_->unquantized->model().weights[quant_->quantized->sources[codes].source];
-    ASSIGN_OR_RETURN(const Fp8Box box, quantized_shard_box(source, c_.pack_rank, c_.engine_ranks));
+  // Every FP8 tensor of the fed rank, from its shard of the bf16 source into
+  // the engine's weights: one job each (its codes' index names its report;
+  // the scales follow the codes in the stream, quantize_model), prepared
+  // again only when the arena's mapping moved (after a relink).
+  Status launch_quantization() {
     std::byte* arena = c_.target->mapped_slot(0);
-    const Fp8DeviceOutput out{reinterpret_cast<std::uint8_t*>(arena + c_.arena_offsets[codes]),
-                              reinterpret_cast<float*>(arena + c_.arena_offsets[codes + 1]),
-                              reinterpret_cast<std::uint64_t*>(reports_.data()) + codes};
-    const std::byte* full = quant_->unquantized->data(quant_->quantized->sources[codes].source);
-    return quantize_fp8_block_device(full_fp8_source(source.spec, full), box, out, stream_.handle())
-        .WithContext("quantizing tensor '" + source.spec.name + "'");
+    if (arena != batch_arena_) {
+      std::vector<Fp8DeviceJob> jobs;
+      for (std::size_t codes = 0; codes < quant_->quantized->sources.size(); ++codes) {
+        const QuantSource& q = quant_->quantized->sources[codes];
+        if (q.part != QuantPart::kCodes) continue;
+        const Weight& source = quant_->unquantized->model().weights[q.source];
+        ASSIGN_OR_RETURN(const Fp8Box box, quantized_shard_box(source, c_.pack_rank, c_.engine_ranks));
+        jobs.push_back({full_fp8_source(source.spec, quant_->unquantized->data(q.source)), box,
+                        {reinterpret_cast<std::uint8_t*>(arena + c_.arena_offsets[codes]),
+                         reinterpret_cast<float*>(arena + c_.arena_offsets[codes + 1]),
+                         reinterpret_cast<std::uint64_t*>(reports_.data()) + codes}});
+      }
+      ASSIGN_OR_RETURN(batch_, Fp8DeviceBatch::Prepare(jobs, stream_.device()));
+      batch_arena_ = arena;
+    }
+    return batch_.launch(stream_.handle());
   }
 
   // After the stream finished: OK when no kernel saw a NaN or Inf; else the
@@ -149,11 +154,12 @@ class DeviceDirectSender final : public BucketSender {
   std::vector<CopyRun> runs_;               // packed, not launched yet
   std::uint64_t bytes_ = 0;                 // their bytes
   std::vector<std::uint64_t> unannounced_;  // buckets packed this refit, not yet announced
-  // --quantize, device weights: the view's parts, the FP8 tensors (their
-  // codes' index) to quantize at the next launch, one NaN report per
+  // --quantize, device weights: the view's parts, the batch of its FP8
+  // tensors and the arena mapping it writes into, one NaN report per
   // engine tensor (device memory, all bits set when finite).
   std::optional<QuantizedOrigin> quant_;
-  std::vector<std::size_t> quantized_;
+  Fp8DeviceBatch batch_;
+  std::byte* batch_arena_ = nullptr;
   DeviceBuffer reports_;
 };
 
