@@ -20,21 +20,22 @@ using nlohmann::json;
 
 struct QuantizeGpuCase {
   std::string mode, model, quantize;
-  int engine_ranks;
+  int engine_ranks, trainer_ranks;
 };
 
 class QuantizeGpuTest : public ::testing::TestWithParam<QuantizeGpuCase> {};
 
 // Catches: the fused direct kernels writing a shard's codes or scales
 // anywhere but where the engine holds them (the engine's verification
-// fails), the view's derive() still quantizing beside them (harmless but
-// slow: PERF), and staged packs of a view whose arena was never filled.
+// fails), two trainer ranks feeding one engine rank each leaving the other's
+// FP8 tensors out, and staged packs of a view whose arena was never filled.
 TEST_P(QuantizeGpuTest, EveryCodeAndScaleVerified) {
   REFIT_SKIP_WITHOUT_CUDA_DEVICE();
   const QuantizeGpuCase& c = GetParam();
   auto r = testing::run_refit({"demo", "--json", "--device", "cuda", "--transport", "cuda_ipc", "--mode", c.mode,
                                "--model", c.model, "--quantize", c.quantize, "--engine-ranks",
-                               std::to_string(c.engine_ranks), "--engine-gpus", "1", "--refits", "3",
+                               std::to_string(c.engine_ranks), "--trainer-ranks", std::to_string(c.trainer_ranks),
+                               "--engine-gpus", "1", "--refits", "3",
                                "--bucket-size", "1MiB", "--poison-recycled", "--timeout", "120"},
                               600);
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
@@ -46,13 +47,15 @@ TEST_P(QuantizeGpuTest, EveryCodeAndScaleVerified) {
 
 INSTANTIATE_TEST_SUITE_P(
     Modes, QuantizeGpuTest,
-    ::testing::Values(QuantizeGpuCase{"direct", "tiny", "fp8-block128", 1},
-                      QuantizeGpuCase{"staged", "tiny", "fp8-block128", 1},
-                      QuantizeGpuCase{"direct", "tiny", "fp8-block128:*.q_proj.weight,*.o_proj.weight", 2},
-                      QuantizeGpuCase{"staged", "tiny-moe", "fp8-block128:*.experts.*", 1}),
+    ::testing::Values(QuantizeGpuCase{"direct", "tiny", "fp8-block128", 1, 1},
+                      QuantizeGpuCase{"direct", "tiny", "fp8-block128", 1, 2},
+                      QuantizeGpuCase{"staged", "tiny", "fp8-block128", 1, 1},
+                      QuantizeGpuCase{"direct", "tiny", "fp8-block128:*.q_proj.weight,*.o_proj.weight", 2, 2},
+                      QuantizeGpuCase{"staged", "tiny-moe", "fp8-block128:*.experts.*", 1, 1}),
     [](const auto& info) {
       const QuantizeGpuCase& c = info.param;
-      return c.mode + "_" + (c.model == "tiny" ? "tiny" : "tinymoe") + "_" + std::to_string(c.engine_ranks);
+      return c.mode + "_" + (c.model == "tiny" ? "tiny" : "tinymoe") + "_" + std::to_string(c.trainer_ranks) + "x" +
+             std::to_string(c.engine_ranks);
     });
 
 }  // namespace

@@ -8,9 +8,9 @@
 // every bucket. No credits.
 //
 // Under --quantize (device weights), the sender quantizes straight into the
-// engine's weights: every FP8 tensor of the fed rank is one job of one
-// batched kernel launch (cuda/fp8_block.h Fp8DeviceBatch, prepared once per
-// arena mapping) that reads the rank's shard of the trainer's bf16 tensor
+// engine's weights: every FP8 tensor whose codes begin in a bucket it sent
+// is one job of one batched kernel launch (cuda/fp8_block.h Fp8DeviceBatch,
+// prepared once) that reads the rank's shard of the trainer's bf16 tensor
 // and writes the codes and scales where the engine holds them
 // (take_quantization: the view's derive() then computes nothing), launched
 // in finish() after the copies. Every job's NaN report is read there,
@@ -79,6 +79,7 @@ class DeviceDirectSender final : public BucketSender {
     (void)stream_.synchronize();
     unannounced_.clear();
     runs_.clear();
+    quantized_.clear();
     bytes_ = 0;
     if (quant_) (void)device_memset(reports_.data(), 0xFF, reports_.size());
   }
@@ -95,27 +96,31 @@ class DeviceDirectSender final : public BucketSender {
     return Status::Ok();
   }
 
-  // Bucket j's copied entries as runs (the FP8 tensors' are the batch's).
+  // Bucket j's copied entries as runs; the FP8 tensors whose codes begin in
+  // it join this refit's batch (trainer ranks that share an engine rank
+  // send every other bucket: each quantizes the tensors its buckets begin).
   void append_copied_entries(std::uint64_t j, std::byte* arena) {
     for (const PlanEntry& e : c_.plan->buckets[j].entries) {
-      if (quant_->quantized->sources[e.tensor].part != QuantPart::kCopy) continue;
+      const QuantPart part = quant_->quantized->sources[e.tensor].part;
+      if (part == QuantPart::kCodes && e.tensor_offset == 0) quantized_.push_back(e.tensor);
+      if (part != QuantPart::kCopy) continue;
       append_shard_copy_runs(c_.source->model().weights[e.tensor], c_.pack_rank, c_.engine_ranks,
                              c_.source->data(e.tensor), e.tensor_offset, e.bytes,
                              arena + c_.arena_offsets[e.tensor] + e.tensor_offset, &runs_);
     }
   }
 
-  // Every FP8 tensor of the fed rank, from its shard of the bf16 source into
-  // the engine's weights: one job each (its codes' index names its report;
-  // the scales follow the codes in the stream, quantize_model), prepared
-  // again only when the arena's mapping moved (after a relink).
+  // This refit's FP8 tensors, from the fed rank's shard of the bf16 source
+  // into the engine's weights: one job each (its codes' index names its
+  // report; the scales follow the codes in the stream, quantize_model),
+  // prepared again only when the arena's mapping moved (after a relink) or
+  // the tensors differ.
   Status launch_quantization() {
     std::byte* arena = c_.target->mapped_slot(0);
-    if (arena != batch_arena_) {
+    if (arena != batch_arena_ || quantized_ != batch_tensors_) {
       std::vector<Fp8DeviceJob> jobs;
-      for (std::size_t codes = 0; codes < quant_->quantized->sources.size(); ++codes) {
+      for (const std::size_t codes : quantized_) {
         const QuantSource& q = quant_->quantized->sources[codes];
-        if (q.part != QuantPart::kCodes) continue;
         const Weight& source = quant_->unquantized->model().weights[q.source];
         ASSIGN_OR_RETURN(const Fp8Box box, quantized_shard_box(source, c_.pack_rank, c_.engine_ranks));
         jobs.push_back({full_fp8_source(source.spec, quant_->unquantized->data(q.source)), box,
@@ -125,7 +130,9 @@ class DeviceDirectSender final : public BucketSender {
       }
       ASSIGN_OR_RETURN(batch_, Fp8DeviceBatch::Prepare(jobs, stream_.device()));
       batch_arena_ = arena;
+      batch_tensors_ = quantized_;
     }
+    quantized_.clear();
     return batch_.launch(stream_.handle());
   }
 
@@ -158,8 +165,10 @@ class DeviceDirectSender final : public BucketSender {
   // tensors and the arena mapping it writes into, one NaN report per
   // engine tensor (device memory, all bits set when finite).
   std::optional<QuantizedOrigin> quant_;
+  std::vector<std::size_t> quantized_;  // this refit's FP8 tensors so far (their codes' index)
   Fp8DeviceBatch batch_;
   std::byte* batch_arena_ = nullptr;
+  std::vector<std::size_t> batch_tensors_;  // quantized_ when batch_ was prepared
   DeviceBuffer reports_;
 };
 
