@@ -9,7 +9,7 @@
 #                      bytes the engine's weights come from, so floor_ratio is
 #                      the refit's time over the one-copy floor of those bytes
 #   torch_path.jsonl   bench/fp8_torch_path.py per model
-# Env: MODELS ("preset:layers ..."), MODES, REFITS, BUCKET, TESTS, REFIT_BINARY
+# Env: MODELS ("preset:layers ..."), MODES, QUANTIZE, REFITS, BUCKET, TESTS, REFIT_BINARY
 # (another build's refit, for A/B runs).
 set -uo pipefail
 carry=${CARRY:-.devcarry}
@@ -28,7 +28,7 @@ for spec in ${MODELS:-llama3-8b:-1 qwen3-30b-a3b:24}; do
   layers=${spec#*:}
   timeout 120 python3 bench/fp8_torch_path.py "$model" "$layers" | tee -a "$out/torch_path.jsonl"
   for mode in ${MODES:-direct staged}; do
-    for quantize in fp8-block128 none; do
+    for quantize in ${QUANTIZE:-fp8-block128 none}; do
       name="$model-$mode-$quantize"
       tmp=$(mktemp -d)
       timeout 300 "$REFIT_BINARY" bench --json --device cuda --transport cuda_ipc --mode "$mode" --model "$model" \

@@ -2,12 +2,13 @@
 //
 // Layout of the work: one CUDA block of 32 x 8 threads per 128 x 128 block
 // of one matrix of the box (grid x: column blocks, y: row blocks, z:
-// matrices, each grid-striding past CUDA's limits). Thread (tx, ty) holds
-// columns tx + 32 j (j < 4) of rows ty + 8 i (i < 16) of the block in
-// registers: 64 values, read once. A warp's 32 lanes read 32 consecutive
-// elements of one row. The block's amax is reduced across the warp with
-// shuffles, then across the 8 warps in shared memory; thread 0 computes and
-// stores s; every thread then divides and converts its values.
+// matrices, each grid-striding past CUDA's limits). Thread (tx, ty) takes
+// columns tx + 32 j (j < 4) of rows ty + 8 i (i < 16) of the block: 64
+// values, read for the amax and read again (from L1) for the codes. A
+// warp's 32 lanes read 32 consecutive elements of one row. The block's amax
+// is reduced across the warp with shuffles, then across the 8 warps in
+// shared memory; thread 0 computes and stores s; every thread then divides
+// and converts its values.
 //
 // Bit exactness with the CPU reference (src/quant/fp8_block.cc):
 //   - amax is a maximum of exact magnitudes, so the reduction order does not
@@ -70,38 +71,39 @@ __device__ __forceinline__ float load_element(const std::byte* data, std::int64_
 
 // Block (m, bi, bj) of the box of `a`: amax, s, codes. Every thread of the
 // CUDA block calls it with the same block; `warp_amax` and `block_scale` are
-// the CUDA block's shared memory.
+// the CUDA block's shared memory. Two passes over the thread's 64 elements:
+// the amax, then the codes, reading them again (the block's 32 KB or 64 KB
+// are in L1 by then) instead of holding them in registers, so that several
+// CUDA blocks fit on an SM and hide the memory latency.
 template <bool kBf16>
 __device__ __forceinline__ void quantize_block(const QuantizeArgs& a, std::int64_t m, std::int64_t bi,
                                                std::int64_t bj, float* warp_amax, float* block_scale) {
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
   const std::int64_t r0 = bi * kFp8BlockSize, c0 = bj * kFp8BlockSize;
-  const std::int64_t h = min(kFp8BlockSize, a.rows - r0), w = min(kFp8BlockSize, a.cols - c0);
+  const int h = static_cast<int>(min(kFp8BlockSize, a.rows - r0));
+  const int w = static_cast<int>(min(kFp8BlockSize, a.cols - c0));
   // Element (r, c) of this block: source index base + r * row_stride + c;
   // box C-order index out + r * cols + c.
-  const std::int64_t base = (a.matrix_begin + m) * a.matrix_stride + (a.row_begin + r0) * a.row_stride +
-                            a.col_begin + c0;
+  const std::byte* src = a.data + ((a.matrix_begin + m) * a.matrix_stride + (a.row_begin + r0) * a.row_stride +
+                                   a.col_begin + c0) * (kBf16 ? 2 : 4);
   const std::int64_t out = (m * a.rows + r0) * a.cols + c0;
-  float v[kRowsPerThread][kColsPerThread];
   float amax = 0.0f;
-#pragma unroll
+#pragma unroll 4
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int r = ty + kTileY * i;
+    if (r >= h) break;
 #pragma unroll
     for (int j = 0; j < kColsPerThread; ++j) {
       const int c = tx + kTileX * j;
-      v[i][j] = 0.0f;
-      if (r < h && c < w) {
-        const float x = load_element<kBf16>(a.data, base + r * a.row_stride + c);
-        const unsigned bits = __float_as_uint(x);
-        if ((bits & 0x7F800000u) == 0x7F800000u) {
-          const unsigned long long kind = (bits & 0x7FFFFFu) != 0 ? 0 : (bits >> 31) ? 2 : 1;
-          const auto at = static_cast<unsigned long long>(out + static_cast<std::int64_t>(r) * a.cols + c);
-          atomicMin(a.report, (at << 2) | kind);
-        }
-        amax = fmaxf(amax, fabsf(x));
-        v[i][j] = x;
+      if (c >= w) break;
+      const float x = load_element<kBf16>(src, r * a.row_stride + c);
+      const unsigned bits = __float_as_uint(x);
+      if ((bits & 0x7F800000u) == 0x7F800000u) {
+        const unsigned long long kind = (bits & 0x7FFFFFu) != 0 ? 0 : (bits >> 31) ? 2 : 1;
+        const auto at = static_cast<unsigned long long>(out + static_cast<std::int64_t>(r) * a.cols + c);
+        atomicMin(a.report, (at << 2) | kind);
       }
+      amax = fmaxf(amax, fabsf(x));
     }
   }
 #pragma unroll
@@ -117,22 +119,24 @@ __device__ __forceinline__ void quantize_block(const QuantizeArgs& a, std::int64
   }
   __syncthreads();
   const float s = *block_scale;
-#pragma unroll
+  std::uint8_t* dst = a.weight + out;
+#pragma unroll 4
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int r = ty + kTileY * i;
+    if (r >= h) break;
 #pragma unroll
     for (int j = 0; j < kColsPerThread; ++j) {
       const int c = tx + kTileX * j;
-      if (r < h && c < w) {
-        a.weight[out + static_cast<std::int64_t>(r) * a.cols + c] = e4m3_rn_satfinite(__fdiv_rn(v[i][j], s));
-      }
+      if (c >= w) break;
+      dst[static_cast<std::int64_t>(r) * a.cols + c] =
+          e4m3_rn_satfinite(__fdiv_rn(load_element<kBf16>(src, r * a.row_stride + c), s));
     }
   }
   __syncthreads();  // warp_amax and block_scale are reused by the next block
 }
 
 template <bool kBf16>
-__global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeArgs a) {
+__global__ void __launch_bounds__(kThreads, 4) quantize_kernel(QuantizeArgs a) {
   __shared__ float warp_amax[kTileY];
   __shared__ float block_scale;
   for (std::int64_t m = blockIdx.z; m < a.matrices; m += gridDim.z) {
@@ -147,7 +151,7 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeArgs a) {
 // Every block of every job: `first[k]` is job k's first global block index
 // (first[jobs] the total); CUDA block g grid-strides over global blocks and
 // finds its job by binary search.
-__global__ void __launch_bounds__(kThreads) quantize_batch_kernel(const QuantizeArgs* jobs,
+__global__ void __launch_bounds__(kThreads, 4) quantize_batch_kernel(const QuantizeArgs* jobs,
                                                                  const unsigned long long* first, int count) {
   __shared__ float warp_amax[kTileY];
   __shared__ float block_scale;
