@@ -68,6 +68,7 @@ void bind_options(py::module_& m) {
       .def_readwrite("refit_timeout_s", &CoordinatorOptions::refit_timeout_s)
       .def_readwrite("heartbeat_interval_s", &CoordinatorOptions::heartbeat_interval_s)
       .def_readwrite("heartbeat_timeout_s", &CoordinatorOptions::heartbeat_timeout_s)
+      .def_readwrite("handshake_timeout_s", &CoordinatorOptions::handshake_timeout_s)
       .def_readwrite("progress", &CoordinatorOptions::progress)
       .def_readwrite("log_joins", &CoordinatorOptions::log_joins);
 }

@@ -162,8 +162,11 @@ TEST(StalledPeer, RefitDeadlineFailsEveryRank) {
   spec.refit_timeout_s = 3;
   // The refit times out; recovery then waits up to the setup deadline for the
   // stalled rank to relink (tests/recovery_test.cc: it resumes in time) and,
-  // as it never does, ends the job on every rank.
-  spec.setup_timeout_s = 8;
+  // as it never does, ends the job on every rank. 20 s, as the same
+  // deadline bounds the first setup: under TSan on a loaded 2-core machine a
+  // rank took over 8 s to start (CI, 2026-12-05: every rank refused for 8 s
+  // by a coordinator that had given up).
+  spec.setup_timeout_s = 20;
   ProcessGroup group;
   testing::stop_mid_refit(spec, "trainer rank 1", 2);  // stalls itself inside refit 2
   ASSERT_TRUE(start_job(group, spec));

@@ -236,13 +236,16 @@ TEST(ControlPlaneFault, MalformedConnectionsDuringSetupAreRefusedAndTheJobComple
 // The same strays arrive while refits run: refused and logged, and the
 // refits go on (the job verifies every one of them).
 // Catches: a coordinator that reads a latecomer's bytes on its refit loop
-// (the truncated frame would then stall every refit for the handshake
-// timeout, and the slow one below would miss the refit deadline).
+// (the truncated frame would then stall a refit for the handshake timeout,
+// 60 s here, and that refit would miss its 20 s deadline; both far above
+// what a refit takes on a loaded machine under TSan, where a 3 s deadline
+// below a 5 s handshake timeout failed refits that strays had not held up).
 TEST(ControlPlaneFault, MalformedConnectionsDuringRefitsDoNotDisturbThem) {
   ProcessGroup group;
   JobSpec spec;
   spec.refits = 40;
-  spec.refit_timeout_s = 3;  // a refit stalled by a stray for the 5 s handshake timeout would fail
+  spec.refit_timeout_s = 20;
+  spec.coordinator_args = {"--handshake-timeout", "60"};
   ASSERT_TRUE(start_job(group, spec));
   ASSERT_TRUE(testing::wait_for_setup(group)) << group.all_stderr();
   const std::string address = CoordinatorAddress(group);

@@ -57,6 +57,10 @@ struct CoordinatorOptions {
   // dead or cut-off rank ends the job this soon. Must exceed every rank's
   // heartbeat interval. Default: 10.
   double heartbeat_timeout_s = 10;
+  // Seconds a new connection has to authenticate and send its join; one
+  // that takes longer is refused, named. Handshakes run off the refit loop,
+  // so a slow or silent one never holds up a refit. Default: 5.
+  double handshake_timeout_s = 5;
   // Draw a progress bar (through refit::log). Default: false.
   bool progress = false;
   // Log each join and refusal. Default: true.

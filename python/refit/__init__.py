@@ -218,12 +218,14 @@ class Coordinator:
     from for `heartbeat_timeout` seconds (default 10), in any phase, idle
     between on-demand refits included: a stalled, dead or cut-off rank ends
     the job that soon, named. heartbeat_timeout must exceed every rank's
-    heartbeat_interval. None keeps these defaults (CoordinatorOptions').
+    heartbeat_interval. A new connection has `handshake_timeout` seconds
+    (default 5) to authenticate and join. None keeps these defaults
+    (CoordinatorOptions').
     """
 
     def __init__(self, trainer_ranks=None, engine_ranks=None, refits=0, listen=None, *, seed=None,
                  setup_timeout=None, refit_timeout=None, heartbeat_interval=None, heartbeat_timeout=None,
-                 secret=None, progress=None, log_joins=False):
+                 handshake_timeout=None, secret=None, progress=None, log_joins=False):
         o = _refit.CoordinatorOptions()
         _set(o, "trainer_ranks", trainer_ranks)
         _set(o, "engine_ranks", engine_ranks)
@@ -233,6 +235,7 @@ class Coordinator:
         _set(o, "refit_timeout_s", refit_timeout, float)
         _set(o, "heartbeat_interval_s", heartbeat_interval, float)
         _set(o, "heartbeat_timeout_s", heartbeat_timeout, float)
+        _set(o, "handshake_timeout_s", handshake_timeout, float)
         _set(o, "progress", progress)
         # refits=0 (on demand) and log_joins=False are this class's own
         # defaults, unlike the `refit coordinator` command's: a Python

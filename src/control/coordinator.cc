@@ -89,6 +89,10 @@ class Coordinator {
     RETURN_IF_ERROR(report_.persist_running("at setup, before any refit was committed"));
     ASSIGN_OR_RETURN(heartbeats_,
                      heartbeat_timing(options_.heartbeat_interval_s, options_.heartbeat_timeout_s, "coordinator"));
+    if (!(options_.handshake_timeout_s > 0 && options_.handshake_timeout_s <= 86400)) {
+      return InvalidArgument("coordinator: handshake timeout " + format_seconds(options_.handshake_timeout_s) +
+                             " is not a number of seconds in (0, 86400]");
+    }
     std::string host;
     int port = 0;
     RETURN_IF_ERROR(split_host_port(options_.listen, &host, &port));
@@ -106,6 +110,7 @@ class Coordinator {
     const int listening_port = listener->port();
     JoinGate::Options gate;
     gate.secret = options_.secret;
+    gate.handshake_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(options_.handshake_timeout_s * 1000));
     ASSIGN_OR_RETURN(gate_, JoinGate::Start(std::move(listener), std::move(gate)));
     on_listening(listening_port);
     trainers_.resize(static_cast<std::size_t>(options_.trainer_ranks));

@@ -70,6 +70,8 @@ class Fp8DeviceBatch {
   // before, and is read after the stream reached the launch.
   Status launch(void* stream) const;
   int jobs() const { return count_; }
+  // Thread blocks the launch covers: one per 128x128 block of every job.
+  unsigned long long blocks() const { return blocks_; }
 
  private:
   DeviceBuffer table_;  // the jobs' kernel arguments, then each job's first block index (jobs + 1 of them)

@@ -69,6 +69,10 @@ void add_coordinator_command(CLI::App& app, CommandTable& table) {
   cmd->add_option("--seed", o.seed, "Seed of the synthetic weights")->capture_default_str();
   add_timeout_flags(*cmd, o.setup_timeout_s, o.refit_timeout_s);
   add_heartbeat_flags(*cmd, o.heartbeat_interval_s, o.heartbeat_timeout_s);
+  cmd->add_option("--handshake-timeout", o.handshake_timeout_s,
+                  "Seconds a new connection has to authenticate and join before it is refused")
+      ->check(PositiveSeconds())
+      ->capture_default_str();
   cmd->add_option("--port-file", f->port_file, "Write the listening port to this file (default: none, say it on stderr)");
   cmd->add_option("--report", o.report_path,
                   "Write the JSON report to this file, at every commit decision and at the end (default: stdout, "
