@@ -508,7 +508,7 @@ TEST(DataPlaneAuth, StrangersOnADataPortAreRefusedAndLoggedAndTheJobVerifies) {
 TEST(DataPlaneAuth, ATrainerWithAnotherDataSecretCannotFeed) {
   ProcessGroup group;
   JobSpec spec;
-  spec.setup_timeout_s = 8;
+  spec.setup_timeout_s = 20;  // ranks under ASan on a loaded machine take seconds to start
   WithSecret(spec, SecretFile(group, "good-secret", "the-good-secret-0123456789"));
   const std::string bad = SecretFile(group, "bad-secret", "a-wrong-secret-9876543210");
   auto& trainer = spec.extra["trainer rank 0"];
