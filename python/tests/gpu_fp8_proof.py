@@ -26,13 +26,8 @@ Usage: python3 gpu_fp8_proof.py [--models llama,qwen3_moe] [--modes staged,direc
 Exit status: 0 PASS, 1 FAIL, 77 skipped (no torch, transformers or CUDA device, or refit
 built without CUDA), with the reason printed.
 """
-import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_transformers_proof as base  # noqa: E402
@@ -115,31 +110,7 @@ def raw(t):
 
 def prove(model, mode, out):
     import torch
-    import refit
-    lines = []
-    coordinator = refit.Coordinator(trainer_ranks=1, engine_ranks=1, refits=0, setup_timeout=180, refit_timeout=120)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    common = ["--model", model, "--mode", mode, "--out", out, "--address", coordinator.address]
-    procs = {}
-    for role in ("engine", "trainer"):
-        with open(os.path.join(out, role + ".log"), "w") as log:
-            procs[role] = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", role] + common,
-                                           env=env, stdout=log, stderr=subprocess.STDOUT)
-    ok = True
-    for role, p in procs.items():
-        try:
-            p.wait(timeout=400)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        if p.returncode != 0:
-            ok = False
-            with open(os.path.join(out, role + ".log")) as log:
-                lines.append(f"  {role} exited {p.returncode}:\n" + "".join(log.readlines()[-30:]))
-    report = coordinator.wait(60)
-    if "error" in report:
-        ok = False
-        lines.append(f"  coordinator: {report['error']}")
+    ok, lines, report = base.run_roles(__file__, model, mode, out)
     if not ok:
         return False, lines
     load = lambda name: torch.load(os.path.join(out, name), weights_only=True)
@@ -172,15 +143,7 @@ def prove(model, mode, out):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--role", choices=["trainer", "engine"])
-    parser.add_argument("--model", default="llama")
-    parser.add_argument("--mode", default="staged")
-    parser.add_argument("--out")
-    parser.add_argument("--address")
-    parser.add_argument("--models", default="llama,qwen3_moe")
-    parser.add_argument("--modes", default="staged,direct")
-    args = parser.parse_args()
+    args = base.parse_args("staged,direct")
     if args.role == "trainer":
         return run_trainer(args)
     if args.role == "engine":
@@ -190,22 +153,7 @@ def main():
     import transformers
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.cuda.get_device_name(0)}",
           flush=True)
-    results = []
-    for model in args.models.split(","):
-        for mode in args.modes.split(","):
-            with tempfile.TemporaryDirectory(prefix="refit-fp8-proof-") as out:
-                started = time.monotonic()
-                ok, lines = prove(model, mode, out)
-            print(f"{'PASS' if ok else 'FAIL'} {model} {mode} ({time.monotonic() - started:.0f} s)", flush=True)
-            for line in lines:
-                print(line, flush=True)
-            results.append((model, mode, ok))
-    failed = [f"{m}/{mode}" for m, mode, ok in results if not ok]
-    cases = [{"model": m, "mode": mode, "pass": ok} for m, mode, ok in results]
-    print(json.dumps({"proof": "gpu_fp8", "cases": cases}))
-    print(f"SUMMARY: {'PASS' if not failed else 'FAIL'}: {len(results) - len(failed)}/{len(results)} cases passed"
-          + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
-    return 0 if not failed else 1
+    return base.run_cases("gpu_fp8", args, prove, [])
 
 
 if __name__ == "__main__":

@@ -205,9 +205,12 @@ def same_bits(a, b):
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(bits(a), bits(b))
 
 
-def prove(model, mode, out):
-    """Runs one (model, mode) case; returns (ok, lines)."""
-    import torch
+def run_roles(script, model, mode, out):
+    """Starts a coordinator and `script --role engine` and `--role trainer` for one
+    (model, mode) case, waits for them (480 s at most: a hang is killed and said so),
+    and returns (ok, lines, report): ok when both exited 0 and the coordinator
+    reported no error; lines say what failed, with the end of each failed process's
+    log; report is the coordinator's."""
     import refit
     lines = []
     coordinator = refit.Coordinator(trainer_ranks=1, engine_ranks=1, refits=0, setup_timeout=180, refit_timeout=120)
@@ -216,7 +219,7 @@ def prove(model, mode, out):
     procs = {}
     for role in ("engine", "trainer"):
         with open(os.path.join(out, role + ".log"), "w") as log:  # a file, never a pipe that could fill
-            procs[role] = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", role] + common,
+            procs[role] = subprocess.Popen([sys.executable, os.path.abspath(script), "--role", role] + common,
                                            env=env, stdout=log, stderr=subprocess.STDOUT)
     ok = True
     deadline = time.monotonic() + 480
@@ -240,6 +243,13 @@ def prove(model, mode, out):
     if "error" in report:
         ok = False
         lines.append(f"  coordinator: {report['error']}")
+    return ok, lines, report
+
+
+def prove(model, mode, out):
+    """Runs one (model, mode) case; returns (ok, lines)."""
+    import torch
+    ok, lines, _ = run_roles(__file__, model, mode, out)
     if not ok:
         return False, lines
 
@@ -268,16 +278,42 @@ def prove(model, mode, out):
     return ok, lines
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(default_modes):
+    """The proofs' command line: --role/--model/--mode/--out/--address for a role
+    process, --models/--modes for the parent."""
+    parser = argparse.ArgumentParser(description=sys.modules["__main__"].__doc__.splitlines()[0])
     parser.add_argument("--role", choices=["trainer", "engine"])
     parser.add_argument("--model", default="llama")
     parser.add_argument("--mode", default="staged")
     parser.add_argument("--out")
     parser.add_argument("--address")
     parser.add_argument("--models", default="llama,qwen3_moe")
-    parser.add_argument("--modes", default="staged,direct,copy")
-    args = parser.parse_args()
+    parser.add_argument("--modes", default=default_modes)
+    return parser.parse_args()
+
+
+def run_cases(proof, args, prove, results):
+    """Runs prove(model, mode, out) for every --models x --modes case after the
+    `results` already in, prints each case's lines, a JSON line of the cases and a
+    SUMMARY line; returns the exit status (0 when every case passed)."""
+    for model in args.models.split(","):
+        for mode in args.modes.split(","):
+            with tempfile.TemporaryDirectory(prefix=f"refit-{proof}-") as out:
+                started = time.monotonic()
+                ok, lines = prove(model, mode, out)
+            print(f"{'PASS' if ok else 'FAIL'} {model} {mode} ({time.monotonic() - started:.0f} s)", flush=True)
+            for line in lines:
+                print(line, flush=True)
+            results.append((model, mode, ok))
+    failed = [f"{m}/{mode}" for m, mode, ok in results if not ok]
+    print(json.dumps({"proof": proof, "cases": [{"model": m, "mode": mode, "pass": ok} for m, mode, ok in results]}))
+    print(f"SUMMARY: {'PASS' if not failed else 'FAIL'}: {len(results) - len(failed)}/{len(results)} cases passed"
+          + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
+    return 0 if not failed else 1
+
+
+def main():
+    args = parse_args("staged,direct,copy")
     if args.role == "trainer":
         return run_trainer(args)
     if args.role == "engine":
@@ -289,22 +325,7 @@ def main():
     import refit
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, refit {refit.__version__}, "
           f"{torch.cuda.get_device_name(0)}", flush=True)
-    results = [("dlpack", "producers", check_producers())]
-    for model in args.models.split(","):
-        for mode in args.modes.split(","):
-            with tempfile.TemporaryDirectory(prefix="refit-proof-") as out:
-                started = time.monotonic()
-                ok, lines = prove(model, mode, out)
-            print(f"{'PASS' if ok else 'FAIL'} {model} {mode} ({time.monotonic() - started:.0f} s)", flush=True)
-            for line in lines:
-                print(line, flush=True)
-            results.append((model, mode, ok))
-    failed = [f"{m}/{mode}" for m, mode, ok in results if not ok]
-    print(json.dumps({"proof": "gpu_transformers", "cases": [{"model": m, "mode": mode, "pass": ok}
-                                                              for m, mode, ok in results]}))
-    print(f"SUMMARY: {'PASS' if not failed else 'FAIL'}: {len(results) - len(failed)}/{len(results)} cases passed"
-          + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
-    return 0 if not failed else 1
+    return run_cases("gpu_transformers", args, prove, [("dlpack", "producers", check_producers())])
 
 
 if __name__ == "__main__":
