@@ -34,21 +34,7 @@ for spec in ${MODELS:-llama3-8b:-1 qwen3-30b-a3b:24}; do
       timeout 300 "$REFIT_BINARY" bench --json --device cuda --transport cuda_ipc --mode "$mode" --model "$model" \
         --layers "$layers" --engine-ranks 1 --bucket-size "${BUCKET:-1GiB}" --refits "${REFITS:-5}" \
         --quantize "$quantize" --timeout 200 > "$tmp/report.json" 2> "$tmp/err"
-      python3 - "$tmp/report.json" "$name" "$out/fp8_bench.jsonl" "$tmp/err" <<'PY'
-import json, sys
-try:
-    r = json.load(open(sys.argv[1]))
-except Exception as e:
-    print(f"{sys.argv[2]:<36} no report ({e}): {open(sys.argv[4]).read()[-800:]}"); sys.exit(0)
-r["name"] = sys.argv[2]
-with open(sys.argv[3], "a") as f:
-    f.write(json.dumps(r) + "\n")
-b = r.get("bench", {})
-secs = sorted(x["seconds"] for x in r.get("refits", [])[1:]) or [0]
-print(f"{sys.argv[2]:<36} verified={r.get('verified')} median={secs[len(secs)//2]*1e3:8.2f} ms "
-      f"bytes={r.get('bytes_per_refit',0)/1e9:.3f} GB floor_bytes={b.get('ceiling_bytes',0)/1e9:.3f} GB "
-      f"copy={b.get('ceiling_gbps',0):7.1f} GB/s x{b.get('floor_ratio',0):.3f} of floor {r.get('error','')[:300]}")
-PY
+      python3 bench/record_report.py "$tmp/report.json" "$name" "$out/fp8_bench.jsonl" "$tmp/err"
       rm -rf "$tmp"
     done
   done

@@ -33,19 +33,7 @@ if [[ $what == all || $what == bench ]]; then
           timeout 240 "$carry/refit" bench --json --device cuda --transport cuda_ipc --mode "$mode" --model "$model" \
             --layers "$layers" --engine-ranks 1 --bucket-size "$bucket" --refits "${REFITS:-4}" --pool-slots "$pool" \
             --timeout 120 > "$tmp/report.json" 2> "$tmp/err"
-          python3 - "$tmp/report.json" "$name" "$out/bench.jsonl" "$tmp/err" <<'PY'
-import json, sys
-try:
-    r = json.load(open(sys.argv[1]))
-except Exception as e:
-    print(f"{sys.argv[2]:<36} no report ({e}): {open(sys.argv[4]).read()[-500:]}"); sys.exit(0)
-r["name"] = sys.argv[2]
-with open(sys.argv[3], "a") as f:
-    f.write(json.dumps(r) + "\n")
-b = r.get("bench", {})
-print(f"{sys.argv[2]:<36} verified={r.get('verified')} refit={b.get('median_gbps',0):8.1f} GB/s "
-      f"copy={b.get('ceiling_gbps',0):8.1f} GB/s  x{b.get('floor_ratio',0):.2f} of floor  {r.get('error','')[:200]}")
-PY
+          python3 bench/record_report.py "$tmp/report.json" "$name" "$out/bench.jsonl" "$tmp/err"
           rm -rf "$tmp"
         done
       done

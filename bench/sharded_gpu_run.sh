@@ -43,21 +43,6 @@ while read -r name model layers layout trainers engines experts mode names; do
     --layers "$layers" --trainer-layout "$layout" --trainer-ranks "$trainers" --engine-ranks "$engines" --engine-gpus 1 \
     --engine-experts "${experts:-tp}" --trainer-names "${names:-hf}" \
     --refits "${REFITS:-5}" --timeout 120 > "$tmp/report.json" 2> "$tmp/err"
-  python3 - "$tmp/report.json" "$name" "$out/bench.jsonl" "$tmp/err" "${MPS:-0}" <<'PY'
-import json, sys
-try:
-    r = json.load(open(sys.argv[1]))
-except Exception as e:
-    print(f"{sys.argv[2]:<14} no report ({e}): {open(sys.argv[4]).read()[-600:]}"); sys.exit(0)
-r["name"] = sys.argv[2]
-r["mps"] = sys.argv[5] == "1"
-with open(sys.argv[3], "a") as f:
-    f.write(json.dumps(r) + "\n")
-b = r.get("bench", {})
-print(f"{sys.argv[2]:<14} mps={r['mps']} verified={r.get('verified')} bytes={r.get('bytes_per_refit', 0) / 1e9:.2f} GB "
-      f"gathered={r.get('gathered_bytes', 0) / 1e9:.2f} GB dup={r.get('duplicate_bytes')} "
-      f"refit={b.get('median_gbps', 0):8.1f} GB/s copy={b.get('ceiling_gbps', 0):8.1f} GB/s "
-      f"x{b.get('floor_ratio', 0):.3f} of floor {r.get('error', '')[:300]}")
-PY
+  python3 bench/record_report.py "$tmp/report.json" "$name" "$out/bench.jsonl" "$tmp/err" "mps=$([[ ${MPS:-0} == 1 ]] && echo true || echo false)"
   rm -rf "$tmp"
 done <<< "$runs"
