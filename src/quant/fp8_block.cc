@@ -17,15 +17,7 @@ constexpr std::uint32_t kFp32Mag448 = 0x43E00000u;  // 448.0f = 1.75 * 2^8
 
 // Element [m, r, c] of the box (box-relative) as fp32.
 float load(const Fp8Source& s, const Fp8Box& b, std::int64_t m, std::int64_t r, std::int64_t c) {
-  const std::int64_t i = (b.matrix_begin + m) * s.matrix_stride + (b.row_begin + r) * s.row_stride + b.col_begin + c;
-  if (s.dtype == DType::kBFloat16) {
-    std::uint16_t bits;
-    std::memcpy(&bits, s.data + i * 2, sizeof bits);
-    return bf16_to_float(bits);
-  }
-  float x;
-  std::memcpy(&x, s.data + i * 4, sizeof x);
-  return x;
+  return fp8_source_element(s, b.matrix_begin + m, b.row_begin + r, b.col_begin + c);
 }
 
 std::string range(std::int64_t begin, std::int64_t n) {
@@ -153,6 +145,18 @@ Status validate_fp8_box(const Fp8Source& s, const Fp8Box& b) {
 }
 
 float bf16_to_float(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
+
+float fp8_source_element(const Fp8Source& s, std::int64_t m, std::int64_t r, std::int64_t c) {
+  const std::int64_t i = m * s.matrix_stride + r * s.row_stride + c;
+  if (s.dtype == DType::kBFloat16) {
+    std::uint16_t bits;
+    std::memcpy(&bits, s.data + i * 2, sizeof bits);
+    return bf16_to_float(bits);
+  }
+  float x;
+  std::memcpy(&x, s.data + i * 4, sizeof x);
+  return x;
+}
 
 float fp8_block_scale(float amax) { return std::max(amax, kFp8ScaleFloor) / kFp8E4M3Max; }
 

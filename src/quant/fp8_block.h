@@ -159,4 +159,8 @@ float e4m3_to_float(std::uint8_t code);
 // bfloat16 bits -> fp32 (exact).
 float bf16_to_float(std::uint16_t bits);
 
+// Element [m, r, c] of `source`'s memory as fp32 (exact). REQUIRES: the
+// element lies inside the source.
+float fp8_source_element(const Fp8Source& source, std::int64_t m, std::int64_t r, std::int64_t c);
+
 }  // namespace refit

@@ -3,9 +3,7 @@
 #include "quant/fp8_part.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -13,17 +11,7 @@ namespace refit {
 namespace {
 
 // Element [m, r, c] of the part's own memory as fp32.
-float load(const Fp8Source& s, std::int64_t m, std::int64_t r, std::int64_t c) {
-  const std::int64_t i = m * s.matrix_stride + r * s.row_stride + c;
-  if (s.dtype == DType::kBFloat16) {
-    std::uint16_t bits;
-    std::memcpy(&bits, s.data + i * 2, sizeof bits);
-    return bf16_to_float(bits);
-  }
-  float x;
-  std::memcpy(&x, s.data + i * 4, sizeof x);
-  return x;
-}
+float load(const Fp8Source& s, std::int64_t m, std::int64_t r, std::int64_t c) { return fp8_source_element(s, m, r, c); }
 
 std::string where(const Fp8Part& p) {
   return "part of rows [" + std::to_string(p.row_offset) + ", " + std::to_string(p.row_offset + p.local.rows) +
