@@ -52,7 +52,8 @@ struct Part {
 Part cut(const Weight3& w, std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
   const std::size_t size = dtype_size(w.dtype);
   Part p{std::vector<std::byte>(static_cast<std::size_t>(w.matrices * (r1 - r0) * (c1 - c0)) * size), {}};
-  for (std::int64_t m = 0, i = 0; m < w.matrices; ++m) {
+  // An empty part has no memory (data() may be null: no memcpy from or to it).
+  for (std::int64_t m = 0, i = 0; m < w.matrices && c1 > c0; ++m) {
     for (std::int64_t r = r0; r < r1; ++r, ++i) {
       std::memcpy(p.bytes.data() + i * (c1 - c0) * size, w.bytes.data() + ((m * w.rows + r) * w.cols + c0) * size,
                   static_cast<std::size_t>(c1 - c0) * size);
