@@ -29,54 +29,64 @@ struct JobSpec {
   std::vector<std::string> skip;                          // process names not to start
 };
 
-// Starts every process of the job in `group`; returns false if the
-// coordinator did not listen.
+// The flags of rank `rank` of `role` ("trainer", "engine") in the job, with
+// its coordinator at `address`: the base flags, then `spec.extra` for its
+// name (an extra "--flag value" replaces the flag's base value; other flags
+// are appended).
+inline std::vector<std::string> job_rank_args(const JobSpec& spec, const std::string& address,
+                                              const std::string& role, int rank) {
+  std::vector<std::string> a = {role, "--coordinator", address, "--rank", std::to_string(rank), "--model",
+                                spec.model, "--transport", spec.transport, "--bucket-size", spec.bucket_size,
+                                "--trainer-ranks", std::to_string(spec.trainer_ranks), "--engine-ranks",
+                                std::to_string(spec.engine_ranks), "--setup-timeout",
+                                std::to_string(spec.setup_timeout_s), "--timeout",
+                                std::to_string(spec.refit_timeout_s)};
+  a.insert(a.end(), spec.rank_args.begin(), spec.rank_args.end());
+  if (auto it = spec.extra.find(role + " rank " + std::to_string(rank)); it != spec.extra.end()) {
+    const auto& x = it->second;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      bool has_value = i + 1 < x.size() && x[i + 1].rfind("--", 0) != 0;
+      auto base = std::find(a.begin(), a.end(), x[i]);
+      if (has_value && base != a.end() && base + 1 != a.end()) {
+        *(base + 1) = x[i + 1];
+      } else {
+        a.push_back(x[i]);
+        if (has_value) a.push_back(x[i + 1]);
+      }
+      if (has_value) ++i;
+    }
+  }
+  return a;
+}
+
+// The address of the group's coordinator (its port file), once it listens.
+inline std::string job_coordinator_address(const ProcessGroup& group) {
+  std::string port = read_file(group.dir() + "/port");
+  port.erase(port.find_last_not_of("\n") + 1);
+  return "127.0.0.1:" + port;
+}
+
+// Starts every process of the job in `group` but those in spec.skip (a
+// test may start one of them later with job_rank_args); returns false if
+// the coordinator did not listen.
 inline bool start_job(ProcessGroup& group, const JobSpec& spec) {
-  std::vector<std::string> counts = {"--trainer-ranks", std::to_string(spec.trainer_ranks), "--engine-ranks",
-                                     std::to_string(spec.engine_ranks), "--setup-timeout",
-                                     std::to_string(spec.setup_timeout_s), "--timeout",
-                                     std::to_string(spec.refit_timeout_s)};
-  std::vector<std::string> coord = {"--refits", std::to_string(spec.refits), "--seed", "7"};
-  coord.insert(coord.end(), counts.begin(), counts.end());
+  std::vector<std::string> coord = {"--refits", std::to_string(spec.refits), "--seed", "7", "--trainer-ranks",
+                                    std::to_string(spec.trainer_ranks), "--engine-ranks",
+                                    std::to_string(spec.engine_ranks), "--setup-timeout",
+                                    std::to_string(spec.setup_timeout_s), "--timeout",
+                                    std::to_string(spec.refit_timeout_s)};
   coord.insert(coord.end(), spec.coordinator_args.begin(), spec.coordinator_args.end());
   std::string address = group.spawn_coordinator(coord);
   if (address.empty()) return false;
-  auto rank_args = [&](const std::string& role, int rank) {
-    std::vector<std::string> a = {role, "--coordinator", address, "--rank", std::to_string(rank), "--model",
-                                  spec.model, "--transport", spec.transport, "--bucket-size", spec.bucket_size};
-    a.insert(a.end(), counts.begin(), counts.end());
-    a.insert(a.end(), spec.rank_args.begin(), spec.rank_args.end());
-    std::string name = role + " rank " + std::to_string(rank);
-    if (auto it = spec.extra.find(name); it != spec.extra.end()) {
-      // An extra "--flag value" replaces the flag's base value; other flags are appended.
-      const auto& x = it->second;
-      for (std::size_t i = 0; i < x.size(); ++i) {
-        bool has_value = i + 1 < x.size() && x[i + 1].rfind("--", 0) != 0;
-        auto base = std::find(a.begin(), a.end(), x[i]);
-        if (has_value && base != a.end() && base + 1 != a.end()) {
-          *(base + 1) = x[i + 1];
-        } else {
-          a.push_back(x[i]);
-          if (has_value) a.push_back(x[i + 1]);
-        }
-        if (has_value) ++i;
-      }
-    }
-    return a;
-  };
   auto skipped = [&](const std::string& name) {
-    for (const auto& s : spec.skip) {
-      if (s == name) return true;
-    }
-    return false;
+    return std::find(spec.skip.begin(), spec.skip.end(), name) != spec.skip.end();
   };
-  for (int e = 0; e < spec.engine_ranks; ++e) {
-    std::string name = "engine rank " + std::to_string(e);
-    if (!skipped(name)) group.spawn(name, rank_args("engine", e));
-  }
-  for (int t = 0; t < spec.trainer_ranks; ++t) {
-    std::string name = "trainer rank " + std::to_string(t);
-    if (!skipped(name)) group.spawn(name, rank_args("trainer", t));
+  for (const char* role : {"engine", "trainer"}) {
+    const int ranks = std::string(role) == "engine" ? spec.engine_ranks : spec.trainer_ranks;
+    for (int r = 0; r < ranks; ++r) {
+      const std::string name = std::string(role) + " rank " + std::to_string(r);
+      if (!skipped(name)) group.spawn(name, job_rank_args(spec, address, role, r));
+    }
   }
   return true;
 }

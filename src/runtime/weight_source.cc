@@ -1,8 +1,6 @@
 // Synthetic and external weight sources: see weight_source.h.
 #include "refit/weight_source.h"
 
-#include <memory>
-
 #include "refit/content.h"
 #include "cuda/device.h"
 #include "cuda/device_content.h"
@@ -25,12 +23,7 @@ class SyntheticSource : public WeightSource {
       ASSIGN_OR_RETURN(device_arena_, DeviceBuffer::Allocate(device_, bytes));
       ASSIGN_OR_RETURN(stream_, CudaStream::Create(device_));
     } else {
-      // Not zeroed: prepare() writes every byte before anything reads one,
-      // and a zeroing pass costs a second write of the whole model (and, in
-      // the sanitizer builds, seconds of shadow memory before the rank even
-      // connects).
-      host_arena_.reset(new std::byte[bytes]);
-      host_bytes_ = bytes;
+      host_arena_.resize(bytes);
     }
     return Status::Ok();
   }
@@ -62,20 +55,19 @@ class SyntheticSource : public WeightSource {
   // The host arena is allocated once and filled in place by prepare(): its
   // range never moves, so a trainer feeding GPU engines can register it.
   std::vector<std::pair<const std::byte*, std::uint64_t>> stable_host_ranges() const override {
-    if (memory_ == MemoryKind::kCuda || host_bytes_ == 0) return {};
-    return {{host_arena_.get(), host_bytes_}};
+    if (memory_ == MemoryKind::kCuda || host_arena_.empty()) return {};
+    return {{host_arena_.data(), host_arena_.size()}};
   }
 
  private:
-  std::byte* arena() { return memory_ == MemoryKind::kCuda ? device_arena_.data() : host_arena_.get(); }
+  std::byte* arena() { return memory_ == MemoryKind::kCuda ? device_arena_.data() : host_arena_.data(); }
 
   Model model_;
   MemoryKind memory_;
   int device_;
   std::vector<bool> finite_;            // per weight: make_finite_content after filling
   std::vector<std::uint64_t> offsets_;  // of each weight in the arena
-  std::unique_ptr<std::byte[]> host_arena_;
-  std::uint64_t host_bytes_ = 0;
+  std::vector<std::byte> host_arena_;
   DeviceBuffer device_arena_;
   CudaStream stream_;
 };
