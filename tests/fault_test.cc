@@ -42,11 +42,7 @@ using testing::start_job;
 
 // ---- helpers ---------------------------------------------------------------
 
-std::string CoordinatorAddress(const ProcessGroup& group) {
-  std::string port = testing::read_file(group.dir() + "/port");
-  port.erase(port.find_last_not_of("\n") + 1);
-  return "127.0.0.1:" + port;
-}
+std::string CoordinatorAddress(const ProcessGroup& group) { return testing::job_coordinator_address(group); }
 
 // Writes a secret file (mode 0600) into the group's folder.
 std::string SecretFile(const ProcessGroup& group, const std::string& name, const std::string& secret) {
