@@ -126,9 +126,13 @@ main_stage() {
   run_ctest build/ctest-main.log build "$@"
 }
 
+# The ASan+UBSan build uses clang: about half gcc 12's compile time with
+# both sanitizers (tools/refit/main.cc at -O1: 18 s against 38 s on the
+# 2-core VM). Its warnings are not errors (clang warns where gcc does not;
+# the main and tsan builds keep gcc's -Werror).
 asan_stage() {
   local reports=$PWD/build-asan/sanitizer-reports
-  sanitizer_build build-asan address,undefined || return 1
+  sanitizer_build build-asan address,undefined -DCMAKE_CXX_COMPILER=clang++ -DREFIT_WERROR=OFF || return 1
   rm -rf "$reports" && mkdir -p "$reports"
   local rc=0
   # UCX_MEM_EVENTS=no: UCX's memory hooks (libucm) patch malloc and mmap,

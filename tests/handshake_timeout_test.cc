@@ -32,13 +32,14 @@ std::string SilentConnectionRefusal(const std::vector<std::string>& coordinator_
 }
 
 // A silent connection is refused after --handshake-timeout seconds, and the
-// refusal says how long it waited (1000-1999 ms for 1 s; the default 5 s
-// says 5xxx ms). Catches: the flag not reaching the join gate (the
+// refusal says how long it waited (900-1999 ms for 1 s: the deadline starts
+// at the accept, the measured wait at the first read, a few ms later; the
+// default 5 s says 4xxx or 5xxx ms; CI once logged 999ms). Catches: the flag not reaching the join gate (the
 // refusal then says "timed out after 5...ms"); tried once: the line in
 // coordinator.cc that sets gate.handshake_timeout removed made it fail.
 TEST(ControlPlaneFault, HandshakeTimeoutBoundsASilentConnection) {
   const std::string log = SilentConnectionRefusal({"--handshake-timeout", "1"});
-  EXPECT_TRUE(std::regex_search(log, std::regex("timed out after 1[0-9]{3}ms waiting for a frame"))) << log;
+  EXPECT_TRUE(std::regex_search(log, std::regex("timed out after (9[0-9]{2}|1[0-9]{3})ms waiting for a frame"))) << log;
 }
 
 // The flag refuses what is not a positive number of seconds, naming it.

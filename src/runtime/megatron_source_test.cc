@@ -66,7 +66,10 @@ void ExpectShardHoldsHandContent(const TensorSpec& spec, const Box& box, const s
   std::vector<std::byte> want;
   const auto check_run = [&]() {
     if (run.empty()) return true;
-    const auto [name, first] = values.find(run.front());
+    // Not a structured binding: clang 14 (the asan stage) cannot capture one in a lambda.
+    const auto found = values.find(run.front());
+    const auto name = found.first;
+    const auto first = found.second;
     const auto w = std::find_if(engine.weights.begin(), engine.weights.end(),
                                 [&](const Weight& x) { return x.spec.name == *name; });
     EXPECT_NE(w, engine.weights.end()) << *name;
