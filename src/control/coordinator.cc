@@ -302,6 +302,10 @@ class Coordinator {
     phase_options.setup_timeout_s = options_.setup_timeout_s;
     phase_options.refit_timeout_s = options_.refit_timeout_s;
     phase_options.heartbeats = heartbeats_;
+    // Sharded trainers into FP8 engines share the amax of the blocks their
+    // cuts split (every rank agrees on both: setup checked the layouts and
+    // the plan digests).
+    phase_options.amax_exchange = trainers_[0]->join.layout != "full" && engines_[0]->join.quantize != "none";
     RefitPhases phases(phase_options);
     members_ = joined();
     // Setup's linking shares the deadline the joins had.
@@ -373,7 +377,9 @@ class Coordinator {
       const Deadline by = ending ? Deadline::After(std::chrono::seconds(2))
                           : std::holds_alternative<Heartbeat>(send->message) ? Deadline::After(heartbeats_.timeout)
                                                                              : Deadline::After(std::chrono::seconds(30));
-      for (std::size_t i = 0; i < members_.size(); ++i) {
+      const std::size_t audience =
+          send->audience == Audience::kTrainers ? static_cast<std::size_t>(options_.trainer_ranks) : members_.size();
+      for (std::size_t i = 0; i < audience; ++i) {
         if (members_[i]->closed) continue;
         Status sent = send_message(*members_[i]->link, send->message, by);
         if (!sent.ok() && !ending) {

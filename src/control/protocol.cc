@@ -224,6 +224,36 @@ Status unknown(const std::string& type, const char* expected) {
   return InvalidArgument("unexpected control message '" + type + "' (expected " + expected + ")");
 }
 
+Json amax_message(const char* type, std::uint64_t version, const std::vector<AmaxEntry>& entries) {
+  Json m = versioned(type, version);
+  Json list = Json::array();
+  for (const AmaxEntry& e : entries) list.push_back(Json::array({e.tensor, e.block, e.bits}));
+  m["entries"] = std::move(list);
+  return m;
+}
+
+// "entries": [[tensor, block, bits], ...]; each an array of three integers
+// >= 0, bits a finite amax >= 0 (at most kMaxAmaxBits).
+StatusOr<std::vector<AmaxEntry>> amax_entries(const Json& m, const std::string& type) {
+  std::vector<AmaxEntry> out;
+  if (!m.contains("entries")) return out;
+  for (std::size_t i = 0; i < m["entries"].size(); ++i) {
+    const Json& e = m["entries"][i];
+    // An integer >= 0 (parsed text gives unsigned; a Json built in memory, signed).
+    auto natural = [](const Json& v) {
+      return v.is_number_integer() && (v.is_number_unsigned() || v.get<std::int64_t>() >= 0);
+    };
+    const bool whole = e.is_array() && e.size() == 3 && natural(e[0]) && natural(e[1]) && natural(e[2]);
+    if (!whole || e[2].get<std::uint64_t>() > kMaxAmaxBits) {
+      return InvalidArgument("'" + type + "' entry " + std::to_string(i) +
+                             ": expected [tensor, block, bits], integers >= 0 and bits of a finite amax >= 0 (at "
+                             "most " + std::to_string(kMaxAmaxBits) + ")");
+    }
+    out.push_back({e[0].get<std::uint64_t>(), e[1].get<std::uint64_t>(), e[2].get<std::uint32_t>()});
+  }
+  return out;
+}
+
 }  // namespace
 
 StatusOr<HeartbeatTiming> heartbeat_timing(double interval_s, double timeout_s, const std::string& who) {
@@ -286,7 +316,8 @@ Json encode(const RankMessage& message) {
                  m["pid"] = f.pid;
                  m["error"] = status_to_json(f.error);
                  return m;
-               }},
+               },
+               [](const AmaxShare& a) { return amax_message("amax_share", a.version, a.entries); }},
       message);
 }
 
@@ -308,7 +339,8 @@ Json encode(const CoordinatorMessage& message) {
                                return m;
                              },
                              [](const Refusal& r) { return Json{{"type", "error"}, {"error", status_to_json(r.error)}}; },
-                             [](const Heartbeat&) { return typed("heartbeat"); }},
+                             [](const Heartbeat&) { return typed("heartbeat"); },
+                             [](const AmaxTable& a) { return amax_message("amax_table", a.version, a.entries); }},
                     message);
 }
 
@@ -371,6 +403,10 @@ StatusOr<RankMessage> decode_rank_message(const Json& m) {
     f.error = status_field(m, "error").value_or(Internal("no error given"));
     return RankMessage(std::move(f));
   }
+  if (type == "amax_share") {
+    ASSIGN_OR_RETURN(std::vector<AmaxEntry> entries, amax_entries(m, type));
+    return RankMessage(AmaxShare{u64(m, "version"), std::move(entries)});
+  }
   return unknown(type, "a rank's message");
 }
 
@@ -390,6 +426,10 @@ StatusOr<CoordinatorMessage> decode_coordinator_message(const Json& m) {
   if (type == "shutdown") return CoordinatorMessage(Shutdown{status_field(m, "error"), u64(m, "committed_version")});
   if (type == "error") return CoordinatorMessage(Refusal{*status_field(m, "error")});
   if (type == "heartbeat") return CoordinatorMessage(Heartbeat{});
+  if (type == "amax_table") {
+    ASSIGN_OR_RETURN(std::vector<AmaxEntry> entries, amax_entries(m, type));
+    return CoordinatorMessage(AmaxTable{u64(m, "version"), std::move(entries)});
+  }
   return unknown(type, "a coordinator's message");
 }
 

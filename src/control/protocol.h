@@ -49,6 +49,7 @@
 #include <variant>
 #include <vector>
 
+#include "control/amax_exchange.h"
 #include "control/control_message.h"
 #include "refit/model.h"
 #include "refit/status.h"
@@ -218,8 +219,16 @@ struct SetupFailed {
   Status error;
 };
 
-using RankMessage =
-    std::variant<Join, Linked, Ready, Progress, Sent, Done, Committed, Failed, Request, Finish, Heartbeat, SetupFailed>;
+// Sharded trainers under --quantize, after go (control/amax_exchange.h):
+// the partial amax of every block this trainer rank shares with another.
+// On the wire: "entries": [[tensor, block, bits], ...].
+struct AmaxShare {
+  std::uint64_t version = 0;
+  std::vector<AmaxEntry> entries;
+};
+
+using RankMessage = std::variant<Join, Linked, Ready, Progress, Sent, Done, Committed, Failed, Request, Finish,
+                                 Heartbeat, SetupFailed, AmaxShare>;
 
 // ---- coordinator -> rank -------------------------------------------------------
 
@@ -268,7 +277,15 @@ struct Shutdown {
   std::uint64_t committed_version = 0;
 };
 
-using CoordinatorMessage = std::variant<Setup, Start, Go, Commit, Abort, Relink, Shutdown, Refusal, Heartbeat>;
+// To every trainer rank once each shared: the combined amax of every block
+// any trainer rank shared (combine_amax), as AmaxShare's entries.
+struct AmaxTable {
+  std::uint64_t version = 0;
+  std::vector<AmaxEntry> entries;
+};
+
+using CoordinatorMessage =
+    std::variant<Setup, Start, Go, Commit, Abort, Relink, Shutdown, Refusal, Heartbeat, AmaxTable>;
 using AuthMessage = std::variant<AuthChallenge, AuthResponse, AuthOk, Refusal>;
 
 // ---- encode / decode -----------------------------------------------------------

@@ -81,6 +81,9 @@ const std::vector<Schema>& schemas() {
     s.push_back({"failed", {version, error}});
     s.push_back({"finish", {}});
     s.push_back({"heartbeat", {}});  // both directions
+    for (const char* t : {"amax_share", "amax_table"}) {  // the second direction below; protocol.cc checks each entry
+      s.push_back({t, {version, {"entries", kArr, false, 0, kArr}}});
+    }
     s.push_back({"setup_failed",
                  {{"protocol", kUint},
                   {"role", kStr, true, kMaxNameBytes},

@@ -285,6 +285,33 @@ TEST(Protocol, EveryMessageRoundTrips) {
   }
 }
 
+// The amax exchange's messages keep every entry exactly (bits included:
+// 0x7F7FFFFF is FLT_MAX); an entry that is not [tensor, block, bits] of
+// integers >= 0, or bits above a finite amax, is refused naming the entry.
+// Catches: entries dropped or reordered by encode, bits read as a float
+// (FLT_MAX's bits would not survive a float's JSON text), and a NaN's bits
+// (0x7FC00000) let through into the combination.
+TEST(Protocol, AmaxSharesAndTablesRoundTripAndMalformedEntriesAreRefused) {
+  const std::vector<AmaxEntry> entries = {{3, 0, 0x7F7FFFFF}, {0, 12, 0}, {1, std::uint64_t{1} << 40, 0x3F800000}};
+  auto share = decode_rank_message(encode(RankMessage(AmaxShare{4, entries})));
+  ASSERT_TRUE(share.ok()) << share.status().ToString();
+  EXPECT_EQ(std::get<AmaxShare>(*share).version, 4u);
+  EXPECT_EQ(std::get<AmaxShare>(*share).entries, entries);
+  auto table = decode_coordinator_message(encode(CoordinatorMessage(AmaxTable{4, entries})));
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  EXPECT_EQ(std::get<AmaxTable>(*table).entries, entries);
+  for (const Json& bad : {Json::array({1, 2}), Json::array({1, -2, 3}), Json::array({1, 2, 0x7FC00000}),
+                          Json::array({1, 2, "3"})}) {
+    Json m = {{"type", "amax_share"}, {"version", 1}, {"entries", Json::array({Json::array({0, 0, 0}), bad})}};
+    EXPECT_HAS(decode_rank_message(m).status().message(), "'amax_share' entry 1: expected [tensor, block, bits]")
+        << bad.dump();
+  }
+  Json not_list = {{"type", "amax_table"}, {"version", 1}, {"entries", 7}};
+  EXPECT_HAS(decode_coordinator_message(not_list).status().message(), "entries");
+  Json not_entries = {{"type", "amax_table"}, {"version", 1}, {"entries", Json::array({5})}};
+  EXPECT_HAS(decode_coordinator_message(not_entries).status().message(), "entries");
+}
+
 // A join's shard rules (one per spec, stream order) survive encode and
 // decode for either role; a join without them is accepted with none.
 // Catches: encode_join dropping "rules" (mutation: its

@@ -111,6 +111,8 @@ void RefitPhases::on_message(int member, const RankMessage& message, PhaseTime n
     out_.push_back(ShowProgress{version_, bytes, false});
   } else if (const auto* failed = std::get_if<Failed>(&message)) {
     on_failed(member, *failed, now);
+  } else if (const auto* share = std::get_if<AmaxShare>(&message)) {
+    on_amax(member, *share, now);
   } else if (std::holds_alternative<Request>(message) || std::holds_alternative<Finish>(message)) {
     on_ask(member, message, now);
   } else if (std::holds_alternative<Linked>(message)) {
@@ -233,13 +235,59 @@ void RefitPhases::on_ask(int member, const RankMessage& ask, PhaseTime now) {
   if (phase_ != Phase::kBlame) m.ask = ask;  // what a failing refit had in flight is dropped
 }
 
+// Sharded trainers under --quantize: a trainer rank's partial amax of the
+// blocks it shares. Once every trainer rank shared, the combined table goes
+// to the trainer ranks; each quantizes with it (quant/fp8_part.h).
+void RefitPhases::on_amax(int member, const AmaxShare& share, PhaseTime now) {
+  if (phase_ == Phase::kBlame || phase_ == Phase::kRecovery) return;  // dropped with the refit
+  Member& m = members_[static_cast<std::size_t>(member)];
+  const char* why = !options_.amax_exchange       ? " (this job exchanges no amax)"
+                    : !is_trainer(member)         ? " (only trainer ranks share amax)"
+                    : phase_ != Phase::kTransfer  ? " (expected during transfer)"
+                    : m.amax                      ? " (it already shared)"
+                    : share.version != version_   ? " (the refit in flight is another)"
+                                                  : nullptr;
+  if (why != nullptr) {
+    return fail(InvalidArgument("protocol error: " + member_name(member) + " sent 'amax_share' of refit " +
+                                std::to_string(share.version) + " during " + phase_name() + why),
+                now);
+  }
+  m.amax = share.entries;
+  std::vector<std::vector<AmaxEntry>> shares;
+  for (int t = 0; t < options_.trainer_ranks; ++t) {
+    const auto& amax = members_[static_cast<std::size_t>(t)].amax;
+    if (!amax) return;
+    shares.push_back(*amax);
+  }
+  StatusOr<std::vector<AmaxEntry>> table = combine_amax(shares);
+  if (!table.ok()) {
+    return fail(InvalidArgument("the amax exchange of refit " + std::to_string(version_) + " (share N is trainer rank N): " +
+                                table.status().message()),
+                now);
+  }
+  out_.push_back(SendAll{AmaxTable{version_, std::move(*table)}, Audience::kTrainers});
+}
+
+// The trainer ranks whose amax_share of the refit in flight has not come.
+std::string RefitPhases::missing_amax() const {
+  std::string out;
+  for (int t = 0; t < options_.trainer_ranks; ++t) {
+    if (members_[static_cast<std::size_t>(t)].amax) continue;
+    out += (out.empty() ? "" : ", ") + member_name(t);
+  }
+  return out;
+}
+
 void RefitPhases::on_deadline(PhaseTime now) {
   if (phase_ == Phase::kBlame) {
     // No lost connection explains the failure: it stands.
     phase_ = blamed_phase_;
     return fail(blamed_, now);
   }
-  const std::string late = phase_name() + " timed out waiting for '" + awaited_name() + "' from " + waiting_for();
+  const std::string unshared = phase_ == Phase::kTransfer && options_.amax_exchange ? missing_amax() : "";
+  const std::string late = unshared.empty()
+                               ? phase_name() + " timed out waiting for '" + awaited_name() + "' from " + waiting_for()
+                               : phase_name() + " timed out waiting for 'amax_share' from " + unshared;
   if (phase_ == Phase::kRecovery) {
     return end(Status(recovering_.code(), recovering_.message() + "; recovery failed: " + late));
   }

@@ -12,6 +12,8 @@
 //
 //   setup --linked x all--> [idle: every trainer sends request(v) or finish]
 //   start(v) -> prepare --ready x all--> go(v) -> transfer --sent x all-->
+//   (sharded trainers under --quantize: in transfer, amax_share x every
+//   trainer --> amax_table(v) to the trainers)
 //   verify --done x all--> COMMIT DECISION: v committed, recorded now;
 //   commit(v) -> commit --committed x all--> next refit (or shutdown)
 //
@@ -59,6 +61,10 @@ struct PhaseOptions {
   // Liveness (see above). nullopt: none, for unit tests of the other rules;
   // the coordinator always sets it (CoordinatorOptions::heartbeat_*).
   std::optional<HeartbeatTiming> heartbeats;
+  // Sharded trainers under --quantize: during each transfer every trainer
+  // rank sends an amax_share, and once all did the machine sends the
+  // trainer ranks the combined amax_table (control/amax_exchange.h).
+  bool amax_exchange = false;
 };
 
 using PhaseClock = std::chrono::steady_clock;
@@ -79,9 +85,12 @@ using PhaseEvent = std::variant<Received, Lost, Tick>;
 
 // ---- actions
 
-// Send to every rank (best effort once the job ended).
+// Send to every rank, or to the trainer ranks only (best effort once the
+// job ended).
+enum class Audience { kEveryRank, kTrainers };
 struct SendAll {
   CoordinatorMessage message;
+  Audience audience = Audience::kEveryRank;
 };
 // The commit decision: refit `version` is committed from now on.
 struct RecordCommit {
@@ -143,6 +152,7 @@ class RefitPhases {
     std::optional<RankMessage> ask;  // on demand: its request or finish
     std::optional<Done> done;
     std::optional<Linked> linked;
+    std::optional<std::vector<AmaxEntry>> amax;  // its amax_share of the refit
     std::uint64_t progress = 0;
     // Its connection closed while that did not end the job (it had
     // reported its failure): it cannot relink.
@@ -159,6 +169,8 @@ class RefitPhases {
   bool stalled_itself(PhaseTime now);
   PhaseTime phase_deadline() const;
   void on_ask(int member, const RankMessage& ask, PhaseTime now);
+  void on_amax(int member, const AmaxShare& share, PhaseTime now);
+  std::string missing_amax() const;
   void advance(PhaseTime now);
   void decide_idle(PhaseTime now);
   void decide_commit(PhaseTime now);

@@ -19,11 +19,12 @@ using namespace std::chrono_literals;
 // the actions the machine returned so far.
 class Job {
  public:
-  explicit Job(int refits = 2) : phases_([&] {
+  explicit Job(int refits = 2, bool amax_exchange = false) : phases_([&] {
     PhaseOptions o;
     o.trainer_ranks = 2;
     o.engine_ranks = 2;
     o.refits = refits;
+    o.amax_exchange = amax_exchange;
     o.setup_timeout_s = 10;
     o.refit_timeout_s = 20;
     return o;
@@ -319,6 +320,70 @@ TEST(RefitPhases, OnDemandRefitsStartWhenEveryTrainerAsked) {
   old.All([] { return RankMessage(Committed{1}); });
   old.Send(0, Request{1});
   EXPECT_HAS(old.Ended()->message(), "trainer rank 0 asked for refit 1, not above the last committed version 1");
+}
+
+// ---- the amax exchange of sharded trainers under --quantize ---------------------
+
+// Catches: a table sent before every trainer rank shared, sent to the
+// engines too, or combined otherwise than by the largest amax per block.
+// Tried once: on_amax combining whatever shares had come (not waiting for
+// every trainer rank) failed it and the protocol-error test below.
+TEST(RefitPhases, TheAmaxTableGoesToTheTrainersOnceEveryTrainerShared) {
+  Job job(1, /*amax_exchange=*/true);
+  job.LinkAll();
+  job.All([] { return RankMessage(Ready{1}); });
+  job.Send(0, AmaxShare{1, {{0, 3, 100}, {2, 0, 7}}});
+  EXPECT_FALSE(job.LastSent<AmaxTable>().has_value()) << "the table went out before trainer rank 1 shared";
+  job.Send(1, AmaxShare{1, {{0, 3, 250}}});
+  const auto table = job.LastSent<AmaxTable>();
+  ASSERT_TRUE(table.has_value());
+  EXPECT_EQ(table->version, 1u);
+  EXPECT_EQ(table->entries, (std::vector<AmaxEntry>{{0, 3, 250}, {2, 0, 7}}));
+  for (const SendAll& s : job.Of<SendAll>()) {
+    const bool is_table = std::holds_alternative<AmaxTable>(s.message);
+    EXPECT_EQ(s.audience, is_table ? Audience::kTrainers : Audience::kEveryRank) << message_name(s.message);
+  }
+  for (int m = 0; m < 4; ++m) job.Send(m, refit::Sent{1});
+  for (int m = 0; m < 4; ++m) job.Send(m, Done{1, m >= 2, Json::object(), ""});
+  ASSERT_EQ(job.Of<RecordCommit>().size(), 1u);
+}
+
+// Catches: an amax_share accepted from an engine rank, twice from one
+// trainer rank, or in a job without the exchange (each would corrupt or
+// stall the table); every one is a protocol error naming the rank and why.
+TEST(RefitPhases, AnAmaxShareOutOfPlaceIsAProtocolError) {
+  struct Case {
+    bool exchange;
+    int member;
+    int shares;
+    const char* why;
+  };
+  for (const Case& c : {Case{true, 2, 1, "engine rank 0 sent 'amax_share' of refit 1 during refit 1 (transfer) "
+                                         "(only trainer ranks share amax)"},
+                        Case{true, 0, 2, "trainer rank 0 sent 'amax_share' of refit 1 during refit 1 (transfer) "
+                                         "(it already shared)"},
+                        Case{false, 0, 1, "(this job exchanges no amax)"}}) {
+    Job job(1, c.exchange);
+    job.LinkAll();
+    job.All([] { return RankMessage(Ready{1}); });
+    for (int i = 0; i < c.shares; ++i) job.Send(c.member, AmaxShare{1, {{0, 0, 1}}});
+    ASSERT_EQ(job.Of<RecordFailure>().size(), 1u) << c.why;
+    EXPECT_HAS(job.Of<RecordFailure>()[0].error.message(), c.why);
+    EXPECT_FALSE(job.LastSent<AmaxTable>().has_value());
+  }
+}
+
+// Catches: a transfer deadline that names every rank (each waits for the
+// table) instead of the trainer rank that never shared.
+TEST(RefitPhases, AMissingAmaxShareIsNamedAtTheDeadline) {
+  Job job(1, /*amax_exchange=*/true);
+  job.LinkAll();
+  job.All([] { return RankMessage(Ready{1}); });
+  job.Send(0, AmaxShare{1, {}});
+  job.Wait(21s);
+  ASSERT_EQ(job.Of<RecordFailure>().size(), 1u);
+  EXPECT_HAS(job.Of<RecordFailure>()[0].error.message(),
+             "refit 1 (transfer) timed out waiting for 'amax_share' from trainer rank 1");
 }
 
 }  // namespace
