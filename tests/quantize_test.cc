@@ -28,6 +28,7 @@ using testing::start_job;
 struct QuantizeCase {
   std::string model, quantize, transport, experts;
   int trainers, engines;
+  std::string trainer_layout = "full";
 };
 
 class QuantizeDemoTest : public ::testing::TestWithParam<QuantizeCase> {};
@@ -44,12 +45,17 @@ QuantizedModel engine_model(const QuantizeCase& c) {
 // ignoring it (tried: trainers without it are refused at setup, see below;
 // the report's counts are checked against quantize_model's), an engine that
 // verifies only copies (weight_verify_test), and a refit that sends the bf16
-// bytes (wire_bytes would be about twice bytes_per_refit).
+// bytes (wire_bytes would be about twice bytes_per_refit). The fsdp cases:
+// sharded trainers whose cuts split blocks (3 ranks of tiny's 1408 and 512
+// rows), their amax exchanged through the coordinator; tried once: the
+// trainers quantizing with their own partial amax (the table ignored)
+// failed both.
 TEST_P(QuantizeDemoTest, EngineRanksHoldVerifiedCodesAndScales) {
   const QuantizeCase& c = GetParam();
   auto r = run_refit({"demo", "--json", "--model", c.model, "--quantize", c.quantize, "--engine-experts", c.experts,
                       "--transport", c.transport, "--trainer-ranks", std::to_string(c.trainers), "--engine-ranks",
-                      std::to_string(c.engines), "--refits", "2", "--bucket-size", "1MiB", "--timeout", "120"});
+                      std::to_string(c.engines), "--trainer-layout", c.trainer_layout, "--refits", "2",
+                      "--bucket-size", "1MiB", "--timeout", "120"});
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   const json report = json::parse(r.out);
   EXPECT_TRUE(report["verified"].get<bool>());
@@ -73,8 +79,11 @@ TEST_P(QuantizeDemoTest, EngineRanksHoldVerifiedCodesAndScales) {
   EXPECT_LT(total, unquantized);
   EXPECT_EQ(report["bytes_per_refit"].get<std::uint64_t>(), payload);
   ASSERT_EQ(report["refits"].size(), 2u);
+  // Sharded trainer ranks count the payload they write into the engines'
+  // buckets (the alignment is the engines' own).
+  const std::uint64_t wire = c.trainer_layout == "full" ? total : payload;
   for (const json& refit : report["refits"]) {
-    EXPECT_EQ(refit["wire_bytes"].get<std::uint64_t>(), total) << refit.dump();
+    EXPECT_EQ(refit["wire_bytes"].get<std::uint64_t>(), wire) << refit.dump();
   }
 }
 
@@ -82,11 +91,14 @@ INSTANTIATE_TEST_SUITE_P(
     Quantize, QuantizeDemoTest,
     ::testing::Values(QuantizeCase{"tiny", "fp8-block128", "shm", "tp", 2, 1},
                       QuantizeCase{"tiny", "fp8-block128:*.q_proj.weight,*.o_proj.weight", "tcp", "tp", 2, 2},
-                      QuantizeCase{"tiny-moe", "fp8-block128:*.experts.*", "shm", "ep", 2, 2}),
+                      QuantizeCase{"tiny-moe", "fp8-block128:*.experts.*", "shm", "ep", 2, 2},
+                      QuantizeCase{"tiny", "fp8-block128", "shm", "tp", 3, 1, "fsdp"},
+                      QuantizeCase{"tiny", "fp8-block128:*.q_proj.weight,*.o_proj.weight", "tcp", "tp", 3, 2, "fsdp"}),
     [](const auto& info) {
       const QuantizeCase& c = info.param;
       return c.model.substr(0, 4) + (c.model.find("moe") != std::string::npos ? "_moe_" : "_") + c.transport + "_" +
-             std::to_string(c.trainers) + "_to_" + std::to_string(c.engines);
+             std::to_string(c.trainers) + "_to_" + std::to_string(c.engines) +
+             (c.trainer_layout == "full" ? "" : "_" + c.trainer_layout);
     });
 
 // Catches: engines that expect FP8 codes fed bf16 bytes by trainers that do

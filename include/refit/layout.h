@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,9 +71,26 @@ struct LayoutLevel {
 
 enum class RankOrder : unsigned char { kOuterSlowest, kOuterFastest };
 
+// A table with one entry per block of another tensor, such as FP8 block
+// scales (issue 20): entry [..., i, j] belongs to rows [block i, block
+// (i + 1)) x columns [block j, block (j + 1)) of the tensor of `shape` (its
+// last two dimensions; the ones before, e.g. stacked experts, map one to
+// one). The table's shape is `shape` with those two rounded up to whole
+// blocks. A layout with a block table splits the tensor of `shape` by its
+// levels, and a rank holds the entries of the blocks whose first element
+// lies in its box of that tensor: each box's begin and end along the two
+// dimensions divided by `block`, rounded up. So every block's entry is held
+// where its first element is, by exactly one rank of a split.
+struct BlockTable {
+  std::vector<std::int64_t> shape;  // the blocked tensor's full shape, 2 dimensions or more
+  std::int64_t block = 128;
+  friend bool operator==(const BlockTable&, const BlockTable&) = default;
+};
+
 struct Layout {
   std::vector<LayoutLevel> levels;  // split order; empty: one rank, the whole tensor
   RankOrder order = RankOrder::kOuterSlowest;
+  std::optional<BlockTable> blocks;  // set: the tensor is this block table (the levels split its tensor)
 
   // One level.
   static Layout of(LayoutLevel level) { return Layout{{level}, RankOrder::kOuterSlowest}; }
@@ -81,7 +99,8 @@ struct Layout {
   // ranks >= 1 (validate_layout checks it).
   int ranks() const;
   // "tensor_split(dim 1, 2 ranks) x chunk(dim 0, 2 ranks)" (plus
-  // ", outer level fastest" for kOuterFastest); "whole" for no level.
+  // ", outer level fastest" for kOuterFastest, and ", per 128-block of
+  // [1408, 2048]" for a block table); "whole" for no level.
   std::string ToString() const;
   friend bool operator==(const Layout&, const Layout&) = default;
 };
@@ -102,6 +121,8 @@ std::vector<int> level_indices(const Layout& layout, int rank);
 
 // The box rank `rank` holds. Errors (kInvalidArgument, naming the tensor,
 // the rank and the level): rank outside 0..ranks-1, a level with ranks < 1,
+// a block table whose block is < 1, whose shape has fewer than 2 dimensions
+// or does not round up to the tensor's shape,
 // a split dimension the tensor lacks, kEven over an extent that is not a
 // multiple of its ranks, kExperts on a tensor of fewer than 2 dimensions, on
 // a dim other than 0, or with fewer experts than ranks, kOwner on a scalar or

@@ -90,12 +90,14 @@ StatusOr<std::unique_ptr<WeightSource>> make_synthetic_source(const std::string&
 // layout per weight, model order; trainer_layouts() returns them): data(i)
 // is its local shard of weight i, holding exactly the bytes the full
 // synthetic tensor holds in its box, so that engines verify what they
-// receive against the same content. Errors name the tensor: a layout count
+// receive against the same content (finite where `quantize` selects, as
+// make_synthetic_source's). Errors name the tensor: a layout count
 // other than the weights', a layout the tensor does not fit, a rank outside
 // the layouts' ranks.
 StatusOr<std::unique_ptr<WeightSource>> make_synthetic_shard_source(const std::string& preset, int layers,
                                                                     std::vector<Layout> layouts, int rank,
-                                                                    MemoryKind memory, int device);
+                                                                    MemoryKind memory, int device,
+                                                                    const QuantizeSpec& quantize = {});
 // The caller's tensors: data[i] holds model.weights[i]'s full bytes, in
 // `memory` (on `device` for kCuda). Checks that the counts match and that no
 // pointer is null (unless the tensor is empty).

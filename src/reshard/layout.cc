@@ -107,10 +107,15 @@ int Layout::ranks() const {
 }
 
 std::string Layout::ToString() const {
-  if (levels.empty()) return "whole";
   std::string out;
   for (const LayoutLevel& level : levels) out += (out.empty() ? "" : " x ") + level.ToString();
-  if (order == RankOrder::kOuterFastest) out += ", outer level fastest";
+  if (out.empty()) out = "whole";
+  if (order == RankOrder::kOuterFastest && !levels.empty()) out += ", outer level fastest";
+  if (blocks) {
+    std::string shape;
+    for (std::int64_t d : blocks->shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    out += ", per " + std::to_string(blocks->block) + "-block of [" + shape + "]";
+  }
   return out;
 }
 
@@ -138,7 +143,42 @@ std::vector<int> level_indices(const Layout& layout, int rank) {
   return out;
 }
 
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// A block table's box: rank's box of the blocked tensor, its last two
+// dimensions in blocks (rounded up), so a block's entry goes with its first
+// element.
+StatusOr<Box> block_table_box(const TensorSpec& spec, const Layout& layout, int rank) {
+  const BlockTable& table = *layout.blocks;
+  const std::size_t n = table.shape.size();
+  std::vector<std::int64_t> shape = table.shape;
+  if (n >= 2 && table.block >= 1) {
+    shape[n - 2] = ceil_div(shape[n - 2], table.block);
+    shape[n - 1] = ceil_div(shape[n - 1], table.block);
+  }
+  if (n < 2 || table.block < 1 || shape != spec.shape) {
+    return InvalidArgument("tensor " + shape_text(spec) + ": layout " + layout.ToString() +
+                           " is not a block table of that shape (it needs a blocked shape of 2 dimensions or more, "
+                           "a block of at least 1, and the tensor's shape equal to it rounded up to whole blocks)");
+  }
+  Layout of_tensor = layout;
+  of_tensor.blocks.reset();
+  TensorSpec blocked = spec;
+  blocked.shape = table.shape;
+  ASSIGN_OR_RETURN(Box box, layout_box(blocked, of_tensor, rank));
+  for (std::size_t d = n - 2; d < n; ++d) {
+    box.begin[d] = ceil_div(box.begin[d], table.block);
+    box.end[d] = ceil_div(box.end[d], table.block);
+  }
+  return box;
+}
+
+}  // namespace
+
 StatusOr<Box> layout_box(const TensorSpec& spec, const Layout& layout, int rank) {
+  if (layout.blocks) return block_table_box(spec, layout, rank);
   for (std::size_t i = 0; i < layout.levels.size(); ++i) {
     if (layout.levels[i].ranks < 1) {
       return InvalidArgument("tensor " + shape_text(spec) + ": layout " + layout.ToString() + " level " +

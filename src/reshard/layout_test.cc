@@ -184,5 +184,63 @@ TEST(Layout, ErrorsNameTensorRankAndLevel) {
   EXPECT_OK(validate_layout(Spec({}), Layout{}));
 }
 
+
+// A block table (FP8 scales of a sharded weight): every rank holds exactly
+// the entries of the blocks whose first element its box of the weight
+// holds, so over a split every entry is held once (FSDP cuts of 1408 rows
+// in 3 ranks: 470 rows each, cutting blocks 3 and 7). Random layouts of
+// random shapes, stacked experts included. Catches: the box rounded down
+// instead of up (the entry of a block cut by two ranks held by the rank
+// that does not hold its first element), or the levels applied to the
+// table's shape instead of the weight's (tried once: rounding down failed
+// it).
+TEST(Layout, BlockTableEntriesGoWithTheirBlocksFirstElement) {
+  const Layout fsdp = Layout::of(LayoutLevel::chunk(0, 3));
+  Layout scales = fsdp;
+  scales.blocks = BlockTable{{1408, 2048}, 128};
+  EXPECT_EQ(Ranges(Spec({11, 16}), scales, 0), (R{{0, 4}, {4, 8}, {8, 11}}));  // rows [0,470) [470,940) [940,1408)
+  EXPECT_EQ(scales.ToString(), "chunk(dim 0, 3 ranks), per 128-block of [1408, 2048]");
+  std::mt19937 rng(20);
+  for (int iter = 0; iter < 300; ++iter) {
+    const bool stacked = testing::uniform(rng, 0, 1) == 1;
+    std::vector<std::int64_t> shape = {testing::uniform(rng, 0, 300), testing::uniform(rng, 1, 300)};
+    if (stacked) shape.insert(shape.begin(), testing::uniform(rng, 1, 4));
+    const TensorSpec weight = Spec(shape);
+    const std::int64_t block = testing::uniform(rng, 1, 200);
+    Layout layout = testing::random_layout(weight, testing::uniform(rng, 1, 6), rng);
+    Layout table = layout;
+    table.blocks = BlockTable{shape, block};
+    TensorSpec scale_spec = weight;
+    const std::size_t n = shape.size();
+    scale_spec.shape[n - 2] = (shape[n - 2] + block - 1) / block;
+    scale_spec.shape[n - 1] = (shape[n - 1] + block - 1) / block;
+    for (int r = 0; r < layout.ranks(); ++r) {
+      auto box = layout_box(weight, layout, r);
+      auto entries = layout_box(scale_spec, table, r);
+      ASSERT_TRUE(box.ok() && entries.ok()) << entries.status().ToString();
+      // Every entry: held here iff its block's first element is in the box.
+      for (std::size_t d = 0; d < n; ++d) {
+        const std::int64_t unit = d + 2 >= n ? block : 1;
+        for (std::int64_t i = 0; i < scale_spec.shape[d]; ++i) {
+          const bool first_here = box->begin[d] <= i * unit && i * unit < box->end[d];
+          const bool held = entries->begin[d] <= i && i < entries->end[d];
+          ASSERT_EQ(held, first_here) << table.ToString() << " rank " << r << " dim " << d << " entry " << i;
+        }
+      }
+    }
+  }
+}
+
+// A block table that does not fit the tensor is refused, naming both.
+// Catches: a table whose shape is not the blocked shape rounded up accepted.
+TEST(Layout, ABlockTableOfAnotherShapeIsRefused) {
+  Layout table = Layout::of(LayoutLevel::chunk(0, 2));
+  table.blocks = BlockTable{{1408, 2048}, 128};
+  EXPECT_HAS(layout_box(Spec({12, 16}), table, 0).status().message(),
+             "layout chunk(dim 0, 2 ranks), per 128-block of [1408, 2048] is not a block table of that shape");
+  table.blocks->shape = {1408};
+  EXPECT_FALSE(layout_box(Spec({11}), table, 0).ok());
+}
+
 }  // namespace
 }  // namespace refit

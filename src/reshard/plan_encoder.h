@@ -37,6 +37,11 @@ class Encoder {
       u64(static_cast<std::uint64_t>(level.ranks));
       if (level.kind == LevelKind::kOwner) u64(static_cast<std::uint64_t>(level.owner));  // older kinds: as before
     }
+    if (l.blocks) {  // layouts without a block table: as before
+      u64(static_cast<std::uint64_t>(l.blocks->block));
+      u64(l.blocks->shape.size());
+      for (std::int64_t d : l.blocks->shape) u64(static_cast<std::uint64_t>(d));
+    }
   }
   void box(const Box& b) {
     u64(b.begin.size());

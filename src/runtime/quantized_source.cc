@@ -12,6 +12,7 @@
 #include "quant/fp8_shard.h"
 #include "refit/device_memory.h"
 #include "refit/reference_engine.h"
+#include "runtime/quantized_shards.h"
 
 namespace refit {
 namespace {
@@ -173,8 +174,8 @@ StatusOr<std::unique_ptr<WeightSource>> with_quantization(std::unique_ptr<Weight
   if (spec.format == QuantFormat::kNone) return source;
   if (!source->trainer_layouts().empty()) {
     return InvalidArgument("--quantize " + spec.ToString() +
-                           " with a sharded trainer: not built yet (a 128-block may span two trainer ranks' "
-                           "shards, whose amax they would exchange first); quantize from full trainer ranks");
+                           " with a source of shards: a sharded trainer rank quantizes through "
+                           "with_sharded_quantization (runtime/quantized_shards.h), which needs its rank");
   }
   ASSIGN_OR_RETURN(QuantizedModel quantized, quantize_model(source->model(), spec, engine_ranks));
   auto view = std::make_unique<QuantizingSource>(std::move(source), std::move(quantized));
@@ -191,7 +192,15 @@ std::optional<QuantizedOrigin> take_quantization(const WeightSource& source) {
 StatusOr<std::unique_ptr<WeightSource>> with_quantization(std::unique_ptr<WeightSource> source,
                                                           const RankOptions& options) {
   ASSIGN_OR_RETURN(const QuantizeSpec spec, parse_quantize(options.quantize));
-  return with_quantization(std::move(source), spec, options.engine_ranks);
+  if (spec.format == QuantFormat::kNone || source->trainer_layouts().empty()) {
+    return with_quantization(std::move(source), spec, options.engine_ranks);
+  }
+  if (options.trainer_names != "hf") {
+    return InvalidArgument("--quantize " + spec.ToString() + " with --trainer-names " + options.trainer_names +
+                           ": not built yet (sharded trainers that name their tensors as the engine does quantize: "
+                           "--trainer-names hf)");
+  }
+  return with_sharded_quantization(std::move(source), spec, options.engine_ranks, options.rank);
 }
 
 }  // namespace refit

@@ -36,10 +36,11 @@ namespace refit {
 // `source` itself for --quantize none; else a view whose model() is
 // quantize_model(source->model(), spec, engine_ranks).engine and whose
 // data(i) is the source's tensor (a copy), or the codes or scales of the
-// source's tensor it stands for. Errors: parse_quantize's and
-// quantize_model's (naming the tensor), a source of shards (sharded
-// trainers: a 128-block may span two trainer ranks; not built), and the
-// allocation of the arena.
+// source's tensor it stands for. A source of shards (a sharded trainer
+// rank) gets with_sharded_quantization's view (runtime/quantized_shards.h)
+// for trainers that name their tensors as the engine does (Megatron names:
+// refused, not built). Errors: parse_quantize's and quantize_model's
+// (naming the tensor), and the allocation of the arena.
 StatusOr<std::unique_ptr<WeightSource>> with_quantization(std::unique_ptr<WeightSource> source,
                                                           const RankOptions& options);
 
@@ -58,7 +59,8 @@ struct QuantizedOrigin {
 };
 std::optional<QuantizedOrigin> take_quantization(const WeightSource& source);
 
-// The same for a parsed spec and `engine_ranks` (the binding's entry).
+// The same for a parsed spec and `engine_ranks`, full sources only (a
+// source of shards is refused: its view needs the rank).
 StatusOr<std::unique_ptr<WeightSource>> with_quantization(std::unique_ptr<WeightSource> source,
                                                           const QuantizeSpec& spec, int engine_ranks);
 

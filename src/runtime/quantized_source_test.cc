@@ -10,6 +10,7 @@
 
 #include "quant/fp8_block.h"
 #include "refit/content.h"
+#include "runtime/quantized_shards.h"
 #include "testing/status_matchers.h"
 
 namespace refit {
@@ -103,19 +104,32 @@ TEST_F(QuantizedSourceTest, ANaNIsRefusedNamingTheTensorElementAndVersion) {
       << s.ToString();
 }
 
-// Catches: a sharded trainer quantizing its own shard's blocks (a block
-// that spans two trainer ranks would get two scales).
-TEST(QuantizedSource, ASourceOfShardsIsRefused) {
+// A source of shards gets the sharded view (runtime/quantized_shards.h)
+// through the rank's options, never the full view. Catches: a sharded
+// trainer quantizing its own shard's blocks with the full view (a block that
+// spans two trainer ranks would get two scales), or Megatron-named shards
+// quantized (their fused tensors are not the engine's).
+TEST(QuantizedSource, ASourceOfShardsGetsTheShardedView) {
   Model model = two_weights();
   std::vector<Layout> layouts;
   for (const Weight& w : model.weights) layouts.push_back(layout_from_shard_rule(w.rule, 2));
   std::vector<std::byte> a(128 * 200 * 2), b(200 * 2);
-  ASSERT_OK_AND_ASSIGN(auto source, make_external_source(model, {a.data(), b.data()}, MemoryKind::kHost, -1, layouts, 0));
+  auto shards = [&] {
+    return make_external_source(model, {a.data(), b.data()}, MemoryKind::kHost, -1, layouts, 0).value();
+  };
   ASSERT_OK_AND_ASSIGN(const QuantizeSpec spec, parse_quantize("fp8-block128"));
-  const auto view = with_quantization(std::move(source), spec, 1);
-  ASSERT_FALSE(view.ok());
-  EXPECT_NE(view.status().message().find("with a sharded trainer: not built yet"), std::string::npos)
-      << view.status().ToString();
+  const auto full_view = with_quantization(shards(), spec, 1);
+  ASSERT_FALSE(full_view.ok());
+  EXPECT_NE(full_view.status().message().find("with_sharded_quantization"), std::string::npos)
+      << full_view.status().ToString();
+  RankOptions options;
+  options.quantize = "fp8-block128";
+  options.engine_ranks = 1;
+  ASSERT_OK_AND_ASSIGN(auto view, with_quantization(shards(), options));
+  EXPECT_NE(amax_exchange_steps(*view), nullptr);
+  options.trainer_names = "megatron";
+  EXPECT_NE(with_quantization(shards(), options).status().message().find("--trainer-names megatron"),
+            std::string::npos);
 }
 
 // Catches: synthetic weights the format must refuse (random bf16 bytes are

@@ -20,6 +20,7 @@
 #include "cuda/device.h"
 #include "cuda/device_content.h"
 #include "refit/content.h"
+#include "refit/quantize.h"
 #include "refit/reference_engine.h"  // weight_arena_offsets
 
 namespace refit {
@@ -96,7 +97,15 @@ class ShardSource : public WeightSource {
         layouts_(std::move(layouts)),
         content_(std::move(content)),
         memory_(memory),
-        device_(device) {}
+        device_(device),
+        finite_(model_.weights.size(), false) {}
+
+  // The weights `quantize` selects hold finite content (as the full
+  // synthetic source's do): make_finite_content is element-wise, so a
+  // shard of it is the content of the full tensor's box.
+  void make_finite(const QuantizeSpec& quantize) {
+    for (std::size_t i = 0; i < model_.weights.size(); ++i) finite_[i] = quantizes(quantize, model_.weights[i]);
+  }
 
   // Works out rank `rank`'s boxes and pieces and allocates the arena of its
   // local shards. REQUIRES: check_layouts passed.
@@ -107,6 +116,7 @@ class ShardSource : public WeightSource {
       ASSIGN_OR_RETURN(const Box box, layout_box(spec, layouts_[i], rank));
       pieces_.push_back(box_pieces(spec, box));
       local.push_back(TensorSpec{spec.name, spec.dtype, box.extents()});
+      shard_bytes_.push_back(local.back().nbytes());
     }
     std::uint64_t bytes = 0;
     offsets_ = weight_arena_offsets(local, &bytes);
@@ -133,6 +143,14 @@ class ShardSource : public WeightSource {
         if (content_.empty()) return fill(key, full, shard + local, bytes);
         return fill_segments(content_[i], seed, version, full, shard + local, bytes);
       }));
+      if (!finite_[i]) continue;
+      const TensorSpec& spec = model_.weights[i].spec;
+      const std::uint64_t local = shard_bytes_[i];
+      if (memory_ == MemoryKind::kCuda) {
+        RETURN_IF_ERROR(make_finite_content_device(spec.dtype, shard, local, stream_.handle()));
+      } else {
+        make_finite_content(spec.dtype, std::span<std::byte>(shard, local));
+      }
     }
     if (memory_ == MemoryKind::kCuda) return stream_.synchronize();
     return Status::Ok();
@@ -179,7 +197,9 @@ class ShardSource : public WeightSource {
   MemoryKind memory_;
   int device_;
   std::vector<BoxPieces> pieces_;       // of each weight's box, for this rank
+  std::vector<bool> finite_;             // per weight: make_finite_content after filling
   std::vector<std::uint64_t> offsets_;  // of each local shard in the arena
+  std::vector<std::uint64_t> shard_bytes_;
   std::vector<std::byte> host_arena_;
   DeviceBuffer device_arena_;
   CudaStream stream_;
@@ -221,11 +241,13 @@ Status check_layouts(const Model& model, const std::vector<Layout>& layouts, int
 
 StatusOr<std::unique_ptr<WeightSource>> make_synthetic_shard_source(const std::string& preset, int layers,
                                                                     std::vector<Layout> layouts, int rank,
-                                                                    MemoryKind memory, int device) {
+                                                                    MemoryKind memory, int device,
+                                                                    const QuantizeSpec& quantize) {
   ASSIGN_OR_RETURN(Model model, make_model(preset, layers));
   RETURN_IF_ERROR(check_layouts(model, layouts, rank));
   auto source = std::make_unique<ShardSource>(std::move(model), std::move(layouts),
                                               std::vector<std::vector<ContentSegment>>{}, memory, device);
+  source->make_finite(quantize);
   RETURN_IF_ERROR(source->allocate(rank));
   return std::unique_ptr<WeightSource>(std::move(source));
 }

@@ -22,6 +22,7 @@
 #include "refit/trainer_layout.h"
 #include "runtime/bucket_sender.h"
 #include "runtime/expert_source.h"
+#include "runtime/quantized_shards.h"
 #include "runtime/quantized_source.h"
 #include "runtime/setup_failure.h"
 #include "runtime/shard_channel.h"
@@ -240,11 +241,9 @@ class TrainerRank::Impl : public BucketProtocol {
   // authenticated both ways with the job's secret in the data context of
   // that engine rank (auth.h); then the caller sends the hello. An engine
   // that refuses this side, or cannot prove it knows the secret, fails the
-  // call naming it.
-  //
-  // Refused connections are retried in short rounds until `deadline`, and
-  // stop as soon as the coordinator aborted (a dead engine's port refuses
-  // for good; the abort says why).
+  // call naming it. Refused connections are retried in short rounds until
+  // `deadline`, and stop as soon as the coordinator aborted (a dead
+  // engine's port refuses for good; the abort says why).
   StatusOr<std::unique_ptr<Link>> connect_to_engine(Deadline deadline) {
     const std::string peer = "engine rank " + std::to_string(engine_rank_) + " at " + engine_address_;
     StatusOr<std::unique_ptr<Link>> connected = Unavailable("never tried to connect to " + peer);
@@ -372,7 +371,7 @@ class TrainerRank::Impl : public BucketProtocol {
     report.wait_go_s = seconds_since(ready);
     fire_fault_hook(options_.debug_fault, ProtocolStep::kGo, version, name());
     Deadline deadline = Deadline::AfterSeconds(options_.refit_timeout_s);
-    RETURN_IF_ERROR(source_->derive(version).WithContext(name() + ", refit " + std::to_string(version)));
+    RETURN_IF_ERROR(derive_refit(*source_, *client_, version, deadline).WithContext(name()));
     ASSIGN_OR_RETURN(const SentShare sent, send_share(version, deadline));
     fire_fault_hook(options_.debug_fault, ProtocolStep::kSent, version, name());
     RETURN_IF_ERROR(client_->send(Sent{version}));

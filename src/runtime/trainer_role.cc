@@ -40,13 +40,13 @@ StatusOr<std::unique_ptr<WeightSource>> make_rank_source(const RankOptions& opti
     ASSIGN_OR_RETURN(const TrainerLayout layout, parse_trainer_layout(options.trainer_layout, options.trainer_ranks));
     ASSIGN_OR_RETURN(const TrainerNames names, parse_trainer_names(options.trainer_names));
     if (names == TrainerNames::kMegatron) return megatron_source(options, layout);
+    ASSIGN_OR_RETURN(const QuantizeSpec quantize, parse_quantize(options.quantize));  // finite where quantized
     if (!layout.full) {
       ASSIGN_OR_RETURN(Model model, make_model(options.model, options.layers));
       ASSIGN_OR_RETURN(std::vector<Layout> layouts, trainer_layouts(layout, model));
       return make_synthetic_shard_source(options.model, options.layers, std::move(layouts), options.rank,
-                                         on_device ? MemoryKind::kCuda : MemoryKind::kHost, options.gpu);
+                                         on_device ? MemoryKind::kCuda : MemoryKind::kHost, options.gpu, quantize);
     }
-    ASSIGN_OR_RETURN(const QuantizeSpec quantize, parse_quantize(options.quantize));  // finite where quantized
     return make_synthetic_source(options.model, options.layers, on_device ? MemoryKind::kCuda : MemoryKind::kHost,
                                  options.gpu, quantize);
   }

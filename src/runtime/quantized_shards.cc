@@ -1,0 +1,275 @@
+// The sharded trainer's quantizing view: see quantized_shards.h.
+#include "runtime/quantized_shards.h"
+
+#include <algorithm>
+#include <bit>
+#include <functional>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+
+#include "control/protocol.h"
+#include "quant/fp8_part.h"
+#include "refit/layout.h"
+#include "refit/reference_engine.h"  // weight_arena_offsets
+
+namespace refit {
+namespace {
+
+// At most this many host threads quantize one refit's shards.
+constexpr unsigned kQuantizeThreads = 14;
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// One selected weight as this rank holds it.
+struct ShardedWeight {
+  std::size_t source = 0;         // its index in the trainer's model
+  std::size_t codes = 0;          // its codes' index in the engine's model (the scales follow)
+  Fp8Part part;                   // part.local.data is set at each use
+  Fp8BlockRange range;            // the blocks the part touches
+  std::int64_t matrix_begin = 0;  // the box's first matrix (stacked experts)
+  std::int64_t block_rows = 0, block_cols = 0;  // of one whole matrix
+  Box scales;                                   // this rank's box of the scales (block coordinates)
+  std::vector<float> amax;                      // per touched block: partial, then combined
+  std::vector<float> touched_scales;            // per touched block
+};
+
+// Runs fn(i) for i in [0, n) over a few threads; the first error wins.
+Status for_each_parallel(std::size_t n, const std::function<Status(std::size_t)>& fn) {
+  const unsigned cores = std::max(std::thread::hardware_concurrency(), 2u);
+  const auto threads = static_cast<unsigned>(std::min<std::size_t>({kQuantizeThreads, cores, n}));
+  std::vector<Status> results(std::max(threads, 1u));
+  auto work = [&](unsigned t) {
+    for (std::size_t i = t; i < n && results[t].ok(); i += threads) results[t] = fn(i);
+  };
+  std::vector<std::thread> workers;
+  for (unsigned t = 1; t < threads; ++t) workers.emplace_back(work, t);
+  if (threads > 0) work(0);
+  for (auto& w : workers) w.join();
+  for (const Status& s : results) RETURN_IF_ERROR(s);
+  return Status::Ok();
+}
+
+class QuantizingShards final : public WeightSource, public AmaxExchangeSteps {
+ public:
+  QuantizingShards(std::unique_ptr<WeightSource> inner, QuantizedModel quantized)
+      : inner_(std::move(inner)), q_(std::move(quantized)), layouts_(inner_->trainer_layouts()) {}
+
+  // Works out this rank's part of every selected weight, and allocates the
+  // arena of its codes and scales.
+  Status allocate(int rank) {
+    std::vector<TensorSpec> local;  // codes and scales, in engine order
+    for (std::size_t i = 0; i < q_.sources.size(); ++i) {
+      const QuantSource& s = q_.sources[i];
+      const TensorSpec& spec = inner_->model().weights[s.source].spec;
+      ASSIGN_OR_RETURN(const Box box, layout_box(q_.engine.weights[i].spec, layout(i), rank));
+      if (s.part == QuantPart::kScales) weights_.back().scales = box;
+      if (s.part != QuantPart::kCopy) local.push_back(TensorSpec{q_.engine.weights[i].spec.name,
+                                                                 q_.engine.weights[i].spec.dtype, box.extents()});
+      if (s.part == QuantPart::kCodes) weights_.push_back(sharded_weight(spec, box, s.source, i));
+    }
+    std::uint64_t bytes = 0;
+    const std::vector<std::uint64_t> at = weight_arena_offsets(local, &bytes);
+    offsets_.assign(q_.sources.size(), 0);
+    for (std::size_t i = 0, k = 0; i < q_.sources.size(); ++i) {
+      if (q_.sources[i].part != QuantPart::kCopy) offsets_[i] = at[k++];
+    }
+    arena_.resize(bytes);
+    return Status::Ok();
+  }
+
+  const Model& model() const override { return q_.engine; }
+  MemoryKind memory() const override { return MemoryKind::kHost; }
+  int device() const override { return -1; }
+  Status prepare(std::uint64_t version, std::uint64_t seed) override { return inner_->prepare(version, seed); }
+  // The inner source's derivation only: the codes come from quantize_with.
+  Status derive(std::uint64_t version) override { return inner_->derive(version); }
+  const std::byte* data(std::size_t i) const override {
+    const QuantSource& s = q_.sources[i];
+    if (s.part == QuantPart::kCopy) return inner_->data(s.source);
+    return arena_.data() + offsets_[i];
+  }
+  std::vector<std::pair<const std::byte*, std::uint64_t>> stable_host_ranges() const override {
+    auto ranges = inner_->stable_host_ranges();
+    if (ranges.empty() || arena_.empty()) return {};  // every data(i) must lie in one of them
+    ranges.emplace_back(arena_.data(), arena_.size());
+    return ranges;
+  }
+  Status check_unchanged() const override { return inner_->check_unchanged(); }
+  std::vector<Layout> trainer_layouts() const override {
+    std::vector<Layout> out;
+    for (std::size_t i = 0; i < q_.sources.size(); ++i) out.push_back(layout(i));
+    return out;
+  }
+
+  StatusOr<std::vector<AmaxEntry>> shared_amax(std::uint64_t version) override {
+    auto amax = [&](std::size_t w) { return partial_amax(weights_[w], version); };
+    RETURN_IF_ERROR(for_each_parallel(weights_.size(), amax));
+    std::vector<AmaxEntry> out;
+    for (const ShardedWeight& w : weights_) {
+      each_block(w, [&](std::size_t b, std::uint64_t block, bool whole) {
+        if (!whole) out.push_back({w.source, block, std::bit_cast<std::uint32_t>(w.amax[b])});
+      });
+    }
+    std::sort(out.begin(), out.end(), by_block);
+    return out;
+  }
+
+  Status quantize_with(std::uint64_t version, const std::vector<AmaxEntry>& table) override {
+    return for_each_parallel(weights_.size(), [&](std::size_t w) { return quantize_one(weights_[w], version, table); });
+  }
+
+ private:
+  static bool by_block(const AmaxEntry& a, const AmaxEntry& b) {
+    return std::tie(a.tensor, a.block) < std::tie(b.tensor, b.block);
+  }
+
+  // Engine weight i's layout: its source's, as a block table for scales.
+  Layout layout(std::size_t i) const {
+    const QuantSource& s = q_.sources[i];
+    Layout out = layouts_[s.source];
+    const TensorSpec& spec = inner_->model().weights[s.source].spec;
+    if (s.part == QuantPart::kScales) out.blocks = BlockTable{spec.shape, kFp8BlockSize};
+    return out;
+  }
+
+  ShardedWeight sharded_weight(const TensorSpec& spec, const Box& box, std::size_t source, std::size_t codes) const {
+    const std::size_t n = spec.shape.size();  // 2, or 3 for stacked experts
+    ShardedWeight w;
+    w.source = source;
+    w.codes = codes;
+    const std::int64_t matrices = n == 3 ? box.end[0] - box.begin[0] : 1;
+    w.matrix_begin = n == 3 ? box.begin[0] : 0;
+    w.part.local = fp8_dense_source(spec.dtype, nullptr, matrices, box.end[n - 2] - box.begin[n - 2],
+                                    box.end[n - 1] - box.begin[n - 1]);
+    w.part.row_offset = box.begin[n - 2];
+    w.part.col_offset = box.begin[n - 1];
+    w.part.full_rows = spec.shape[n - 2];
+    w.part.full_cols = spec.shape[n - 1];
+    w.range = fp8_part_blocks(w.part);
+    w.block_rows = ceil_div(spec.shape[n - 2], kFp8BlockSize);
+    w.block_cols = ceil_div(spec.shape[n - 1], kFp8BlockSize);
+    w.amax.resize(static_cast<std::size_t>(w.range.blocks()));
+    w.touched_scales.resize(w.amax.size());
+    return w;
+  }
+
+  // fn(b, block, whole) for every touched block: its index in the range,
+  // its index in the weight, and whether the part holds all of it.
+  template <class Fn>
+  static void each_block(const ShardedWeight& w, Fn fn) {
+    const Fp8Part& p = w.part;
+    std::int64_t b = 0;
+    for (std::int64_t m = 0; m < w.range.matrices; ++m) {
+      for (std::int64_t i = w.range.row_begin; i < w.range.row_begin + w.range.rows; ++i) {
+        for (std::int64_t j = w.range.col_begin; j < w.range.col_begin + w.range.cols; ++j, ++b) {
+          const bool rows = p.row_offset <= i * kFp8BlockSize &&
+                            std::min((i + 1) * kFp8BlockSize, p.full_rows) <= p.row_offset + p.local.rows;
+          const bool cols = p.col_offset <= j * kFp8BlockSize &&
+                            std::min((j + 1) * kFp8BlockSize, p.full_cols) <= p.col_offset + p.local.cols;
+          const auto block = static_cast<std::uint64_t>(((w.matrix_begin + m) * w.block_rows + i) * w.block_cols + j);
+          fn(static_cast<std::size_t>(b), block, rows && cols);
+        }
+      }
+    }
+  }
+
+  Fp8Part part_of(const ShardedWeight& w) const {
+    Fp8Part part = w.part;
+    part.local.data = inner_->data(w.source);
+    return part;
+  }
+
+  Status partial_amax(ShardedWeight& w, std::uint64_t version) {
+    const std::string& name = inner_->model().weights[w.source].spec.name;
+    return fp8_part_amax(part_of(w), w.amax)
+        .WithContext("tensor '" + name + "' at weight version " + std::to_string(version) +
+                     " (NaN and Inf are refused, never quantized to FP8 or sent)");
+  }
+
+  Status quantize_one(ShardedWeight& w, std::uint64_t version, const std::vector<AmaxEntry>& table) {
+    const std::string& name = inner_->model().weights[w.source].spec.name;
+    Status missing = Status::Ok();
+    each_block(w, [&](std::size_t b, std::uint64_t block, bool whole) {
+      if (whole || !missing.ok()) return;
+      const AmaxEntry key{w.source, block, 0};
+      auto it = std::lower_bound(table.begin(), table.end(), key, by_block);
+      if (it == table.end() || it->tensor != w.source || it->block != block) {
+        missing = InvalidArgument("the amax table of refit " + std::to_string(version) + " has no entry for tensor '" +
+                                  name + "' block " + std::to_string(block) + ", which this rank shares");
+        return;
+      }
+      w.amax[b] = std::bit_cast<float>(it->bits);
+    });
+    RETURN_IF_ERROR(missing);
+    const std::size_t at = w.codes;
+    auto* codes = reinterpret_cast<std::uint8_t*>(arena_.data() + offsets_[at]);
+    const auto elements = static_cast<std::size_t>(w.part.local.matrices * w.part.local.rows * w.part.local.cols);
+    RETURN_IF_ERROR(quantize_fp8_part(part_of(w), w.amax, {codes, elements}, w.touched_scales)
+                        .WithContext("tensor '" + name + "' at weight version " + std::to_string(version)));
+    copy_owned_scales(w, reinterpret_cast<float*>(arena_.data() + offsets_[at + 1]));
+    return Status::Ok();
+  }
+
+  // The scales of the blocks whose first element this rank holds, from the
+  // touched range into the local scales shard (dense over w.scales).
+  static void copy_owned_scales(const ShardedWeight& w, float* out) {
+    const std::size_t n = w.scales.begin.size();
+    const std::int64_t r0 = w.scales.begin[n - 2], r1 = w.scales.end[n - 2];
+    const std::int64_t c0 = w.scales.begin[n - 1], c1 = w.scales.end[n - 1];
+    for (std::int64_t m = 0; m < w.range.matrices; ++m) {
+      for (std::int64_t i = r0; i < r1; ++i) {
+        for (std::int64_t j = c0; j < c1; ++j) {
+          const std::int64_t row = m * w.range.rows + (i - w.range.row_begin);
+          const std::int64_t from = row * w.range.cols + (j - w.range.col_begin);
+          *out++ = w.touched_scales[static_cast<std::size_t>(from)];
+        }
+      }
+    }
+  }
+
+  std::unique_ptr<WeightSource> inner_;
+  QuantizedModel q_;
+  std::vector<Layout> layouts_;         // the inner source's, one per trainer weight
+  std::vector<ShardedWeight> weights_;  // the selected weights, in engine order
+  std::vector<std::uint64_t> offsets_;  // of each engine weight's codes or scales in the arena (copies: 0)
+  std::vector<std::byte> arena_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<WeightSource>> with_sharded_quantization(std::unique_ptr<WeightSource> shards,
+                                                                  const QuantizeSpec& spec, int engine_ranks,
+                                                                  int rank) {
+  if (shards->memory() == MemoryKind::kCuda) {
+    return InvalidArgument("--quantize " + spec.ToString() +
+                           " with a sharded trainer whose shards are on the GPU (--device cuda): not built yet; "
+                           "the CPU path is (--device host), and full trainer ranks quantize on the GPU");
+  }
+  ASSIGN_OR_RETURN(QuantizedModel quantized, quantize_model(shards->model(), spec, engine_ranks));
+  auto view = std::make_unique<QuantizingShards>(std::move(shards), std::move(quantized));
+  RETURN_IF_ERROR(view->allocate(rank));
+  return std::unique_ptr<WeightSource>(std::move(view));
+}
+
+AmaxExchangeSteps* amax_exchange_steps(WeightSource& source) { return dynamic_cast<QuantizingShards*>(&source); }
+
+Status derive_refit(WeightSource& source, ControlClient& client, std::uint64_t version, Deadline deadline) {
+  RETURN_IF_ERROR(source.derive(version).WithContext("refit " + std::to_string(version)));
+  AmaxExchangeSteps* view = amax_exchange_steps(source);
+  if (view == nullptr) return Status::Ok();
+  AmaxExchangeSteps& steps = *view;
+  const std::string refit = "refit " + std::to_string(version) + ", the amax exchange";
+  ASSIGN_OR_RETURN(std::vector<AmaxEntry> mine, steps.shared_amax(version));
+  RETURN_IF_ERROR(client.send(AmaxShare{version, std::move(mine)}).WithContext(refit));
+  StatusOr<AmaxTable> table = client.wait_for<AmaxTable>(deadline);
+  if (!table.ok()) return table.status().WithContext(refit);
+  if (table->version != version) {
+    return InvalidArgument("protocol error: the coordinator sent the amax table of refit " +
+                           std::to_string(table->version) + " during refit " + std::to_string(version));
+  }
+  return steps.quantize_with(version, table->entries).WithContext(refit);
+}
+
+}  // namespace refit
