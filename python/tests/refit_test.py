@@ -274,6 +274,54 @@ class OneProcess(unittest.TestCase):
         self.assertEqual(report["bytes_per_refit"], 256 * 200 + 16 + 800)
 
 
+    # Sharded trainers into an FP8 engine: two trainer threads each hold torch.chunk half of a
+    # [300, 200] weight (150 rows: 128-block row 1 spans both), exchange the cut block's amax
+    # through the coordinator, and the engine holds exactly the numpy quantization of the whole
+    # weight. Mutations caught: a trainer quantizing the cut block with its own amax (the scales
+    # of block row 1 differ; the C++ tests try it), the binding not passing quantize for shards.
+    def test_sharded_quantizing_trainers_feed_an_fp8_engine(self):
+        import ctypes
+        import threading
+        import refit
+        coordinator = refit.Coordinator(2, 1, setup_timeout=20, refit_timeout=20)
+        name = "layers.0.down_proj.weight"
+        full = np.random.default_rng(7).standard_normal((300, 200), np.float32)
+        full[20, 3] = 9.0  # rank 0's half of block row 1 has no share of this; rank 1's gets the max below
+        full[140, 9] = -11.0  # in block (1, 0), held by rank 0 only
+        errors = []
+
+        def trainer(rank):
+            try:
+                local = np.ascontiguousarray(full[150 * rank:150 * rank + 150])
+                with refit.Trainer(coordinator, [(name, local, (300, 200), 0, rank, 2)], rank=rank, trainer_ranks=2,
+                                   quantize="fp8-block128:*", bucket_size=8192) as t:
+                    t.refit(1)
+            except refit.Error as e:
+                errors.append(e)
+
+        got = {}
+
+        def load(items):
+            for n, view in items:
+                got[n] = ctypes.string_at(view.data_ptr, view.nbytes)
+
+        threads = [threading.Thread(target=trainer, args=(r,)) for r in (0, 1)]
+        for t in threads:
+            t.start()
+        specs = [(name, "float8_e4m3fn", (300, 200)), (name + "_scale_inv", "float32", (3, 2))]
+        versions = []
+        with refit.Engine(coordinator, specs, bucket_size=8192, trainer_ranks=2) as engine:
+            while (v := engine.next(load)) is not None:
+                versions.append(v)
+        for t in threads:
+            t.join(30)
+        self.assertEqual(errors, [])
+        self.assertEqual(versions, [1])
+        codes, scales = _quantize_fp8_block128(full)
+        self.assertEqual(got[name], codes.tobytes())
+        self.assertEqual(got[name + "_scale_inv"], scales.tobytes())
+        self.assertNotIn("error", coordinator.wait(10))
+
 def _e4m3_values():
     """The 127 non-negative finite e4m3fn values, by code 0..126."""
     codes = np.arange(127)

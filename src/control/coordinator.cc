@@ -302,10 +302,11 @@ class Coordinator {
     phase_options.setup_timeout_s = options_.setup_timeout_s;
     phase_options.refit_timeout_s = options_.refit_timeout_s;
     phase_options.heartbeats = heartbeats_;
-    // Sharded trainers into FP8 engines share the amax of the blocks their
-    // cuts split (every rank agrees on both: setup checked the layouts and
-    // the plan digests).
-    phase_options.amax_exchange = trainers_[0]->join.layout != "full" && engines_[0]->join.quantize != "none";
+    // Sharded trainers that quantize share the amax of the blocks their
+    // cuts split (they say so in their joins: an engine that declares its
+    // specs, as a Python engine does, need not name the format; every
+    // trainer rank agrees, or the plan digests would differ).
+    phase_options.amax_exchange = trainers_[0]->join.layout != "full" && trainers_[0]->join.quantize != "none";
     RefitPhases phases(phase_options);
     members_ = joined();
     // Setup's linking shares the deadline the joins had.

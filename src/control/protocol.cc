@@ -127,6 +127,7 @@ Json encode_join(const Join& j) {
       m["layout"] = j.layout;
       m["transfer_digest"] = j.transfer_digest;
       m["feeds"] = feeds_to_json(j.feeds);
+      if (j.quantize != "none") m["quantize"] = j.quantize;  // the amax exchange (amax_exchange.h)
     }
   } else {
     m["data_address"] = j.data_address;

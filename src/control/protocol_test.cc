@@ -312,6 +312,20 @@ TEST(Protocol, AmaxSharesAndTablesRoundTripAndMalformedEntriesAreRefused) {
   EXPECT_HAS(decode_coordinator_message(not_entries).status().message(), "entries");
 }
 
+// A sharded trainer's join says whether it quantizes (the coordinator runs
+// the amax exchange on it). Catches: encode_join dropping a trainer's
+// "quantize" (tried once: the Python sharded FP8 test's coordinator then
+// refused the shares as "this job exchanges no amax", and this test fails).
+TEST(Protocol, AShardedTrainersJoinCarriesItsQuantize) {
+  Join join;
+  join.role = Role::kTrainer;
+  join.layout = "fsdp:3";
+  join.quantize = "fp8-block128";
+  auto back = decode_rank_message(encode(RankMessage(join)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(std::get<Join>(*back).quantize, "fp8-block128");
+}
+
 // A join's shard rules (one per spec, stream order) survive encode and
 // decode for either role; a join without them is accepted with none.
 // Catches: encode_join dropping "rules" (mutation: its

@@ -222,6 +222,7 @@ class TrainerRank::Impl : public BucketProtocol {
       join.transfer_digest = sharded_->transfer.digest_hex();
       join.feeds = sharded_feeds(*sharded_, options_.rank);
       join.stream_dtypes = sharded_stream_dtypes(*sharded_);
+      join.quantize = options_.quantize;  // sharded and quantizing: the coordinator runs the amax exchange
       return join;
     }
     join.engine_rank = static_cast<std::uint64_t>(engine_rank_);
