@@ -197,9 +197,9 @@ class ShardSource : public WeightSource {
   MemoryKind memory_;
   int device_;
   std::vector<BoxPieces> pieces_;       // of each weight's box, for this rank
-  std::vector<bool> finite_;             // per weight: make_finite_content after filling
+  std::vector<bool> finite_;            // per weight: make_finite_content after filling
   std::vector<std::uint64_t> offsets_;  // of each local shard in the arena
-  std::vector<std::uint64_t> shard_bytes_;
+  std::vector<std::uint64_t> shard_bytes_;  // of each local shard
   std::vector<std::byte> host_arena_;
   DeviceBuffer device_arena_;
   CudaStream stream_;
