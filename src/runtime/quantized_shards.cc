@@ -3,13 +3,12 @@
 
 #include <algorithm>
 #include <bit>
-#include <functional>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <utility>
 
 #include "control/protocol.h"
+#include "core/parallel_for.h"
 #include "quant/fp8_part.h"
 #include "refit/layout.h"
 #include "refit/reference_engine.h"  // weight_arena_offsets
@@ -34,22 +33,6 @@ struct ShardedWeight {
   std::vector<float> amax;                      // per touched block: partial, then combined
   std::vector<float> touched_scales;            // per touched block
 };
-
-// Runs fn(i) for i in [0, n) over a few threads; the first error wins.
-Status for_each_parallel(std::size_t n, const std::function<Status(std::size_t)>& fn) {
-  const unsigned cores = std::max(std::thread::hardware_concurrency(), 2u);
-  const auto threads = static_cast<unsigned>(std::min<std::size_t>({kQuantizeThreads, cores, n}));
-  std::vector<Status> results(std::max(threads, 1u));
-  auto work = [&](unsigned t) {
-    for (std::size_t i = t; i < n && results[t].ok(); i += threads) results[t] = fn(i);
-  };
-  std::vector<std::thread> workers;
-  for (unsigned t = 1; t < threads; ++t) workers.emplace_back(work, t);
-  if (threads > 0) work(0);
-  for (auto& w : workers) w.join();
-  for (const Status& s : results) RETURN_IF_ERROR(s);
-  return Status::Ok();
-}
 
 class QuantizingShards final : public WeightSource, public AmaxExchangeSteps {
  public:
@@ -105,7 +88,7 @@ class QuantizingShards final : public WeightSource, public AmaxExchangeSteps {
 
   StatusOr<std::vector<AmaxEntry>> shared_amax(std::uint64_t version) override {
     auto amax = [&](std::size_t w) { return partial_amax(weights_[w], version); };
-    RETURN_IF_ERROR(for_each_parallel(weights_.size(), amax));
+    RETURN_IF_ERROR(parallel_for(weights_.size(), kQuantizeThreads, amax));
     std::vector<AmaxEntry> out;
     for (const ShardedWeight& w : weights_) {
       each_block(w, [&](std::size_t b, std::uint64_t block, bool whole) {
@@ -117,7 +100,8 @@ class QuantizingShards final : public WeightSource, public AmaxExchangeSteps {
   }
 
   Status quantize_with(std::uint64_t version, const std::vector<AmaxEntry>& table) override {
-    return for_each_parallel(weights_.size(), [&](std::size_t w) { return quantize_one(weights_[w], version, table); });
+    auto one = [&](std::size_t w) { return quantize_one(weights_[w], version, table); };
+    return parallel_for(weights_.size(), kQuantizeThreads, one);
   }
 
  private:

@@ -3,10 +3,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 #include <utility>
 #include <vector>
 
+#include "core/parallel_for.h"
 #include "cuda/device.h"
 #include "cuda/fp8_block.h"
 #include "quant/fp8_shard.h"
@@ -108,20 +108,8 @@ class QuantizingSource final : public WeightSource {
   }
 
   Status quantize_on_host(std::uint64_t version) {
-    const unsigned cores = std::max(std::thread::hardware_concurrency(), 2u);
-    const auto threads = static_cast<unsigned>(std::min<std::size_t>({kQuantizeThreads, cores, selected_.size()}));
-    std::vector<Status> results(std::max(threads, 1u));
-    auto work = [&](unsigned t) {
-      for (std::size_t i = t; i < selected_.size() && results[t].ok(); i += threads) {
-        results[t] = quantize_one(selected_[i], version);
-      }
-    };
-    std::vector<std::thread> workers;
-    for (unsigned t = 1; t < threads; ++t) workers.emplace_back(work, t);
-    if (threads > 0) work(0);
-    for (auto& w : workers) w.join();
-    for (const Status& s : results) RETURN_IF_ERROR(s);
-    return Status::Ok();
+    auto one = [&](std::size_t i) { return quantize_one(selected_[i], version); };
+    return parallel_for(selected_.size(), kQuantizeThreads, one);
   }
 
   // Every tensor in one launch (prepared at the first refit: the source's
