@@ -12,14 +12,10 @@
 #include "quant/fp8_part.h"
 #include "refit/layout.h"
 #include "refit/reference_engine.h"  // weight_arena_offsets
+#include "runtime/quantized_view.h"
 
 namespace refit {
 namespace {
-
-// At most this many host threads quantize one refit's shards.
-constexpr unsigned kQuantizeThreads = 14;
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 // One selected weight as this rank holds it.
 struct ShardedWeight {
@@ -34,10 +30,10 @@ struct ShardedWeight {
   std::vector<float> touched_scales;            // per touched block
 };
 
-class QuantizingShards final : public WeightSource, public AmaxExchangeSteps {
+class QuantizingShards final : public QuantizedView, public AmaxExchangeSteps {
  public:
   QuantizingShards(std::unique_ptr<WeightSource> inner, QuantizedModel quantized)
-      : inner_(std::move(inner)), q_(std::move(quantized)), layouts_(inner_->trainer_layouts()) {}
+      : QuantizedView(std::move(inner), std::move(quantized)), layouts_(inner_->trainer_layouts()) {}
 
   // Works out this rank's part of every selected weight, and allocates the
   // arena of its codes and scales.
@@ -62,24 +58,10 @@ class QuantizingShards final : public WeightSource, public AmaxExchangeSteps {
     return Status::Ok();
   }
 
-  const Model& model() const override { return q_.engine; }
   MemoryKind memory() const override { return MemoryKind::kHost; }
   int device() const override { return -1; }
-  Status prepare(std::uint64_t version, std::uint64_t seed) override { return inner_->prepare(version, seed); }
   // The inner source's derivation only: the codes come from quantize_with.
   Status derive(std::uint64_t version) override { return inner_->derive(version); }
-  const std::byte* data(std::size_t i) const override {
-    const QuantSource& s = q_.sources[i];
-    if (s.part == QuantPart::kCopy) return inner_->data(s.source);
-    return arena_.data() + offsets_[i];
-  }
-  std::vector<std::pair<const std::byte*, std::uint64_t>> stable_host_ranges() const override {
-    auto ranges = inner_->stable_host_ranges();
-    if (ranges.empty() || arena_.empty()) return {};  // every data(i) must lie in one of them
-    ranges.emplace_back(arena_.data(), arena_.size());
-    return ranges;
-  }
-  Status check_unchanged() const override { return inner_->check_unchanged(); }
   std::vector<Layout> trainer_layouts() const override {
     std::vector<Layout> out;
     for (std::size_t i = 0; i < q_.sources.size(); ++i) out.push_back(layout(i));
@@ -105,6 +87,9 @@ class QuantizingShards final : public WeightSource, public AmaxExchangeSteps {
   }
 
  private:
+  const std::byte* arena() const override { return arena_.data(); }
+  std::span<const std::byte> host_arena() const override { return arena_; }
+
   static bool by_block(const AmaxEntry& a, const AmaxEntry& b) {
     return std::tie(a.tensor, a.block) < std::tie(b.tensor, b.block);
   }
@@ -132,8 +117,8 @@ class QuantizingShards final : public WeightSource, public AmaxExchangeSteps {
     w.part.full_rows = spec.shape[n - 2];
     w.part.full_cols = spec.shape[n - 1];
     w.range = fp8_part_blocks(w.part);
-    w.block_rows = ceil_div(spec.shape[n - 2], kFp8BlockSize);
-    w.block_cols = ceil_div(spec.shape[n - 1], kFp8BlockSize);
+    w.block_rows = fp8_blocks(spec.shape[n - 2]);
+    w.block_cols = fp8_blocks(spec.shape[n - 1]);
     w.amax.resize(static_cast<std::size_t>(w.range.blocks()));
     w.touched_scales.resize(w.amax.size());
     return w;
@@ -213,12 +198,9 @@ class QuantizingShards final : public WeightSource, public AmaxExchangeSteps {
     }
   }
 
-  std::unique_ptr<WeightSource> inner_;
-  QuantizedModel q_;
   std::vector<Layout> layouts_;         // the inner source's, one per trainer weight
   std::vector<ShardedWeight> weights_;  // the selected weights, in engine order
-  std::vector<std::uint64_t> offsets_;  // of each engine weight's codes or scales in the arena (copies: 0)
-  std::vector<std::byte> arena_;
+  std::vector<std::byte> arena_;        // this rank's codes and scales
 };
 
 }  // namespace
@@ -241,11 +223,10 @@ AmaxExchangeSteps* amax_exchange_steps(WeightSource& source) { return dynamic_ca
 
 Status derive_refit(WeightSource& source, ControlClient& client, std::uint64_t version, Deadline deadline) {
   RETURN_IF_ERROR(source.derive(version).WithContext("refit " + std::to_string(version)));
-  AmaxExchangeSteps* view = amax_exchange_steps(source);
-  if (view == nullptr) return Status::Ok();
-  AmaxExchangeSteps& steps = *view;
+  AmaxExchangeSteps* steps = amax_exchange_steps(source);
+  if (steps == nullptr) return Status::Ok();
   const std::string refit = "refit " + std::to_string(version) + ", the amax exchange";
-  ASSIGN_OR_RETURN(std::vector<AmaxEntry> mine, steps.shared_amax(version));
+  ASSIGN_OR_RETURN(std::vector<AmaxEntry> mine, steps->shared_amax(version));
   RETURN_IF_ERROR(client.send(AmaxShare{version, std::move(mine)}).WithContext(refit));
   StatusOr<AmaxTable> table = client.wait_for<AmaxTable>(deadline);
   if (!table.ok()) return table.status().WithContext(refit);
@@ -253,7 +234,7 @@ Status derive_refit(WeightSource& source, ControlClient& client, std::uint64_t v
     return InvalidArgument("protocol error: the coordinator sent the amax table of refit " +
                            std::to_string(table->version) + " during refit " + std::to_string(version));
   }
-  return steps.quantize_with(version, table->entries).WithContext(refit);
+  return steps->quantize_with(version, table->entries).WithContext(refit);
 }
 
 }  // namespace refit

@@ -13,12 +13,10 @@
 #include "refit/device_memory.h"
 #include "refit/reference_engine.h"
 #include "runtime/quantized_shards.h"
+#include "runtime/quantized_view.h"
 
 namespace refit {
 namespace {
-
-// At most this many host threads quantize one refit's tensors.
-constexpr unsigned kQuantizeThreads = 14;
 
 // A selected weight: the source tensor it comes from, where its codes and
 // scales lie in the arena.
@@ -27,10 +25,10 @@ struct Selected {
   std::uint64_t codes = 0, scales = 0;  // arena offsets
 };
 
-class QuantizingSource final : public WeightSource {
+class QuantizingSource final : public QuantizedView {
  public:
   QuantizingSource(std::unique_ptr<WeightSource> inner, QuantizedModel quantized)
-      : inner_(std::move(inner)), q_(std::move(quantized)) {}
+      : QuantizedView(std::move(inner), std::move(quantized)) {}
 
   // Lays out every selected weight's codes then scales, and allocates them once.
   Status allocate() {
@@ -58,11 +56,9 @@ class QuantizingSource final : public WeightSource {
     return Status::Ok();
   }
 
-  const Model& model() const override { return q_.engine; }
   MemoryKind memory() const override { return inner_->memory(); }
   int device() const override { return inner_->device(); }
 
-  Status prepare(std::uint64_t version, std::uint64_t seed) override { return inner_->prepare(version, seed); }
   // The quantization, timed with the refit (unless a sender took it).
   Status derive(std::uint64_t version) override {
     RETURN_IF_ERROR(inner_->derive(version));
@@ -71,26 +67,16 @@ class QuantizingSource final : public WeightSource {
     return quantize_on_host(version);
   }
 
-  const std::byte* data(std::size_t i) const override {
-    const QuantSource& s = q_.sources[i];
-    if (s.part == QuantPart::kCopy) return inner_->data(s.source);
-    return arena() + offsets_[i];
-  }
-  std::vector<std::pair<const std::byte*, std::uint64_t>> stable_host_ranges() const override {
-    auto ranges = inner_->stable_host_ranges();
-    if (ranges.empty() || host_arena_.empty()) return {};  // every data(i) must lie in one of them
-    ranges.emplace_back(host_arena_.data(), host_arena_.size());
-    return ranges;
-  }
-  Status check_unchanged() const override { return inner_->check_unchanged(); }
-
   QuantizedOrigin take() const {
     sender_quantizes_ = true;
     return QuantizedOrigin{&q_, inner_.get()};
   }
 
  private:
-  const std::byte* arena() const { return device_arena_.size() > 0 ? device_arena_.data() : host_arena_.data(); }
+  const std::byte* arena() const override {
+    return device_arena_.size() > 0 ? device_arena_.data() : host_arena_.data();
+  }
+  std::span<const std::byte> host_arena() const override { return host_arena_; }
   std::byte* arena() { return device_arena_.size() > 0 ? device_arena_.data() : host_arena_.data(); }
 
   // One tensor with the CPU reference; a refusal names the tensor.
@@ -142,9 +128,6 @@ class QuantizingSource final : public WeightSource {
     return Status::Ok();
   }
 
-  std::unique_ptr<WeightSource> inner_;
-  QuantizedModel q_;
-  std::vector<std::uint64_t> offsets_;  // of each engine weight's codes or scales in the arena (copies: 0)
   std::vector<Selected> selected_;
   std::vector<std::byte> host_arena_;
   DeviceBuffer device_arena_, reports_;
