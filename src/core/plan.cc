@@ -194,10 +194,14 @@ StatusOr<std::uint64_t> parse_byte_size(std::string_view text) {
       {"mib", 1ull << 20},
       {"gib", 1ull << 30},
       {"tib", 1ull << 40},
+      {"pib", 1ull << 50},  // format_bytes prints these for 1024 TiB and up
+      {"eib", 1ull << 60},
       {"kb", 1000ull},
       {"mb", 1000ull * 1000},
       {"gb", 1000ull * 1000 * 1000},
       {"tb", 1000ull * 1000 * 1000 * 1000},
+      {"pb", 1000ull * 1000 * 1000 * 1000 * 1000},
+      {"eb", 1000ull * 1000 * 1000 * 1000 * 1000 * 1000},
   };
   for (const auto& [name, mult] : kUnits) {
     if (lower != name) continue;
@@ -208,7 +212,7 @@ StatusOr<std::uint64_t> parse_byte_size(std::string_view text) {
     return out;
   }
   return InvalidArgument("byte size " + quoted + " has an unknown unit '" + std::string(suffix) +
-                         "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)");
+                         "' (use B, KiB, MiB, GiB, TiB, PiB, EiB, KB, MB, GB, TB, PB or EB)");
 }
 
 std::string format_bytes(std::uint64_t bytes) {

@@ -276,6 +276,23 @@ TEST(ByteSize, Rejects) {
   EXPECT_TRUE(Contains(parse_byte_size("17179869184GiB").status().message(), "overflow"));
 }
 
+// Every exact size format_bytes prints parses back to itself, PiB and EiB
+// included. Catches: a unit format_bytes prints that parse_byte_size does
+// not take (found by spec_plan_fuzz on 2026-12-05: "4096tib" printed as
+// "4 PiB", refused; tried once: without "pib" this test fails).
+TEST(ByteSize, EveryPrintedExactSizeParsesBack) {
+  const std::uint64_t sizes[] = {0, 1023, 4096, 4096ull << 40, 1ull << 50, 3ull << 60, 15ull << 60};
+  for (const std::uint64_t bytes : sizes) {
+    std::string printed = format_bytes(bytes);
+    auto again = parse_byte_size(printed);
+    ASSERT_TRUE(again.ok()) << printed << ": " << again.status().ToString();
+    EXPECT_EQ(*again, bytes) << printed;
+  }
+  EXPECT_EQ(*parse_byte_size("2PB"), 2000000000000000ull);
+  EXPECT_EQ(*parse_byte_size("1 EB"), 1000000000000000000ull);
+  EXPECT_FALSE(parse_byte_size("16EiB").ok());  // 2^64 overflows
+}
+
 TEST(ByteSize, Formats) {
   EXPECT_EQ(format_bytes(0), "0 B");
   EXPECT_EQ(format_bytes(1023), "1023 B");
