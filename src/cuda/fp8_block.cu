@@ -80,10 +80,11 @@ __device__ __forceinline__ float load_element(const std::byte* data, std::int64_
 // The fast path for a whole 128 x 128 block whose rows start 16-byte aligned
 // (and whose codes' rows start 8-byte aligned): thread t of the CUDA block
 // takes columns 8 (t % 16) .. 8 (t % 16) + 7 of rows t / 16 + 16 i (i < 8),
-// loaded as one 16-byte vector per row (bf16; two for fp32) and held in
-// registers for both passes, so each element is read from memory once; a
-// warp reads two whole 256-byte (bf16) rows per load and stores its codes
-// 8 bytes per thread. The per-element arithmetic is quantize_block's.
+// loaded as one 16-byte vector per row (bf16; two for fp32), once for the
+// amax and again (from L1 or L2) for the codes: holding the 64 values in
+// registers across the divisions spilled (ptxas -v). A warp reads two whole
+// 256-byte (bf16) rows per load and stores its codes 8 bytes per thread.
+// The per-element arithmetic is quantize_block's.
 template <bool kBf16>
 __device__ __forceinline__ bool vector_block(const QuantizeArgs& a, const std::byte* src, std::int64_t out, int h,
                                              int w) {
