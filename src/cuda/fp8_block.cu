@@ -67,6 +67,16 @@ __device__ __forceinline__ std::uint8_t e4m3_rn_satfinite(float x) {
   return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
 }
 
+// True for NaN and Inf (every exponent bit set).
+__device__ __forceinline__ bool nonfinite_bits(unsigned bits) { return (bits & 0x7F800000u) == 0x7F800000u; }
+
+// Lowers the report to (at << 2) | kind for a NaN or Inf at box index `at`
+// (fp8_block.h's report: kind 0 NaN, 1 +inf, 2 -inf).
+__device__ __forceinline__ void report_nonfinite(unsigned long long* report, std::int64_t at, unsigned bits) {
+  const unsigned long long kind = (bits & 0x7FFFFFu) != 0 ? 0 : (bits >> 31) ? 2 : 1;
+  atomicMin(report, (static_cast<unsigned long long>(at) << 2) | kind);
+}
+
 template <bool kBf16>
 __device__ __forceinline__ float load_element(const std::byte* data, std::int64_t i) {
   if constexpr (kBf16) {
@@ -138,7 +148,7 @@ __device__ __forceinline__ void quantize_vector_block(const QuantizeArgs& a, std
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       const unsigned bits = element_bits<kBf16>(words, k);
-      nonfinite |= (bits & 0x7F800000u) == 0x7F800000u;
+      nonfinite |= nonfinite_bits(bits);
       amax = fmaxf(amax, fabsf(__uint_as_float(bits)));
     }
   }
@@ -146,12 +156,8 @@ __device__ __forceinline__ void quantize_vector_block(const QuantizeArgs& a, std
     for (int i = 0; i < kVecRows; ++i) {
       const int r = r0 + kVecGroups * i;
       for (int k = 0; k < 8; ++k) {
-        const float x = load_element<kBf16>(src, r * a.row_stride + c + k);
-        const unsigned bits = __float_as_uint(x);
-        if ((bits & 0x7F800000u) != 0x7F800000u) continue;
-        const unsigned long long kind = (bits & 0x7FFFFFu) != 0 ? 0 : (bits >> 31) ? 2 : 1;
-        const auto at = static_cast<unsigned long long>(out + static_cast<std::int64_t>(r) * a.cols + c + k);
-        atomicMin(a.report, (at << 2) | kind);
+        const unsigned bits = __float_as_uint(load_element<kBf16>(src, r * a.row_stride + c + k));
+        if (nonfinite_bits(bits)) report_nonfinite(a.report, out + static_cast<std::int64_t>(r) * a.cols + c + k, bits);
       }
     }
   }
@@ -217,11 +223,7 @@ __device__ __forceinline__ void quantize_block(const QuantizeArgs& a, std::int64
       if (c >= w) break;
       const float x = load_element<kBf16>(src, r * a.row_stride + c);
       const unsigned bits = __float_as_uint(x);
-      if ((bits & 0x7F800000u) == 0x7F800000u) {
-        const unsigned long long kind = (bits & 0x7FFFFFu) != 0 ? 0 : (bits >> 31) ? 2 : 1;
-        const auto at = static_cast<unsigned long long>(out + static_cast<std::int64_t>(r) * a.cols + c);
-        atomicMin(a.report, (at << 2) | kind);
-      }
+      if (nonfinite_bits(bits)) report_nonfinite(a.report, out + static_cast<std::int64_t>(r) * a.cols + c, bits);
       amax = fmaxf(amax, fabsf(x));
     }
   }
