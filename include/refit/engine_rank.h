@@ -38,6 +38,12 @@
 
 namespace refit {
 
+// What a server's reads of its weights saw during refits (--readers).
+struct ReadCounts {
+  std::uint64_t reads = 0;       // checks of a served tensor against the committed version
+  std::uint64_t torn_reads = 0;  // ... that found bytes of another version
+};
+
 struct EngineBinding {
   // This rank's stream: the specs of its shards, in model order.
   std::vector<TensorSpec> stream;
@@ -63,6 +69,15 @@ struct EngineBinding {
   // holds as FP8 codes and scales converted from the trainer's bf16 or
   // fp32 (EngineOptions::quantize names the conversion), for the report.
   std::uint64_t quantized_tensors = 0;
+  // The engine serves from shadow weights (a refit lands in an arena not
+  // served until its commit): staged mode only. For the report.
+  bool shadow = false;
+  // Reader threads beside the engine (EngineOptions::readers): their counts
+  // so far, sent with each refit's done; empty: no readers.
+  std::function<ReadCounts()> read_counts;
+  // The weight memory the engine holds (both arenas with --shadow), for the
+  // report; 0: not said.
+  std::uint64_t weight_memory_bytes = 0;
 };
 
 class EngineRank {
@@ -76,6 +91,8 @@ class EngineRank {
   // recovered (relinked, weights at the last committed version, incomplete),
   // so it can take part in the next refit; false when the job ended.
   bool recovered() const;
+  // The job's seed of the synthetic content, from the coordinator's setup.
+  std::uint64_t seed() const;
 
   class Impl;
 

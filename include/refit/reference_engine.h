@@ -2,11 +2,16 @@
 // `refit engine` and the tests run it; a server with its own weights
 // implements Engine instead.
 //
-// Thread safety: one thread drives an engine.
+// Thread safety: one thread drives an engine; read_active() may be called
+// from any number of other threads at the same time (a server's forward
+// passes).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -50,9 +55,24 @@ struct ReferenceEngineStats {
 // same batch (specs are immutable while an engine uses them: they point into
 // the receiver's plan), and its prepared copies are replayed with no
 // per-tensor host work (a MoE refit has ~10,000 tensors).
+//
+// Shadow weights (`shadow`, issue 21): each hosted rank has two arenas.
+// apply() writes into the inactive one, which no reader sees; commit()
+// flips them (the new version becomes the active one) while no reader is
+// inside read_active(), and abort() leaves the active version untouched and
+// complete. Without `shadow` apply() writes into the weights readers read,
+// one batch at a time (a reader never sees a half-copied batch, but between
+// batches it sees a mixture of versions: what a server serving from live
+// weights during a staged refit reads).
 struct ReferenceEngineOptions {
   MemoryKind memory = MemoryKind::kHost;
   int device = -1;  // local CUDA index for kCuda
+  bool shadow = false;
+  // The flip hook: called by commit() with the committed version at the
+  // moment weight_version() changes (in shadow mode, the flip), while no
+  // reader is inside read_active(); a server invalidates caches built from
+  // older weights here. Runs on the thread that drives the engine.
+  std::function<void(std::uint64_t version)> on_flip;
 };
 
 // Offsets of each tensor of `stream` inside a weight arena (stream order,
@@ -78,12 +98,23 @@ class ReferenceEngine : public Engine {
   std::uint64_t weight_version() const override { return version_; }
   bool weights_complete() const override { return complete_; }
 
-  // The bytes of `name` on hosted rank `rank`, or nullptr.
+  // The bytes of `name` on hosted rank `rank` as served (the active arena),
+  // or nullptr.
   const std::byte* weight(int rank, const std::string& name) const;
   std::byte* mutable_weight(int rank, const std::string& name);
+  // Where apply() writes `name`: the inactive arena in shadow mode (what a
+  // refit's verification reads before the commit), else weight().
+  const std::byte* landed_weight(int rank, const std::string& name) const;
+  // Runs `pass` with the committed version while no flip (and, without
+  // shadow, no apply) can happen: the reads of weight() inside it see one
+  // version's arena. Thread-safe.
+  void read_active(const std::function<void(std::uint64_t version)>& pass) const;
   // The arena of hosted rank `rank` (for direct mode), or nullptr.
   std::byte* arena(int rank);
   std::uint64_t arena_bytes(int rank) const;
+  // Bytes of weight memory held for every hosted rank: both arenas in
+  // shadow mode.
+  std::uint64_t weight_memory_bytes() const;
   const ReferenceEngineOptions& options() const { return options_; }
   const std::vector<TensorSpec>& stream(int rank) const { return streams_.at(rank); }
   const std::vector<int>& hosted() const { return hosted_; }
@@ -98,7 +129,18 @@ class ReferenceEngine : public Engine {
   std::vector<std::vector<TensorSpec>> streams_;
   std::vector<int> hosted_;
   ReferenceEngineOptions options_;
-  std::vector<std::unique_ptr<Arena>> arenas_;  // by rank; null for ranks hosted elsewhere
+  // arenas_[k][r]: arena k (0, and 1 in shadow mode) of rank r; null for
+  // ranks hosted elsewhere. Readers read arena active_, apply() writes
+  // arena landing().
+  std::vector<std::unique_ptr<Arena>> arenas_[2];
+  int active_ = 0;  // written under flip_mu_ held exclusively
+  mutable std::shared_mutex flip_mu_;
+  // Taken by a writer before flip_mu_, and passed through by every reader
+  // before it: a stream of readers cannot starve a flip.
+  mutable std::mutex flip_gate_;
+  std::unique_lock<std::shared_mutex> exclude_readers() const;
+  int landing() const { return options_.shadow ? 1 - active_ : active_; }
+  const std::byte* weight_in(int arena, int rank, const std::string& name) const;
   // offsets_[r][name] into rank r's arena (hosted ranks). Hashed: apply()
   // looks up every tensor of every batch (a MoE refit has ~10,000).
   std::vector<std::unordered_map<std::string, std::uint64_t>> offsets_;

@@ -157,8 +157,20 @@ struct EngineOptions : RankOptions {
   // plan's largest bucket. Default: kAutoPoolSlots, which stands for 3, or
   // 2 where memory_limit holds fewer than 3 (transfer_defaults.h).
   int pool_slots = kAutoPoolSlots;
-  // Bytes for the receive pool; 0: no limit. Default: 0.
+  // Bytes for the receive pool and, with `shadow`, the second weight arena
+  // (taken first; the pool gets the rest); 0: no limit. Default: 0.
   std::uint64_t memory_limit = 0;
+  // Shadow weights (issue 21; ReferenceEngineOptions::shadow): the weights
+  // are two arenas; a refit lands in the one not served, is verified there,
+  // and the commit flips it into service. Twice the weight memory. Staged
+  // mode only (direct mode: refused, not built yet). Default: false.
+  bool shadow = false;
+  // Reader threads standing in for a server's forward passes during refits
+  // (runtime/weight_readers.h): each checks one served tensor per pass
+  // against the committed version's synthetic content; the report counts
+  // `reads` and `torn_reads`. Synthetic models without --quantize only.
+  // Default: 0.
+  int readers = 0;
   // Where trainers connect for data. Default: "127.0.0.1".
   std::string listen_host = "127.0.0.1";
   // Debug: poison every recycled staging buffer. Default: false.
@@ -184,6 +196,11 @@ struct EngineOptions : RankOptions {
 // transport fit together, and --device cuda has a usable CUDA device ("no
 // CUDA device (...)" otherwise). Errors name the setting.
 Status validate_rank_settings(const RankOptions& options, bool engine);
+
+// --shadow and --readers against the settings that need no model: shadow
+// weights need --mode staged, readers a model without --quantize (a
+// checkpoint model is refused when it is opened). Errors name the settings.
+Status validate_shadow_settings(const EngineOptions& options);
 
 // Tells the coordinator at options.coordinator that this rank (rank
 // options.rank: an engine rank when `engine`, else a trainer rank) failed

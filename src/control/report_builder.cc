@@ -87,6 +87,7 @@ void ReportBuilder::record_commit(const RecordCommit& commit) {
   const std::uint64_t duplicated = duplicate_bytes(commit.trainers, bytes_per_refit_);
   report_["duplicate_bytes"] = std::max(duplicated, report_.value("duplicate_bytes", std::uint64_t{0}));
   if (memory_path_field_ != nullptr) report_[memory_path_field_] = memory_path(commit);
+  record_reads(commit.engines);
   const double seconds = commit.seconds;
   std::uint64_t wire = 0;  // every trainer rank's bytes sent: what crossed the links
   for (const Done& done : commit.trainers) wire += stat_u64(done.stats, "bytes");
@@ -99,6 +100,25 @@ void ReportBuilder::record_commit(const RecordCommit& commit) {
            {"verified", commit.verified}});
   report_["committed_version"] = commit.version;
   if (!commit.verified) all_verified_ = false;
+}
+
+// Shadow weights and readers (issue 21): `shadow` when every engine rank
+// serves from shadow weights; with readers, their reads and torn reads
+// summed over the engine ranks (each rank's are in `ranks`).
+void ReportBuilder::record_reads(const std::vector<Done>& engines) {
+  bool shadow = !engines.empty(), readers = false;
+  std::uint64_t reads = 0, torn = 0;
+  for (const Done& done : engines) {
+    shadow = shadow && done.stats.is_object() && done.stats.value("shadow", false);
+    readers = readers || (done.stats.is_object() && done.stats.contains("reads"));
+    reads += stat_u64(done.stats, "reads");
+    torn += stat_u64(done.stats, "torn_reads");
+  }
+  report_["shadow"] = shadow;
+  if (readers) {
+    report_["reads"] = reads;
+    report_["torn_reads"] = torn;
+  }
 }
 
 void ReportBuilder::record_failure(const RecordFailure& failure) {

@@ -51,6 +51,7 @@ class ReportBuilder {
   Json finish(const Status& status);
 
  private:
+  void record_reads(const std::vector<Done>& engines);
   std::string path_;
   Json report_;
   std::uint64_t bytes_per_refit_ = 0;

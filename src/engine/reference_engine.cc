@@ -2,6 +2,7 @@
 // every post the way a server would (engine.h).
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -202,19 +203,23 @@ ReferenceEngine::~ReferenceEngine() = default;
 // ranks outside [0, ranks) are reported by begin().
 Status ReferenceEngine::allocate() {
   const int ranks = static_cast<int>(streams_.size());
-  arenas_.resize(streams_.size());
   offsets_.resize(streams_.size());
+  for (int k = 0; k < (options_.shadow ? 2 : 1); ++k) arenas_[k].resize(streams_.size());
   for (int r : hosted_) {
     if (r < 0 || r >= ranks) continue;
-    auto arena = std::make_unique<Arena>();
-    std::vector<std::uint64_t> offsets = weight_arena_offsets(streams_[r], &arena->bytes);
+    std::uint64_t bytes = 0;
+    std::vector<std::uint64_t> offsets = weight_arena_offsets(streams_[r], &bytes);
     for (std::size_t i = 0; i < streams_[r].size(); ++i) offsets_[r][streams_[r][i].name] = offsets[i];
-    if (options_.memory == MemoryKind::kCuda) {
-      ASSIGN_OR_RETURN(arena->device, DeviceBuffer::Allocate(options_.device, std::max<std::uint64_t>(arena->bytes, 1)));
-    } else {
-      arena->host.resize(arena->bytes);
+    for (int k = 0; k < (options_.shadow ? 2 : 1); ++k) {
+      auto arena = std::make_unique<Arena>();
+      arena->bytes = bytes;
+      if (options_.memory == MemoryKind::kCuda) {
+        ASSIGN_OR_RETURN(arena->device, DeviceBuffer::Allocate(options_.device, std::max<std::uint64_t>(bytes, 1)));
+      } else {
+        arena->host.resize(bytes);
+      }
+      arenas_[k][r] = std::move(arena);
     }
-    arenas_[r] = std::move(arena);
     if (options_.memory == MemoryKind::kCuda && !copier_) {
       ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(options_.device));
       copier_ = std::make_unique<BatchedCopier>(std::move(copier));
@@ -272,8 +277,14 @@ Status ReferenceEngine::apply(const AlignedBatch& batch) {
   }
   RETURN_IF_ERROR(check_payload_counts(where, batch, streams_.size()));
   std::vector<const void*> key;  // device engines: what identifies this batch (built once)
+  // Without shadow weights readers wait while a batch is copied into the
+  // weights they read (and read a mixture of versions between batches).
+  std::unique_lock<std::shared_mutex> no_readers;
+  if (!options_.shadow) no_readers = exclude_readers();
   if (options_.memory == MemoryKind::kCuda) {
     key = batch_key(batch);
+    // The same batch into the other arena is another set of copies.
+    key.push_back(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(landing())));
     if (const PreparedApply* prepared = find_prepared(batch.sequence, key)) return apply_prepared(*prepared, where);
   }
   const std::vector<AlignedBatch::DTypeGroup> groups = batch.groups();
@@ -295,7 +306,7 @@ Status ReferenceEngine::apply(const AlignedBatch& batch) {
     runs.clear();
     for (int r : hosted_) {
       const std::vector<TensorView>& mine = rank_payload(batch, r);
-      std::byte* arena = arenas_[r]->data();
+      std::byte* arena = arenas_[landing()][r]->data();
       for (std::size_t i : group.indices) {
         const TensorView& view = mine[i];
         const std::uint64_t n = view.spec->nbytes();
@@ -337,23 +348,47 @@ Status ReferenceEngine::commit(std::uint64_t version) {
                               std::to_string(pending_version_));
   }
   in_refit_ = false;
+  std::unique_lock<std::shared_mutex> no_readers = exclude_readers();
+  if (options_.shadow) active_ = 1 - active_;  // the flip: the landed arena is served from now on
   version_ = version;  // DESIGN.md rule 6: once per refit, only here
   complete_ = true;
   ++stats_.cache_flushes;  // rule 9: one KV-cache flush per refit
+  if (options_.on_flip) options_.on_flip(version);
   return Status::Ok();
 }
 
 void ReferenceEngine::abort(std::uint64_t /*version*/, const Status& /*why*/) {
-  // The version stays at the last committed one; the weights may be a mix of
-  // two versions until the next commit.
   in_refit_ = false;
-  complete_ = false;
+  // The version stays at the last committed one. Shadow weights: the failed
+  // refit wrote only the inactive arena, which the next refit overwrites;
+  // else the weights may be a mix of two versions until the next commit.
+  if (!options_.shadow) complete_ = false;
+}
+
+std::unique_lock<std::shared_mutex> ReferenceEngine::exclude_readers() const {
+  std::lock_guard<std::mutex> gate(flip_gate_);
+  return std::unique_lock<std::shared_mutex>(flip_mu_);
+}
+
+void ReferenceEngine::read_active(const std::function<void(std::uint64_t version)>& pass) const {
+  { std::lock_guard<std::mutex> gate(flip_gate_); }  // behind a waiting writer
+  std::shared_lock<std::shared_mutex> reading(flip_mu_);
+  pass(version_);
+}
+
+const std::byte* ReferenceEngine::weight_in(int arena, int rank, const std::string& name) const {
+  const auto& arenas = arenas_[arena];
+  if (rank < 0 || rank >= static_cast<int>(arenas.size()) || !arenas[rank]) return nullptr;
+  auto it = offsets_[rank].find(name);
+  return it == offsets_[rank].end() ? nullptr : arenas[rank]->data() + it->second;
+}
+
+const std::byte* ReferenceEngine::landed_weight(int rank, const std::string& name) const {
+  return weight_in(landing(), rank, name);
 }
 
 const std::byte* ReferenceEngine::weight(int rank, const std::string& name) const {
-  if (rank < 0 || rank >= static_cast<int>(arenas_.size()) || !arenas_[rank]) return nullptr;
-  auto it = offsets_[rank].find(name);
-  return it == offsets_[rank].end() ? nullptr : arenas_[rank]->data() + it->second;
+  return weight_in(active_, rank, name);
 }
 
 std::byte* ReferenceEngine::mutable_weight(int rank, const std::string& name) {
@@ -361,13 +396,21 @@ std::byte* ReferenceEngine::mutable_weight(int rank, const std::string& name) {
 }
 
 std::byte* ReferenceEngine::arena(int rank) {
-  if (rank < 0 || rank >= static_cast<int>(arenas_.size()) || !arenas_[rank]) return nullptr;
-  return arenas_[rank]->data();
+  if (rank < 0 || rank >= static_cast<int>(arenas_[active_].size()) || !arenas_[active_][rank]) return nullptr;
+  return arenas_[active_][rank]->data();
 }
 
 std::uint64_t ReferenceEngine::arena_bytes(int rank) const {
-  if (rank < 0 || rank >= static_cast<int>(arenas_.size()) || !arenas_[rank]) return 0;
-  return arenas_[rank]->bytes;
+  if (rank < 0 || rank >= static_cast<int>(arenas_[0].size()) || !arenas_[0][rank]) return 0;
+  return arenas_[0][rank]->bytes;
+}
+
+std::uint64_t ReferenceEngine::weight_memory_bytes() const {
+  std::uint64_t bytes = 0;
+  for (const auto& arenas : arenas_) {
+    for (const auto& arena : arenas) bytes += arena ? arena->bytes : 0;
+  }
+  return bytes;
 }
 
 }  // namespace refit

@@ -19,9 +19,7 @@
 #include "control/spec_json.h"
 #include "net/frames.h"
 #include "aligner/aligner.h"
-#include "refit/content.h"
 #include "cuda/device.h"
-#include "cuda/device_content.h"
 #include "refit/reference_engine.h"
 #include "refit/format.h"
 #include "refit/log.h"
@@ -29,13 +27,9 @@
 #include "refit/plan.h"
 #include "refit/transfer_defaults.h"
 #include "receiver/receiver.h"
-#include "refit/safetensors.h"
 #include "transport/transport.h"
 #include "runtime/data_links.h"
-#include "runtime/model_choice.h"
-#include "core/refit_tally.h"
 #include "runtime/setup_failure.h"
-#include "runtime/weight_verify.h"
 
 namespace refit {
 
@@ -53,6 +47,7 @@ class EngineRank::Impl {
   }
 
   bool recovered() const { return recovered_; }
+  std::uint64_t seed() const { return seed_; }
   std::uint64_t committed_version() const { return engine_ != nullptr ? engine_->weight_version() : 0; }
 
   StatusOr<std::optional<std::uint64_t>> next() {
@@ -153,6 +148,7 @@ class EngineRank::Impl {
       return InvalidArgument("--device " + options_.device + " but the engine's weights are in " +
                              (on_device_ ? "device" : "host") + " memory");
     }
+    if (direct_ && binding_.shadow) return FailedPrecondition(name() + ": shadow weights need staged mode");
     if (direct_) {
       std::uint64_t need = 0;
       (void)weight_arena_offsets(binding_.stream, &need);
@@ -398,6 +394,13 @@ class EngineRank::Impl {
     const char* memory_path = !on_device_                                         ? "host"
                               : transport_->capabilities().device_memory_staged ? "host-staged"
                                                                                 : "cuda";
+    stats["shadow"] = binding_.shadow;
+    if (binding_.weight_memory_bytes != 0) stats["weight_memory_bytes"] = binding_.weight_memory_bytes;
+    if (binding_.read_counts) {
+      const ReadCounts reads = binding_.read_counts();
+      stats["reads"] = reads.reads;
+      stats["torn_reads"] = reads.torn_reads;
+    }
     fire_fault_hook(options_.debug_fault, ProtocolStep::kDone, version, name());
     RETURN_IF_ERROR(client_->send(Done{version, verified, std::move(stats), memory_path}));
     // The coordinator decides the commit once every rank is done; until its
@@ -461,6 +464,7 @@ Status EngineRank::serve() {
 }
 
 bool EngineRank::recovered() const { return impl_->recovered(); }
+std::uint64_t EngineRank::seed() const { return impl_->seed(); }
 
 StatusOr<std::optional<std::uint64_t>> EngineRank::next() {
   auto version = impl_->next();
@@ -468,127 +472,6 @@ StatusOr<std::optional<std::uint64_t>> EngineRank::next() {
     return with_committed_version(version.status(), impl_->committed_version()).WithContext(impl_->name());
   }
   return version;
-}
-
-namespace {
-
-// Writes `rank`'s weights (its shards, as the engine holds them) to `path`.
-Status save_shards(const Model& model, const ReferenceEngine& engine, int rank, int ranks, bool on_device,
-                   std::uint64_t version, const std::string& path) {
-  std::vector<SafetensorsWriteTensor> tensors;
-  std::vector<std::vector<std::byte>> host_copies;
-  host_copies.reserve(model.weights.size());
-  for (const Weight& w : model.weights) {
-    const TensorSpec spec = shard_spec(w, rank, ranks);
-    const std::byte* held = engine.weight(rank, spec.name);
-    if (held == nullptr) return Internal("engine rank " + std::to_string(rank) + " holds no weight '" + spec.name + "'");
-    if (on_device) {
-      host_copies.emplace_back(spec.nbytes());
-      RETURN_IF_ERROR(copy_device_to_host(host_copies.back(), held));
-      held = host_copies.back().data();
-    }
-    tensors.push_back({spec, std::span<const std::byte>(held, spec.nbytes())});
-  }
-  std::map<std::string, std::string> metadata{{"refit_version", std::to_string(version)},
-                                              {"refit_engine_rank", std::to_string(rank)},
-                                              {"refit_engine_ranks", std::to_string(ranks)},
-                                              {"refit_model", model.preset}};
-  return write_safetensors(path, tensors, metadata)
-      .WithContext("engine rank " + std::to_string(rank) + " saving refit " + std::to_string(version));
-}
-
-
-// What `refit engine` builds before it joins: the device, the model and
-// the reference engine holding this rank's weights.
-struct LocalEngine {
-  bool on_device = false;
-  int device = -1;  // local CUDA index
-  ModelChoice choice;
-  std::vector<std::vector<TensorSpec>> streams;  // every engine rank's, sharded alike
-  std::unique_ptr<ReferenceEngine> engine;
-};
-
-Status make_local_engine(const EngineOptions& options, LocalEngine& local) {
-  const std::string name = "engine rank " + std::to_string(options.rank);
-  RETURN_IF_ERROR(validate_rank_settings(options, /*engine=*/true).WithContext(name));
-  local.on_device = options.device == "cuda";
-  if (local.on_device) {
-    // DESIGN.md rule 7: a local index inside CUDA_VISIBLE_DEVICES.
-    auto visible = cuda_device_count();
-    if (!visible.ok()) return visible.status().WithContext(name);
-    auto device = engine_local_device(options.base_gpu_id, options.rank, *visible, options.engine_gpus);
-    if (!device.ok()) return device.status().WithContext(name);
-    local.device = *device;
-  }
-  if (options.rank < 0 || options.rank >= options.engine_ranks) {
-    return InvalidArgument(name + ": --rank " + std::to_string(options.rank) + " is outside 0.." +
-                           std::to_string(options.engine_ranks - 1) + " (--engine-ranks " +
-                           std::to_string(options.engine_ranks) + ")");
-  }
-  auto choice = open_engine_model(options);
-  if (!choice.ok()) return choice.status().WithContext(name);
-  local.choice = std::move(*choice);
-  // The weights, allocated once: every rank's stream is this rank's model
-  // sharded the same way (checked against the coordinator's at setup).
-  for (int r = 0; r < options.engine_ranks; ++r) {
-    local.streams.push_back(engine_stream(local.choice.model, r, options.engine_ranks));
-  }
-  ReferenceEngineOptions engine_options;
-  engine_options.memory = local.on_device ? MemoryKind::kCuda : MemoryKind::kHost;
-  engine_options.device = local.device;
-  auto engine = ReferenceEngine::Create(local.streams, std::vector<int>{options.rank}, engine_options);
-  if (!engine.ok()) return engine.status().WithContext(name);
-  local.engine = std::move(*engine);
-  return Status::Ok();
-}
-
-EngineBinding bind_local_engine(const EngineOptions& options, const LocalEngine& local) {
-  EngineBinding binding;
-  binding.stream = local.streams[static_cast<std::size_t>(options.rank)];
-  for (const Weight& w : local.choice.model.weights) binding.rules.push_back(w.rule);  // stream order
-  binding.expected_streams = local.streams;
-  binding.engine = local.engine.get();
-  binding.arena = local.engine->arena(options.rank);
-  binding.arena_bytes = local.engine->arena_bytes(options.rank);
-  binding.memory = local.on_device ? MemoryKind::kCuda : MemoryKind::kHost;
-  binding.device = local.device;
-  binding.quantized_tensors = local.choice.quantized.quantized_tensors;
-  if (options.verify) {
-    binding.verify = [&options, &local](std::uint64_t version, std::uint64_t seed) {
-      return verify_engine_weights(local.choice, *local.engine, options.rank, options.engine_ranks, local.on_device,
-                                   version, seed);
-    };
-  }
-  return binding;
-}
-
-}  // namespace
-
-Status run_engine(const EngineOptions& options) {
-  LocalEngine local;
-  if (Status made = make_local_engine(options, local); !made.ok()) {
-    // The coordinator and the other ranks hear why now, not at the setup deadline.
-    report_setup_failure(options, Role::kEngine, made);
-    return made;
-  }
-  ASSIGN_OR_RETURN(auto rank, EngineRank::Join(options, bind_local_engine(options, local)));
-  RefitTally tally;
-  for (;;) {
-    auto next = rank->next();
-    if (!next.ok() && rank->recovered()) continue;  // reported and recovered: serve the next refit
-    if (!next.ok()) return next.status();
-    const std::optional<std::uint64_t> version = *next;
-    if (!version) {
-      log(LogLevel::kInfo, "engine rank " + std::to_string(options.rank),
-          tally.summary("received", options.verify ? "committed and verified" : "committed (not verified)"));
-      return Status::Ok();
-    }
-    tally.add(*version, stream_bytes(local.streams[static_cast<std::size_t>(options.rank)]));
-    if (!options.save_path.empty()) {
-      RETURN_IF_ERROR(save_shards(local.choice.model, *local.engine, options.rank, options.engine_ranks,
-                                  local.on_device, *version, options.save_path));
-    }
-  }
 }
 
 }  // namespace refit

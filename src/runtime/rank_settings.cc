@@ -68,4 +68,16 @@ Status validate_rank_settings(const RankOptions& o, bool engine) {
   return Status::Ok();
 }
 
+Status validate_shadow_settings(const EngineOptions& o) {
+  if (o.shadow && o.mode == "direct") {
+    return FailedPrecondition("--shadow needs --mode staged: in direct mode the trainers write into the served "
+                              "weights themselves (shadow weights for direct mode are not built yet)");
+  }
+  if (o.readers > 0 && o.quantize != "none") {
+    return FailedPrecondition("--readers checks the served weights against a version's synthetic content; with "
+                              "--quantize " + o.quantize + " the engine holds FP8 codes (not built yet)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace refit

@@ -16,32 +16,64 @@
 
 namespace refit {
 
+namespace {
+
+// The first byte of `got` (rank's shard of `w`, on the device when
+// `on_device`) that differs from the content of `key`, or -1.
+StatusOr<std::int64_t> synthetic_mismatch(const Weight& w, const std::byte* got, int rank, int ranks, bool on_device,
+                                          std::uint64_t key) {
+  ShardRunLayout l = shard_run_layout(w, rank, ranks);
+  if (l.count > 1 && l.run == l.stride) {  // contiguous in the full tensor: one check
+    l.run *= l.count;
+    l.stride = l.run;
+    l.count = 1;
+  }
+  // One launch for every row on a device: a row-sharded tensor has thousands of them.
+  if (on_device) return first_content_mismatch_device(key, ContentRows{l.base, l.stride, l.run, l.count}, got, nullptr);
+  for (std::uint64_t i = 0; i < l.count; ++i) {
+    const std::int64_t at =
+        first_content_mismatch(key, l.base + i * l.stride, std::span<const std::byte>(got + i * l.run, l.run));
+    if (at >= 0) return at + static_cast<std::int64_t>(i * l.run);
+  }
+  return std::int64_t{-1};
+}
+
+}  // namespace
+
 Status verify_synthetic(const Model& model, const ReferenceEngine& engine, int rank, int ranks, bool on_device,
                         std::uint64_t version, std::uint64_t seed) {
   const std::string name = "engine rank " + std::to_string(rank);
   for (const Weight& w : model.weights) {
-    const std::byte* got = engine.weight(rank, w.spec.name);
+    const std::byte* got = engine.landed_weight(rank, w.spec.name);
     if (got == nullptr) return Internal(name + " holds no weight '" + w.spec.name + "'");
-    const std::uint64_t key = content_key(seed, version, w.spec.name);
-    ShardRunLayout l = shard_run_layout(w, rank, ranks);
-    if (l.count > 1 && l.run == l.stride) {  // contiguous in the full tensor: one check
-      l.run *= l.count;
-      l.stride = l.run;
-      l.count = 1;
-    }
-    std::int64_t at = -1;  // in the shard
-    if (on_device) {
-      // One launch for every row: a row-sharded tensor has thousands of them.
-      ASSIGN_OR_RETURN(at, first_content_mismatch_device(key, ContentRows{l.base, l.stride, l.run, l.count}, got, nullptr));
-    } else {
-      for (std::uint64_t i = 0; i < l.count && at < 0; ++i) {
-        at = first_content_mismatch(key, l.base + i * l.stride, std::span<const std::byte>(got + i * l.run, l.run));
-        if (at >= 0) at += static_cast<std::int64_t>(i * l.run);
-      }
-    }
+    ASSIGN_OR_RETURN(const std::int64_t at,
+                     synthetic_mismatch(w, got, rank, ranks, on_device, content_key(seed, version, w.spec.name)));
     if (at >= 0) {
       return DataLoss(name + ": tensor '" + w.spec.name + "' is wrong at byte " + std::to_string(at) +
                       " of its shard after refit " + std::to_string(version) + " (stale, misplaced or corrupted bytes)");
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<bool> served_weight_is_version(const Model& model, std::size_t index, const ReferenceEngine& engine,
+                                        int rank, int ranks, bool on_device, std::uint64_t version,
+                                        std::uint64_t seed) {
+  const Weight& w = model.weights.at(index);
+  const std::byte* got = engine.weight(rank, w.spec.name);
+  if (got == nullptr) return Internal("engine rank " + std::to_string(rank) + " holds no weight '" + w.spec.name + "'");
+  ASSIGN_OR_RETURN(const std::int64_t at,
+                   synthetic_mismatch(w, got, rank, ranks, on_device, content_key(seed, version, w.spec.name)));
+  return at < 0;
+}
+
+Status verify_served_synthetic(const Model& model, const ReferenceEngine& engine, int rank, int ranks,
+                               bool on_device, std::uint64_t version, std::uint64_t seed) {
+  for (std::size_t i = 0; i < model.weights.size(); ++i) {
+    ASSIGN_OR_RETURN(const bool whole, served_weight_is_version(model, i, engine, rank, ranks, on_device, version, seed));
+    if (!whole) {
+      return DataLoss("engine rank " + std::to_string(rank) + ": served tensor '" + model.weights[i].spec.name +
+                      "' is not refit " + std::to_string(version) + "'s");
     }
   }
   return Status::Ok();
@@ -53,7 +85,7 @@ Status verify_checkpoint(const Model& model, const Checkpoint& checkpoint, const
   std::vector<std::byte> want, got;
   for (std::size_t i = 0; i < model.weights.size(); ++i) {
     const Weight& w = model.weights[i];
-    const std::byte* held = engine.weight(rank, w.spec.name);
+    const std::byte* held = engine.landed_weight(rank, w.spec.name);
     if (held == nullptr) return Internal(name + " holds no weight '" + w.spec.name + "'");
     const std::uint64_t bytes = shard_spec(w, rank, ranks).nbytes();
     want.resize(bytes);
@@ -87,7 +119,7 @@ Status verify_quantized_weight(const Model& unquantized, const QuantizedModel& q
   const Weight& source = unquantized.weights[q.source];
   const Weight& held_weight = quantized.engine.weights[i];
   if (shard_spec(held_weight, rank, ranks).nbytes() == 0) return Status::Ok();  // an expert it does not own
-  const std::byte* held = engine.weight(rank, held_weight.spec.name);
+  const std::byte* held = engine.landed_weight(rank, held_weight.spec.name);
   if (held == nullptr) return Internal(name + " holds no weight '" + held_weight.spec.name + "'");
   std::vector<std::byte> full;
   const std::byte* expected = nullptr;  // the source's full tensor

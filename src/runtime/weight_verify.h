@@ -1,6 +1,8 @@
 // The engine's verification of a refit (DESIGN.md rule 2): every byte of an
 // engine rank's weights compared with what the refit must have delivered,
-// either the synthetic content of a version or a checkpoint's bytes.
+// either the synthetic content of a version or a checkpoint's bytes. The
+// verify_* functions read the weights the refit landed
+// (ReferenceEngine::landed_weight: with --shadow the arena not yet served).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,21 @@ namespace refit {
 // `version` must have for `seed`. DataLoss names the tensor and the byte.
 Status verify_synthetic(const Model& model, const ReferenceEngine& engine, int rank, int ranks, bool on_device,
                         std::uint64_t version, std::uint64_t seed);
+
+// A reader's check (--readers, runtime/weight_readers.h): whether weight
+// `index` of `model` as `rank` serves it (ReferenceEngine::weight) holds
+// the synthetic content of `version` for `seed`, every byte. Call it inside
+// ReferenceEngine::read_active. An error only when it could not look (a
+// device copy failed).
+StatusOr<bool> served_weight_is_version(const Model& model, std::size_t index, const ReferenceEngine& engine,
+                                        int rank, int ranks, bool on_device, std::uint64_t version,
+                                        std::uint64_t seed);
+
+// Every weight of `rank` as served (ReferenceEngine::weight) holds the
+// synthetic content of `version` for `seed`: DataLoss names the first that
+// does not. What a shadow engine checks after a failed refit.
+Status verify_served_synthetic(const Model& model, const ReferenceEngine& engine, int rank, int ranks,
+                               bool on_device, std::uint64_t version, std::uint64_t seed);
 
 // Checks every byte of `rank`'s weights against its shard of the checkpoint's
 // tensors (the bytes a push of that checkpoint must deliver). DataLoss names

@@ -251,30 +251,6 @@ StatusOr<std::vector<std::string>> job_environment(const DemoOptions& o) {
   return environment_with("REFIT_SECRET", bytes);
 }
 
-// Where the trainers' weights live: --trainer-device, or --device.
-const std::string& trainer_device(const DemoOptions& o) {
-  return o.trainer_device.empty() ? o.device : o.trainer_device;
-}
-
-// Settings that no process could run with: refused before any starts.
-Status check_settings(const DemoOptions& o, int trainers) {
-  RankOptions settings;
-  settings.transport = o.transport;
-  settings.device = o.device;
-  settings.mode = o.mode;
-  RETURN_IF_ERROR(validate_rank_settings(settings, /*engine=*/true));
-  if (trainer_device(o) == "cuda" && o.device == "cpu") {
-    return InvalidArgument(
-        "--trainer-device cuda with --device cpu: trainers' device weights cannot feed engines that keep host "
-        "memory (give --device cuda, or leave --trainer-device out)");
-  }
-  settings.device = trainer_device(o);
-  RETURN_IF_ERROR(validate_rank_settings(settings, /*engine=*/false));
-  RETURN_IF_ERROR(validate_rank_counts(trainers, o.engine_ranks));
-  ASSIGN_OR_RETURN(const TrainerLayout layout, parse_trainer_layout(o.trainer_layout, trainers));
-  return validate_full_trainer_counts(layout, trainers, o.engine_ranks);
-}
-
 // Starts the coordinator and returns the port it listens on, once it said
 // it; "" when it exited or did not say within the setup timeout (then it is
 // killed and reaped). Its port (fd 3) and its report (stdout) come over
@@ -356,6 +332,8 @@ void start_ranks(const DemoOptions& o, int trainers, const std::string& port, De
                                      std::to_string(o.engine_gpus)};
     args.insert(args.end(), rank_common.begin(), rank_common.end());
     if (o.poison_recycled) args.push_back("--poison-recycled");
+    if (o.shadow) args.push_back("--shadow");
+    if (o.readers > 0) args.insert(args.end(), {"--readers", std::to_string(o.readers)});
     args.insert(args.end(), o.debug_engine_flags.begin(), o.debug_engine_flags.end());
     job.children.push_back(start_child("engine rank " + std::to_string(e), args, {}, job.env));
   }
@@ -509,17 +487,11 @@ void finish_soak(const DemoOptions& o, const SoakSampler& soak, Json& report) {
 
 }  // namespace
 
-Status check_demo_settings(const DemoOptions& o) {
-  RETURN_IF_ERROR(make_model(o.model, o.layers).status());
-  return check_settings(o, o.trainer_ranks > 0 ? o.trainer_ranks : o.engine_ranks);
-}
-
 Json run_demo_report(const DemoOptions& o) {
   const int trainers = o.trainer_ranks > 0 ? o.trainer_ranks : o.engine_ranks;
   // Fail fast on a bad preset or layer count, before any process starts.
+  if (Status st = check_demo_settings(o); !st.ok()) return failed_report(st.ToString());
   auto model = make_model(o.model, o.layers);
-  if (!model.ok()) return failed_report(model.status().ToString());
-  if (Status st = check_settings(o, trainers); !st.ok()) return failed_report(st.ToString());
 
   catch_stop_signals();
   DemoJob job;

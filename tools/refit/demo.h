@@ -45,6 +45,8 @@ struct DemoOptions {
   int pool_slots = EngineOptions{}.pool_slots;
   std::uint64_t memory_limit = EngineOptions{}.memory_limit;
   bool poison_recycled = false;
+  bool shadow = EngineOptions{}.shadow;
+  int readers = EngineOptions{}.readers;
   double setup_timeout_s = RankOptions{}.setup_timeout_s;
   double refit_timeout_s = RankOptions{}.refit_timeout_s;
   std::string secret_file;  // passed to every process as --secret-file; "": REFIT_SECRET or none
@@ -62,6 +64,9 @@ struct DemoOptions {
 // (everything but --refits, whose range differs, and the hidden ones), and
 // the command's callback: the receive pool must fit --memory-limit.
 void add_demo_flags(CLI::App& cmd, DemoOptions& options);
+
+// Where the trainers' weights live: --trainer-device, or --device.
+const std::string& trainer_device(const DemoOptions& options);
 
 // The checks the demo makes before it starts any process: the model preset
 // and layer count, and every rank's settings (validate_rank_settings, which

@@ -1,12 +1,16 @@
 // The flags `refit demo` and `refit bench` share (demo.h add_demo_flags),
-// and the demo's fit of an auto bucket to --memory-limit.
+// the demo's fit of an auto bucket to --memory-limit, and the checks of the
+// settings before any process starts (check_demo_settings).
 #include <algorithm>
 #include <cstdint>
 
 #include "demo.h"
 #include "flags.h"
+#include "refit/coordinator.h"
 #include "refit/model.h"
 #include "refit/plan.h"
+#include "refit/roles.h"
+#include "refit/trainer_layout.h"
 #include "refit/transfer_defaults.h"
 
 namespace refit::cli {
@@ -63,8 +67,48 @@ void add_demo_flags(CLI::App& cmd, DemoOptions& o) {
     check_receive_pool(o.pool_slots, o.bucket_size, o.memory_limit, o.mode);
   });
   cmd.add_flag("--poison-recycled", o.poison_recycled, "Debug: poison every recycled staging buffer");
+  add_shadow_flags(cmd, o.shadow, o.readers);
   add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
   add_secret_file_flag(cmd, o.secret_file);
+}
+
+// Where the trainers' weights live: --trainer-device, or --device.
+const std::string& trainer_device(const DemoOptions& o) {
+  return o.trainer_device.empty() ? o.device : o.trainer_device;
+}
+
+namespace {
+
+// Settings that no process could run with: refused before any starts.
+Status check_settings(const DemoOptions& o, int trainers) {
+  RankOptions settings;
+  settings.transport = o.transport;
+  settings.device = o.device;
+  settings.mode = o.mode;
+  RETURN_IF_ERROR(validate_rank_settings(settings, /*engine=*/true));
+  if (trainer_device(o) == "cuda" && o.device == "cpu") {
+    return InvalidArgument(
+        "--trainer-device cuda with --device cpu: trainers' device weights cannot feed engines that keep host "
+        "memory (give --device cuda, or leave --trainer-device out)");
+  }
+  settings.device = trainer_device(o);
+  RETURN_IF_ERROR(validate_rank_settings(settings, /*engine=*/false));
+  RETURN_IF_ERROR(validate_rank_counts(trainers, o.engine_ranks));
+  EngineOptions engine;
+  engine.mode = o.mode;
+  engine.quantize = o.quantize;
+  engine.shadow = o.shadow;
+  engine.readers = o.readers;
+  RETURN_IF_ERROR(validate_shadow_settings(engine));
+  ASSIGN_OR_RETURN(const TrainerLayout layout, parse_trainer_layout(o.trainer_layout, trainers));
+  return validate_full_trainer_counts(layout, trainers, o.engine_ranks);
+}
+
+}  // namespace
+
+Status check_demo_settings(const DemoOptions& o) {
+  RETURN_IF_ERROR(make_model(o.model, o.layers).status());
+  return check_settings(o, o.trainer_ranks > 0 ? o.trainer_ranks : o.engine_ranks);
 }
 
 }  // namespace refit::cli

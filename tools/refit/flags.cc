@@ -295,6 +295,7 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o, std::string& secret_file)
   add_byte_size_option(cmd, "--memory-limit", o.memory_limit, "Receive pool memory limit (0: none)");
   cmd.add_option("--listen-host", o.listen_host, "Address trainers connect to for data")->capture_default_str();
   cmd.add_flag("--poison-recycled", o.poison_recycled, "Debug: poison every recycled staging buffer");
+  add_shadow_flags(cmd, o.shadow, o.readers);
   cmd.add_flag("!--no-verify", o.verify,
                "Skip verifying every byte after each refit (against the synthetic content, or the checkpoint file)");
   cmd.add_option("--dtypes", o.supported_dtypes, "Dtypes this engine supports (default: all)");
@@ -303,6 +304,17 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o, std::string& secret_file)
       ->check(WholeInt(0, "a device index", "device indices"))
       ->capture_default_str();
   add_engine_gpus_flag(cmd, o.engine_gpus);
+}
+
+void add_shadow_flags(CLI::App& cmd, bool& shadow, int& readers) {
+  cmd.add_flag("--shadow", shadow,
+               "Shadow weights: a refit lands in a second weight arena and the commit flips it into service between "
+               "two reads, so readers never see a mixture of versions (twice the weight memory; staged mode)");
+  cmd.add_option("--readers", readers,
+                 "Reader threads per engine rank standing in for a server's forward passes: each checks served "
+                 "tensors against the committed version; the report counts reads and torn_reads")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
 }
 
 void add_engine_experts_flag(CLI::App& cmd, std::string& experts) {

@@ -112,6 +112,9 @@ void add_rank_flags(CLI::App& cmd, RankOptions& options);
 // trainer ranks hold the weights and how they name them.
 void add_trainer_layout_flags(CLI::App& cmd, std::string& layout, std::string& names);
 // --engine-experts (trainer, engine, demo, bench): tp or ep (expert_parallel.h).
+// --shadow and --readers (EngineOptions::shadow, readers; issue 21).
+void add_shadow_flags(CLI::App& cmd, bool& shadow, int& readers);
+
 void add_engine_experts_flag(CLI::App& cmd, std::string& experts);
 // --quantize (trainer, engine, demo, bench): none or fp8-block128[:GLOB,...] (quantize.h).
 void add_quantize_flag(CLI::App& cmd, std::string& quantize);
