@@ -83,26 +83,46 @@ TEST(ShadowDemo, SettingsThatCannotHoldAreRefusedNamingThem) {
 }
 
 // kill -9 of trainer rank 0 after it sent the first bucket of refit 2: the
-// job fails naming it, and every engine rank still serves refit 1, whole
-// (checked against refit 1's content after the abort), never a part of 2.
-TEST(ShadowKill, ATrainerKilledMidRefitLeavesEveryEngineServingTheLastVersion) {
+// job fails naming it. With shadow weights every engine rank still serves
+// refit 1, whole (checked against refit 1's content after the abort), and
+// the report says so per engine rank; with live weights the report says the
+// engine ranks' weights are no longer whole.
+void kill_mid_refit(bool shadow, ProcessGroup& group) {
   JobSpec spec;
   spec.refits = 3;
   for (int e = 0; e < spec.engine_ranks; ++e) {
-    spec.extra["engine rank " + std::to_string(e)] = {"--shadow", "--readers", "1"};
+    auto& extra = spec.extra["engine rank " + std::to_string(e)];
+    if (shadow) extra = {"--shadow", "--readers", "1"};
   }
   testing::stop_mid_refit(spec, "trainer rank 0", 2);
-  ProcessGroup group;
   ASSERT_TRUE(testing::start_job(group, spec)) << group.all_stderr();
   ASSERT_NO_FATAL_FAILURE(
       testing::KillMidJobAndExpectEverySurvivorToNameIt(group, "trainer rank 0", 60, "trainer rank 0", 2));
-  for (int e = 0; e < spec.engine_ranks; ++e) {
+  const json report = json::parse(group.report());
+  ASSERT_EQ(report["engines_at_end"].size(), 2u) << report.dump();
+  for (const json& engine : report["engines_at_end"]) {
+    EXPECT_EQ(engine["weight_version"], 1u) << engine.dump();
+    EXPECT_EQ(engine["verified_version"], 1u) << engine.dump();
+    EXPECT_EQ(engine["weights_complete"].get<bool>(), shadow) << engine.dump();
+    EXPECT_EQ(engine["shadow"].get<bool>(), shadow) << engine.dump();
+  }
+}
+
+TEST(ShadowKill, ATrainerKilledMidRefitLeavesEveryEngineServingTheLastVersion) {
+  ProcessGroup group;
+  ASSERT_NO_FATAL_FAILURE(kill_mid_refit(/*shadow=*/true, group));
+  for (int e = 0; e < 2; ++e) {
     const std::string name = "engine rank " + std::to_string(e);
     EXPECT_NE(group.err(name).find("shadow weights: still serving refit 1, complete and verified again"),
               std::string::npos)
         << name << ":\n"
         << group.err(name);
   }
+}
+
+TEST(ShadowKill, WithoutShadowTheReportSaysTheWeightsAreNoLongerWhole) {
+  ProcessGroup group;
+  ASSERT_NO_FATAL_FAILURE(kill_mid_refit(/*shadow=*/false, group));
 }
 
 }  // namespace

@@ -371,7 +371,10 @@ class Coordinator {
   void carry_out(PhaseAction& action, std::vector<Lost>* lost) {
     if (auto* send = std::get_if<SendAll>(&action)) {
       fire_send_hook(send->message);
-      if (std::holds_alternative<Go>(send->message)) progress_.go();
+      if (const auto* go = std::get_if<Go>(&send->message)) {
+        progress_.go();
+        report_.record_go(go->version);
+      }
       const bool ending = std::holds_alternative<Shutdown>(send->message) || std::holds_alternative<Abort>(send->message);
       // A heartbeat that cannot go out within the heartbeat deadline finds a
       // rank that reads nothing: lost, like any failed send.

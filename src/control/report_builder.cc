@@ -29,6 +29,7 @@ void ReportBuilder::set_topology(const Join& first, const Topology& topology) {
   report_["quantize"] = first.quantize;  // engine rank 0's conversions
   report_["quantized_tensors"] = first.quantized_tensors;
   bytes_per_refit_ = topology.bytes_per_refit;
+  holdings_ = EngineHoldings(topology.engine_setups.size());
   memory_path_field_ = transport_topology(first.transport).memory_path_report_field;
 }
 
@@ -79,6 +80,7 @@ std::uint64_t duplicate_bytes(const std::vector<Done>& trainers, std::uint64_t s
 }  // namespace
 
 void ReportBuilder::record_commit(const RecordCommit& commit) {
+  holdings_.committed(commit);
   report_["ranks"] = rank_stats(commit.engines);
   report_["trainer_ranks"] = rank_stats(commit.trainers);
   std::uint64_t gathered = 0;
@@ -126,7 +128,10 @@ void ReportBuilder::record_failure(const RecordFailure& failure) {
   if (!report_.contains("error")) report_["error"] = failure.error.ToString();
 }
 
+void ReportBuilder::record_go(std::uint64_t version) { holdings_.went(version); }
+
 void ReportBuilder::record_recovery(const RecordRecovery& recovery) {
+  holdings_.recovered(recovery);
   Json engines = Json::array();
   for (std::size_t e = 0; e < recovery.engines.size(); ++e) {
     engines.push_back(Json{{"rank", e},
@@ -141,6 +146,7 @@ std::uint64_t ReportBuilder::committed_version() const { return report_["committ
 Status ReportBuilder::persist_running(const std::string& when) const {
   if (path_.empty()) return Status::Ok();
   Json running = report_;
+  running["engines_at_end"] = holdings_.json();
   running["verified"] = false;
   running["error"] =
       "unfinished: the coordinator wrote this report " + when + " and did not finish the job (it was killed, or is stopped)";
@@ -148,6 +154,7 @@ Status ReportBuilder::persist_running(const std::string& when) const {
 }
 
 Json ReportBuilder::finish(const Status& status) {
+  report_["engines_at_end"] = holdings_.json();
   if (!status.ok()) {
     report_["error"] = status.ToString();
     report_["verified"] = false;

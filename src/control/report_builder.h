@@ -1,7 +1,8 @@
 // The job's report document as the coordinator builds it (refit/coordinator.h,
 // "The report"): the topology at setup, every committed refit with its
 // figures and every rank's stats, every failure recovered from, and at the
-// end the error or the verdict. With a path it keeps the report file up to
+// end the error or the verdict, and what each engine rank holds
+// (`engines_at_end`, engine_holdings.h). With a path it keeps the report file up to
 // date while the job runs: written atomically at setup and at every commit
 // decision (before commit(v) goes out), marked unfinished, so a coordinator
 // killed at any moment leaves a file naming the last committed version.
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "control/control_message.h"
+#include "control/engine_holdings.h"
 #include "control/protocol.h"
 #include "control/refit_phases.h"
 #include "control/topology.h"
@@ -36,6 +38,9 @@ class ReportBuilder {
   void record_commit(const RecordCommit& commit);
   void record_failure(const RecordFailure& failure);
   void record_recovery(const RecordRecovery& recovery);
+  // go(version) went out: engines serving live weights are written from now
+  // on (engine_holdings.h; the report's `engines_at_end`).
+  void record_go(std::uint64_t version);
 
   std::uint64_t committed_version() const;
   std::uint64_t bytes_per_refit() const { return bytes_per_refit_; }
@@ -57,6 +62,7 @@ class ReportBuilder {
   std::uint64_t bytes_per_refit_ = 0;
   const char* memory_path_field_ = nullptr;  // the transport's (transport.h), or none
   bool all_verified_ = true;
+  EngineHoldings holdings_;
 };
 
 }  // namespace refit

@@ -1,0 +1,43 @@
+// What each engine rank holds, for the report: see engine_holdings.h.
+#include "control/engine_holdings.h"
+
+namespace refit {
+
+void EngineHoldings::committed(const RecordCommit& commit) {
+  if (engines_.size() < commit.engines.size()) engines_.resize(commit.engines.size());
+  for (std::size_t e = 0; e < commit.engines.size(); ++e) {
+    const Done& done = commit.engines[e];
+    Engine& engine = engines_[e];
+    engine.weight_version = commit.version;
+    if (done.verified) engine.verified_version = commit.version;
+    engine.shadow = done.stats.is_object() && done.stats.value("shadow", false);
+    engine.complete = true;
+  }
+}
+
+void EngineHoldings::went(std::uint64_t version) {
+  for (Engine& engine : engines_) {
+    if (version > engine.weight_version && !engine.shadow) engine.complete = false;
+  }
+}
+
+void EngineHoldings::recovered(const RecordRecovery& recovery) {
+  for (std::size_t e = 0; e < recovery.engines.size() && e < engines_.size(); ++e) {
+    engines_[e].complete = recovery.engines[e].weights_complete.value_or(false);
+  }
+}
+
+Json EngineHoldings::json() const {
+  Json out = Json::array();
+  for (std::size_t e = 0; e < engines_.size(); ++e) {
+    const Engine& engine = engines_[e];
+    out.push_back(Json{{"rank", e},
+                       {"weight_version", engine.weight_version},
+                       {"verified_version", engine.verified_version},
+                       {"weights_complete", engine.complete},
+                       {"shadow", engine.shadow}});
+  }
+  return out;
+}
+
+}  // namespace refit
