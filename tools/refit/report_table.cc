@@ -37,6 +37,11 @@ void print_report_table(const nlohmann::json& r, std::FILE* out) {
   std::fprintf(out, "\naligned batches per refit: %llu (bucket boundaries %s across engine ranks)\n",
                static_cast<unsigned long long>(u("aligned_batches")),
                r.value("divergent_boundaries", false) ? "differ" : "agree");
+  if (r.contains("reads")) {
+    std::fprintf(out, "readers: %llu reads of served tensors, %llu torn (%s weights)\n",
+                 static_cast<unsigned long long>(u("reads")), static_cast<unsigned long long>(u("torn_reads")),
+                 r.value("shadow", false) ? "shadow" : "live");
+  }
   if (r.contains("error")) {
     std::fprintf(out, "FAILED after %s (the error is the last line on stderr)\n",
                  format_count(refits, "refit").c_str());
