@@ -10,7 +10,10 @@
 //     apply): every test but the flip hook's fails;
 //   - commit() without the flip: the same four fail;
 //   - abort() marking shadow weights incomplete: AbortKeeps... fails;
-//   - the flip hook called before the flip: OnFlip... fails.
+//   - the flip hook called before the flip: OnFlip... fails;
+//   - commit() flipping without holding the readers out (no
+//     exclude_readers()): ConcurrentReadersNeverSeeAMixture stops on a
+//     ThreadSanitizer data race at the flip (the tsan stage runs it).
 #include <gtest/gtest.h>
 
 #include <algorithm>
