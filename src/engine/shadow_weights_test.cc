@@ -25,36 +25,17 @@
 
 #include "refit/reference_engine.h"
 #include "testing/status_matchers.h"
+#include "testing/versioned_tensors.h"
 
 namespace refit {
 namespace {
 
 constexpr int kTensors = 6;
 
-// One rank, six tensors of 64 bytes; version v's bytes of tensor i are all
-// the byte (v * 31 + i) & 0xFF.
-struct Versions {
-  std::vector<std::vector<TensorSpec>> streams{1};
-  std::vector<std::vector<std::byte>> bytes;
-
-  Versions() {
-    for (int i = 0; i < kTensors; ++i) streams[0].push_back(TensorSpec{"t" + std::to_string(i), DType::kUInt8, {64}});
-    bytes.assign(kTensors, std::vector<std::byte>(64));
-  }
-  static std::byte pattern(std::uint64_t version, int i) { return std::byte((version * 31 + i) & 0xFF); }
-  // Tensors [first, last) of version v as one aligned batch.
-  AlignedBatch batch(std::uint64_t version, int first, int last) {
-    AlignedBatch out;
-    out.sequence = static_cast<std::uint64_t>(first);
-    out.payload.resize(1);
-    for (int i = first; i < last; ++i) {
-      std::fill(bytes[i].begin(), bytes[i].end(), pattern(version, i));
-      out.specs.push_back(&streams[0][i]);
-      out.payload[0].push_back(TensorView{&streams[0][i], bytes[i].data(), MemoryKind::kHost, -1});
-    }
-    return out;
-  }
-  // Refit v whole: begin, one batch per two tensors, commit.
+// Six 64-byte tensors of one rank (testing/versioned_tensors.h), refit whole
+// in three batches of two.
+struct Versions : testing::VersionedTensors {
+  Versions() : VersionedTensors(kTensors, 64) {}
   void refit(ReferenceEngine& engine, std::uint64_t version) {
     ASSERT_OK(engine.begin(version));
     for (int i = 0; i < kTensors; i += 2) ASSERT_OK(engine.apply(batch(version, i, i + 2)));
@@ -62,24 +43,18 @@ struct Versions {
   }
 };
 
-// True when every byte of tensor i (through `get`) is version v's.
-template <typename Get>
-bool holds(Get get, std::uint64_t version, int i) {
-  const std::byte* p = get("t" + std::to_string(i));
-  if (p == nullptr) return false;
-  return std::all_of(p, p + 64, [&](std::byte b) { return b == Versions::pattern(version, i); });
-}
-
 bool serves(const ReferenceEngine& engine, std::uint64_t version) {
-  for (int i = 0; i < kTensors; ++i) {
-    if (!holds([&](const std::string& n) { return engine.weight(0, n); }, version, i)) return false;
+  static const Versions v;  // the tensors' sizes
+  for (std::size_t i = 0; i < kTensors; ++i) {
+    if (!v.holds(engine.weight(0, Versions::name(i)), version, i)) return false;
   }
   return true;
 }
 
 bool landed(const ReferenceEngine& engine, std::uint64_t version) {
-  for (int i = 0; i < kTensors; ++i) {
-    if (!holds([&](const std::string& n) { return engine.landed_weight(0, n); }, version, i)) return false;
+  static const Versions v;  // the tensors' sizes
+  for (std::size_t i = 0; i < kTensors; ++i) {
+    if (!v.holds(engine.landed_weight(0, Versions::name(i)), version, i)) return false;
   }
   return true;
 }

@@ -17,37 +17,20 @@
 #include <vector>
 
 #include "testing/status_matchers.h"
+#include "testing/versioned_tensors.h"
 
 namespace refit {
 namespace {
 
 constexpr int kTensors = 4;
 
-// One rank of four 32-byte tensors; version v's tensor i is all (v * 16 + i).
-struct Job {
-  std::vector<std::vector<TensorSpec>> streams{1};
-  std::vector<std::vector<std::byte>> bytes;
-  Job() {
-    for (int i = 0; i < kTensors; ++i) streams[0].push_back(TensorSpec{"w" + std::to_string(i), DType::kUInt8, {32}});
-    bytes.assign(kTensors, std::vector<std::byte>(32));
-  }
-  static std::byte pattern(std::uint64_t version, std::size_t i) { return std::byte((version * 16 + i) & 0xFF); }
-  AlignedBatch batch(std::uint64_t version, int first, int last) {
-    AlignedBatch out;
-    out.sequence = static_cast<std::uint64_t>(first);
-    out.payload.resize(1);
-    for (int i = first; i < last; ++i) {
-      std::fill(bytes[i].begin(), bytes[i].end(), pattern(version, static_cast<std::size_t>(i)));
-      out.specs.push_back(&streams[0][i]);
-      out.payload[0].push_back(TensorView{&streams[0][i], bytes[i].data(), MemoryKind::kHost, -1});
-    }
-    return out;
-  }
+// Four 32-byte tensors of one rank (testing/versioned_tensors.h).
+struct Job : testing::VersionedTensors {
+  Job() : VersionedTensors(kTensors, 32) {}
   // The readers' check: tensor `index` as served is all version's pattern.
   WeightReaders::Check check(const ReferenceEngine& engine) const {
-    return [&engine](std::size_t index, std::uint64_t version) -> StatusOr<bool> {
-      const std::byte* p = engine.weight(0, "w" + std::to_string(index));
-      return std::all_of(p, p + 32, [&](std::byte b) { return b == pattern(version, index); });
+    return [this, &engine](std::size_t index, std::uint64_t version) -> StatusOr<bool> {
+      return holds(engine.weight(0, name(index)), version, index);
     };
   }
 };
