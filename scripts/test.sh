@@ -156,7 +156,7 @@ tsan_stage() {
   # and TSan's interceptor crashes there (SIGSEGV in MutexPreReadLock).
   sanitizer_build build-tsan thread -DREFIT_WITH_UCX=OFF || return 1
   rm -rf "$reports" && mkdir -p "$reports"
-  local filter='^(ShadowWeights|WeightReaders|ShadowDemo|ShadowKill|EngineHoldings|ParallelFor|QuantizedShards|QuantizedSource|Link|Listener|SplitHostPort|Receiver|Aligner|Transport|Tcp|Shm|Auth|JoinGate|RecvControl|ControlClient|DemoTest|ControlPlaneFault|SecretFault|KillTest|StalledPeer|CoordinatorLost|Liveness|Faults/CommitStep|EveryRoleStepAndAction|SetupFailure|Summary|RefusalLog|PollWait|FaultHook|AtomicFile)'
+  local filter='^(ShadowWeights|WeightReaders|ShadowDemo|ShadowKill|ShadowRecovery|EngineHoldings|ParallelFor|QuantizedShards|QuantizedSource|Link|Listener|SplitHostPort|Receiver|Aligner|Transport|Tcp|Shm|Auth|JoinGate|RecvControl|ControlClient|DemoTest|ControlPlaneFault|SecretFault|KillTest|StalledPeer|CoordinatorLost|Liveness|Faults/CommitStep|EveryRoleStepAndAction|SetupFailure|Summary|RefusalLog|PollWait|FaultHook|AtomicFile)'
   local rc=0
   # TSan maps its shadow at fixed addresses: run without ASLR (setarch -R,
   # inherited by every process), which newer kernels' mmap randomisation
