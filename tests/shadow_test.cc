@@ -156,6 +156,9 @@ TEST(ShadowRecovery, AFailedRefitLeavesShadowEnginesWholeAndTheNextRefitCommits)
   }
   EXPECT_NE(group.err("engine rank 0").find("recovered: weights at version 1 (complete)"), std::string::npos)
       << group.err("engine rank 0");
+  EXPECT_NE(group.err("coordinator").find("engine weights at version 1 (complete: the failed refit was never served)"),
+            std::string::npos)
+      << group.err("coordinator");
 }
 
 }  // namespace

@@ -407,10 +407,13 @@ class Coordinator {
       ++recovered_failures_;
     } else if (auto* recovery = std::get_if<RecordRecovery>(&action)) {
       report_.record_recovery(*recovery);
+      const bool whole = std::all_of(recovery->engines.begin(), recovery->engines.end(),
+                                     [](const Linked& l) { return l.weights_complete.value_or(false); });
       note(LogLevel::kInfo, "recovered from the failed refit " + std::to_string(recovery->version) +
                                 ": every rank relinked, engine weights at version " +
                                 std::to_string(report_.committed_version()) +
-                                " (incomplete until the next refit commits)");
+                                (whole ? " (complete: the failed refit was never served)"
+                                       : " (incomplete until the next refit commits)"));
     } else if (auto* progress = std::get_if<ShowProgress>(&action)) {
       progress_.refit(*progress, report_.bytes_per_refit());
     } else if (auto* line = std::get_if<Note>(&action)) {
