@@ -71,7 +71,8 @@ struct ReferenceEngineOptions {
   // The flip hook: called by commit() with the committed version at the
   // moment weight_version() changes (in shadow mode, the flip), while no
   // reader is inside read_active(); a server invalidates caches built from
-  // older weights here. Runs on the thread that drives the engine.
+  // older weights here. Runs on the thread that drives the engine, and must
+  // not call read_active() (the flip holds the readers out).
   std::function<void(std::uint64_t version)> on_flip;
 };
 
@@ -153,8 +154,9 @@ class ReferenceEngine : public Engine {
   std::unique_ptr<BatchedCopier> copier_;  // device engines only
   std::unique_ptr<CudaStream> stream_;
   // Device engines: batches already validated, with their posts' copies
-  // prepared, by batch sequence (at most kPreparedPerSequence each; a refit
-  // repeats the same batches from the same staging slots).
+  // prepared, by batch sequence (at most kPreparedPerSequence each, twice
+  // that with shadow weights, whose arenas alternate; a refit repeats the
+  // same batches from the same staging slots).
   struct PreparedApply;
   static constexpr std::size_t kPreparedPerSequence = 2;
   std::vector<std::vector<std::unique_ptr<PreparedApply>>> prepared_;

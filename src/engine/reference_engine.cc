@@ -333,7 +333,8 @@ Status ReferenceEngine::apply(const AlignedBatch& batch) {
   prepared->key = std::move(key);
   if (prepared_.size() <= batch.sequence) prepared_.resize(batch.sequence + 1);
   std::vector<std::unique_ptr<PreparedApply>>& kept = prepared_[batch.sequence];
-  if (kept.size() == kPreparedPerSequence) kept.erase(kept.begin());
+  // Shadow weights alternate two arenas: twice the batches to keep.
+  if (kept.size() >= (options_.shadow ? 2 : 1) * kPreparedPerSequence) kept.erase(kept.begin());
   kept.push_back(std::move(prepared));
   return apply_prepared(*kept.back(), where);
 }
