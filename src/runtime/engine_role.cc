@@ -34,7 +34,9 @@ Status save_shards(const Model& model, const ReferenceEngine& engine, int rank, 
   for (const Weight& w : model.weights) {
     const TensorSpec spec = shard_spec(w, rank, ranks);
     const std::byte* held = engine.weight(rank, spec.name);
-    if (held == nullptr) return Internal("engine rank " + std::to_string(rank) + " holds no weight '" + spec.name + "'");
+    if (held == nullptr) {
+      return Internal("engine rank " + std::to_string(rank) + " holds no weight '" + spec.name + "'");
+    }
     if (on_device) {
       host_copies.emplace_back(spec.nbytes());
       RETURN_IF_ERROR(copy_device_to_host(host_copies.back(), held));
@@ -199,7 +201,10 @@ Status run_engine(const EngineOptions& options) {
           tally.summary("received", options.verify ? "committed and verified" : "committed (not verified)"));
       return Status::Ok();
     }
-    if (local.readers) RETURN_IF_ERROR(local.readers->error().WithContext("engine rank " + std::to_string(options.rank) + ": a --readers thread"));
+    if (local.readers) {
+      RETURN_IF_ERROR(
+          local.readers->error().WithContext("engine rank " + std::to_string(options.rank) + ": a --readers thread"));
+    }
     tally.add(*version, stream_bytes(local.streams[static_cast<std::size_t>(options.rank)]));
     if (!options.save_path.empty()) {
       RETURN_IF_ERROR(save_shards(local.choice.model, *local.engine, options.rank, options.engine_ranks,

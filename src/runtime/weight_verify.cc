@@ -70,7 +70,8 @@ StatusOr<bool> served_weight_is_version(const Model& model, std::size_t index, c
 Status verify_served_synthetic(const Model& model, const ReferenceEngine& engine, int rank, int ranks,
                                bool on_device, std::uint64_t version, std::uint64_t seed) {
   for (std::size_t i = 0; i < model.weights.size(); ++i) {
-    ASSIGN_OR_RETURN(const bool whole, served_weight_is_version(model, i, engine, rank, ranks, on_device, version, seed));
+    ASSIGN_OR_RETURN(const bool whole,
+                     served_weight_is_version(model, i, engine, rank, ranks, on_device, version, seed));
     if (!whole) {
       return DataLoss("engine rank " + std::to_string(rank) + ": served tensor '" + model.weights[i].spec.name +
                       "' is not refit " + std::to_string(version) + "'s");
