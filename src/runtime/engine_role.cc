@@ -63,11 +63,10 @@ struct LocalEngine {
   std::unique_ptr<WeightReaders> readers;  // --readers; stopped before the engine goes
 };
 
-// --shadow and --readers fit the rest of the settings: shadow weights in
-// staged mode, within --memory-limit; readers of a synthetic model's
-// content. Errors name the settings.
+// --shadow and --readers fit the model: the second arena within
+// --memory-limit; readers of a synthetic model's content (the settings
+// alone: validate_shadow_settings). Errors name the settings.
 Status check_shadow_and_readers(const EngineOptions& options, const LocalEngine& local) {
-  RETURN_IF_ERROR(validate_shadow_settings(options));
   if (options.shadow && options.memory_limit != 0) {
     std::uint64_t arena = 0;
     (void)weight_arena_offsets(local.streams[static_cast<std::size_t>(options.rank)], &arena);
@@ -86,6 +85,7 @@ Status check_shadow_and_readers(const EngineOptions& options, const LocalEngine&
 
 Status make_local_engine(const EngineOptions& options, LocalEngine& local) {
   const std::string name = "engine rank " + std::to_string(options.rank);
+  RETURN_IF_ERROR(validate_shadow_settings(options).WithContext(name));
   RETURN_IF_ERROR(validate_rank_settings(options, /*engine=*/true).WithContext(name));
   local.on_device = options.device == "cuda";
   if (local.on_device) {

@@ -81,6 +81,12 @@ namespace {
 
 // Settings that no process could run with: refused before any starts.
 Status check_settings(const DemoOptions& o, int trainers) {
+  EngineOptions engine;  // --shadow and --readers conflict with a mode or --quantize, whatever the transport
+  engine.mode = o.mode;
+  engine.quantize = o.quantize;
+  engine.shadow = o.shadow;
+  engine.readers = o.readers;
+  RETURN_IF_ERROR(validate_shadow_settings(engine));
   RankOptions settings;
   settings.transport = o.transport;
   settings.device = o.device;
@@ -94,12 +100,6 @@ Status check_settings(const DemoOptions& o, int trainers) {
   settings.device = trainer_device(o);
   RETURN_IF_ERROR(validate_rank_settings(settings, /*engine=*/false));
   RETURN_IF_ERROR(validate_rank_counts(trainers, o.engine_ranks));
-  EngineOptions engine;
-  engine.mode = o.mode;
-  engine.quantize = o.quantize;
-  engine.shadow = o.shadow;
-  engine.readers = o.readers;
-  RETURN_IF_ERROR(validate_shadow_settings(engine));
   ASSIGN_OR_RETURN(const TrainerLayout layout, parse_trainer_layout(o.trainer_layout, trainers));
   return validate_full_trainer_counts(layout, trainers, o.engine_ranks);
 }
