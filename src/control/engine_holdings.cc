@@ -27,6 +27,14 @@ void EngineHoldings::recovered(const RecordRecovery& recovery) {
   }
 }
 
+bool EngineHoldings::all_shadow() const {
+  if (engines_.empty()) return false;
+  for (const Engine& engine : engines_) {
+    if (!engine.shadow) return false;
+  }
+  return true;
+}
+
 Json EngineHoldings::json() const {
   Json out = Json::array();
   for (std::size_t e = 0; e < engines_.size(); ++e) {

@@ -39,6 +39,8 @@ class EngineHoldings {
 
   // [{rank, weight_version, verified_version, weights_complete, shadow}].
   Json json() const;
+  // Every engine rank's last done said it serves shadow weights.
+  bool all_shadow() const;
 
  private:
   struct Engine {

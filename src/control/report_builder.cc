@@ -105,18 +105,17 @@ void ReportBuilder::record_commit(const RecordCommit& commit) {
 }
 
 // Shadow weights and readers (issue 21): `shadow` when every engine rank
-// serves from shadow weights; with readers, their reads and torn reads
-// summed over the engine ranks (each rank's are in `ranks`).
+// serves from shadow weights (engine_holdings.h); with readers, their reads
+// and torn reads summed over the engine ranks (each rank's are in `ranks`).
 void ReportBuilder::record_reads(const std::vector<Done>& engines) {
-  bool shadow = !engines.empty(), readers = false;
+  bool readers = false;
   std::uint64_t reads = 0, torn = 0;
   for (const Done& done : engines) {
-    shadow = shadow && done.stats.is_object() && done.stats.value("shadow", false);
     readers = readers || (done.stats.is_object() && done.stats.contains("reads"));
     reads += stat_u64(done.stats, "reads");
     torn += stat_u64(done.stats, "torn_reads");
   }
-  report_["shadow"] = shadow;
+  report_["shadow"] = holdings_.all_shadow();
   if (readers) {
     report_["reads"] = reads;
     report_["torn_reads"] = torn;
