@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -138,6 +139,49 @@ class PyEngine {
       on_commit_(**version);
     }
     return *version;
+  }
+
+  // Staged mode: copy mode from now on, into `pairs` [(name, tensor)] that
+  // cover every stream tensor once (same dtype and bytes, on this device);
+  // replaces the tensors registered so far (refit.adapters' LoaderCapture).
+  void set_targets(const py::list& pairs) {
+    joined();
+    if (direct_) throw_status(FailedPrecondition(name_ + ": set_targets() is for staged mode (direct mode writes "
+                                                         "into refit's arena)"));
+    std::map<std::string, std::size_t> index;
+    for (std::size_t i = 0; i < stream_.size(); ++i) index.emplace(stream_[i].name, i);
+    std::vector<std::optional<ImportedTensor>> placed(stream_.size());
+    for (py::handle entry : pairs) {
+      auto item = entry.cast<py::tuple>();
+      if (item.size() != 2) throw_status(InvalidArgument(name_ + ": set_targets takes (name, tensor) pairs"));
+      const auto name = item[0].cast<std::string>();
+      const auto at = index.find(name);
+      if (at == index.end()) throw_status(InvalidArgument(name_ + ": set_targets: '" + name + "' is not a tensor "
+                                                                   "of this rank's stream"));
+      if (placed[at->second]) throw_status(InvalidArgument(name_ + ": set_targets: '" + name + "' given twice"));
+      ImportedTensor t = value_or_throw(ImportedTensor::Import(item[1], name, /*writable=*/true));
+      const TensorSpec& want = stream_[at->second];
+      if (t.spec().dtype != want.dtype || t.spec().nbytes() != want.nbytes()) {
+        throw_status(InvalidArgument(name_ + ": set_targets: '" + name + "' is " +
+                                     std::string(dtype_name(t.spec().dtype)) + " of " +
+                                     std::to_string(t.spec().nbytes()) + " bytes, the stream's is " +
+                                     std::string(dtype_name(want.dtype)) + " of " + std::to_string(want.nbytes())));
+      }
+      if (t.memory() != memory_ || (memory_ == MemoryKind::kCuda && t.device() != device_)) {
+        throw_status(InvalidArgument(name_ + ": set_targets: '" + name + "' is on " + t.device_name() +
+                                     ", this engine rank's weights on " + device()));
+      }
+      placed[at->second].emplace(std::move(t));
+    }
+    std::vector<ImportedTensor> tensors;
+    std::vector<std::byte*> targets;
+    for (std::size_t i = 0; i < placed.size(); ++i) {
+      if (!placed[i]) throw_status(InvalidArgument(name_ + ": set_targets: no target for '" + stream_[i].name + "'"));
+      targets.push_back(placed[i]->data());
+      tensors.push_back(std::move(*placed[i]));
+    }
+    check(engine_->set_targets(std::move(targets)).WithContext(name_));
+    tensors_ = std::move(tensors);
   }
 
   // Direct mode: {name: view of the weight in the arena}.
@@ -295,6 +339,7 @@ void bind_engine(py::module_& m) {
       .def(py::init<EngineOptions, const py::list&, py::object>(), py::arg("options"), py::arg("params"),
            py::arg("on_commit") = py::none())
       .def("next", &PyEngine::next, py::arg("load_fn") = py::none())
+      .def("set_targets", &PyEngine::set_targets, py::arg("pairs"))
       .def("weights", &PyEngine::weights)
       .def("close", &PyEngine::close)
       .def_property_readonly("weight_version", &PyEngine::weight_version)

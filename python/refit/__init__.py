@@ -528,6 +528,18 @@ class Engine:
                 return version
             version = got
 
+    def set_targets(self, pairs):
+        """Staged mode: copy mode from now on. pairs [(name, tensor)] give one
+        C-contiguous tensor for every tensor of `specs` (same dtype and number
+        of bytes, on this engine's device; e.g. a slice along dim 0 of a fused
+        parameter); next() without load_fn then copies each incoming tensor
+        into its target (on a device one batched copy per dtype group).
+        Replaces the tensors registered before; refit keeps them alive until
+        the next set_targets or close. refit.adapters' LoaderCapture finds
+        these targets by watching a server's loader once."""
+        self._impl.set_targets([(name, _exportable(tensor)) for name, tensor in
+                                (pairs.items() if isinstance(pairs, dict) else pairs)])
+
     def weights(self, convert=None):
         """Direct mode: {name: view of the weight in refit's arena} (or
         convert(view)). The arena lives as long as any tensor made from it."""

@@ -167,6 +167,19 @@ class RefitAcrossProcesses(unittest.TestCase):
         self.assertEqual(engine["versions"], versions)
         self.assertEqual(engine["calls"], [])
 
+    # Mutations caught (set_targets, for refit.adapters' LoaderCapture): set_targets keeping the old
+    # targets or writing none (versions 2 and 3 would stay 0xEE in the fused slices: tried once by
+    # leaving engine_->set_targets out of engine_binding.cc); next() without load_fn still calling
+    # a loader (calls would hold versions 2 and 3).
+    def test_set_targets_turns_a_loader_engine_into_copy_mode(self):
+        versions = [1, 2, 3]
+        j = self.run_job(1, 1, versions, params="retarget")
+        self.check_bytes(j, 1, 1, versions)
+        engine = j.result("engine0")
+        self.assertEqual(engine["versions"], versions)
+        self.assertEqual(sorted(n for call in engine["calls"] for n in call["names"]),
+                         sorted(t["name"] for t in job.MODEL), "the loader runs for version 1 only")
+
 
 @unittest.skipIf(np is None, "numpy is not installed for this python (Debian: python3-numpy)")
 class OneProcess(unittest.TestCase):
@@ -215,6 +228,37 @@ class OneProcess(unittest.TestCase):
         self.assertEqual(versions, [1, 2])
         self.assertNotIn("error", coordinator.wait(10))
         self.assertLess(time.monotonic() - started, 10)
+
+    # set_targets errors name the engine rank and the tensor, and a refused call keeps the old
+    # targets. Mutations caught: a missing, doubled, unknown or mistyped target accepted (each
+    # would copy out of bounds or leave a tensor unwritten).
+    def test_set_targets_refuses_a_wrong_target_naming_it(self):
+        import threading
+        import refit
+        coordinator = refit.Coordinator(1, 1, setup_timeout=20, refit_timeout=20)
+        full = {"a": np.zeros((2, 3), np.float32), "b": np.zeros(4, np.float16)}
+        thread = threading.Thread(target=lambda: _one_refit(coordinator, full))
+        thread.start()
+        errors = {}
+        with refit.Engine(coordinator, [(n, a.dtype, a.shape) for n, a in full.items()], refit_timeout=20) as engine:
+            a, b = np.zeros((2, 3), np.float32), np.zeros(4, np.float16)
+            for pairs, want in (([("a", a)], "no target for 'b'"),
+                                ([("a", a), ("b", np.zeros(4, np.float32))], "'b' is float32 of 16 bytes"),
+                                ([("a", a), ("c", b)], "'c' is not a tensor"),
+                                ([("a", a), ("a", a)], "'a' given twice")):
+                try:
+                    engine.set_targets(pairs)
+                    errors[want] = "accepted"
+                except refit.InvalidArgumentError as e:
+                    errors[want] = str(e)
+            engine.set_targets([("b", b), ("a", a)])  # any order
+            self.assertEqual(engine.next(), 1)
+            self.assertIsNone(engine.next())
+        thread.join(30)
+        for want, got in errors.items():
+            self.assertIn(want, got)
+            self.assertIn("engine rank 0", got)
+        self.assertTrue(np.array_equal(a, full["a"] + 1) and np.array_equal(b, full["b"] + 1))
 
     # bf16/fp32 trainers into FP8 engines (quantize="fp8-block128"): the engine declares the codes
     # and scales, and holds after each version exactly what an independent numpy quantization
@@ -352,6 +396,13 @@ def _quantize_fp8_block128(w):
             pick = np.where(mag == 0, 0, pick)
             codes[128 * i:128 * i + 128, 128 * j:128 * j + 128] = pick | np.where(np.signbit(q), 0x80, 0)
     return codes, scales
+
+
+def _one_refit(coordinator, full):
+    """A trainer thread: version 1 holds every array plus one."""
+    import refit
+    with refit.Trainer(coordinator, {n: a + 1 for n, a in full.items()}, refit_timeout=20) as trainer:
+        trainer.refit(1)
 
 
 if __name__ == "__main__":
