@@ -9,6 +9,10 @@
 // Direct mode (mode="direct"): the weights live in a refit-owned WeightArena
 // that the trainers write into; weights() hands out views of it (the arena
 // lives as long as any tensor made from a view).
+// Shadow weights (options.shadow, staged, specs only): a ShadowEngine holds
+// two arenas; each refit lands in the one not served, and after the commit
+// on_flip(version) runs with weights() already the new arena's views and
+// weight_version already the new version (the flip as the server sees it).
 //
 // Staging views passed to load_fn are valid only during the call (they point
 // into a receive slot that is recycled afterwards; after the call they are
@@ -36,6 +40,7 @@
 #include "refit/device_memory.h"
 #include "refit/dtype.h"
 #include "refit/engine_rank.h"
+#include "refit/shadow_engine.h"
 
 namespace py = pybind11;
 
@@ -44,11 +49,13 @@ namespace {
 
 class PyEngine {
  public:
-  PyEngine(EngineOptions options, const py::list& params, py::object on_commit)
+  PyEngine(EngineOptions options, const py::list& params, py::object on_commit, py::object on_flip)
       : name_("engine rank " + std::to_string(options.rank)),
         direct_(options.mode == "direct"),
-        on_commit_(std::move(on_commit)) {
+        on_commit_(std::move(on_commit)),
+        on_flip_(std::move(on_flip)) {
     read_params(params);
+    check_shadow(options);
     place(options);
     engine_ = std::make_unique<TargetEngine>(options.rank, stream_, memory_, device_);
     EngineBinding binding;
@@ -56,7 +63,12 @@ class PyEngine {
     binding.engine = engine_.get();
     binding.memory = memory_;
     binding.device = device_;
-    if (direct_) {
+    if (options.shadow) {
+      shadow_ = value_or_throw(ShadowEngine::Create(options.rank, stream_, memory_, device_));
+      binding.engine = shadow_.get();
+      binding.shadow = true;
+      binding.weight_memory_bytes = shadow_->weight_memory_bytes();
+    } else if (direct_) {
       arena_ = value_or_throw(WeightArena::Allocate(stream_, memory_, device_));
       seed_arena();
       binding.arena = arena_->data();
@@ -82,7 +94,11 @@ class PyEngine {
     if (direct_ && !load_fn.is_none()) {
       throw_status(InvalidArgument(name_ + ": direct mode takes no load_fn (the trainers write the weights in place)"));
     }
-    if (!direct_ && load_fn.is_none() && tensors_.empty()) {
+    if (shadow_ && !load_fn.is_none()) {
+      throw_status(InvalidArgument(name_ + ": shadow weights take no load_fn (refit copies into the arena not "
+                                           "served; adopt weights() in on_flip)"));
+    }
+    if (!direct_ && !shadow_ && load_fn.is_none() && tensors_.empty()) {
       throw_status(InvalidArgument(name_ + ": next() needs a load_fn: this engine registered (name, dtype, shape) "
                                            "specs, no tensors to copy into"));
     }
@@ -132,7 +148,13 @@ class PyEngine {
     }
     if (!version->has_value()) {
       shut_down_ = true;
-    } else if (!on_commit_.is_none()) {
+      return std::nullopt;
+    }
+    if (shadow_) {  // the flip, as the server sees it: weights() and weight_version change here
+      served_version_ = **version;
+      if (!on_flip_.is_none()) on_flip_(**version);
+    }
+    if (!on_commit_.is_none()) {
       // DESIGN.md rule 9: the caller's cache flush, once per committed refit,
       // after its last batch (a failed refit commits nothing and calls none).
       ++cache_flushes_;
@@ -146,8 +168,10 @@ class PyEngine {
   // replaces the tensors registered so far (refit.adapters' LoaderCapture).
   void set_targets(const py::list& pairs) {
     joined();
-    if (direct_) throw_status(FailedPrecondition(name_ + ": set_targets() is for staged mode (direct mode writes "
-                                                         "into refit's arena)"));
+    if (direct_ || shadow_) {
+      throw_status(FailedPrecondition(name_ + ": set_targets() is for staged mode without shadow weights (refit "
+                                              "owns the arenas of direct mode and of shadow weights)"));
+    }
     std::map<std::string, std::size_t> index;
     for (std::size_t i = 0; i < stream_.size(); ++i) index.emplace(stream_[i].name, i);
     std::vector<std::optional<ImportedTensor>> placed(stream_.size());
@@ -187,13 +211,14 @@ class PyEngine {
   // Direct mode: {name: view of the weight in the arena}.
   py::dict weights() {
     joined();
-    if (!direct_) {
-      throw_status(FailedPrecondition(name_ + ": weights() exists in direct mode only (staged mode loads into "
-                                              "the caller's own tensors)"));
+    if (!direct_ && !shadow_) {
+      throw_status(FailedPrecondition(name_ + ": weights() exists in direct mode and with shadow weights only "
+                                              "(staged mode loads into the caller's own tensors)"));
     }
+    const std::shared_ptr<WeightArena>& arena = shadow_ ? shadow_->served() : arena_;
     py::dict out;
     for (std::size_t i = 0; i < stream_.size(); ++i) {
-      ViewSource source{stream_[i], arena_->tensor(i), memory_, device_, arena_, nullptr};
+      ViewSource source{stream_[i], arena->tensor(i), memory_, device_, arena, nullptr};
       out[py::str(stream_[i].name)] = py::cast(ExportedView(std::move(source)));
     }
     return out;
@@ -207,9 +232,14 @@ class PyEngine {
     tensors_.clear();
   }
 
-  std::uint64_t weight_version() const { return engine_ ? engine_->weight_version() : 0; }
-  bool weights_complete() const { return engine_ && engine_->weights_complete(); }
-  std::uint64_t posts() const { return engine_ ? engine_->posts() : 0; }
+  std::uint64_t weight_version() const {
+    if (shadow_) return served_version_;
+    return engine_ ? engine_->weight_version() : 0;
+  }
+  bool weights_complete() const { return shadow_ ? shadow_->weights_complete() : engine_ && engine_->weights_complete(); }
+  std::uint64_t posts() const { return shadow_ ? shadow_->posts() : engine_ ? engine_->posts() : 0; }
+  bool shadow() const { return shadow_ != nullptr; }
+  std::uint64_t weight_memory_bytes() const { return shadow_ ? shadow_->weight_memory_bytes() : 0; }
   std::uint64_t cache_flushes() const { return cache_flushes_; }
   std::string device() const { return memory_ == MemoryKind::kCuda ? "cuda:" + std::to_string(device_) : "cpu"; }
   py::list specs() const {
@@ -224,6 +254,23 @@ class PyEngine {
   EngineRank& joined() {
     if (!rank_) throw_status(FailedPrecondition(name_ + " is closed"));
     return *rank_;
+  }
+
+  // Shadow weights: staged mode, (name, dtype, shape) specs (refit holds both
+  // arenas); on_flip only with them.
+  void check_shadow(const EngineOptions& options) const {
+    if (!options.shadow) {
+      if (!on_flip_.is_none()) {
+        throw_status(InvalidArgument(name_ + ": on_flip needs shadow=True (without shadow weights the weights "
+                                             "change during the refit; on_commit runs after it)"));
+      }
+      return;
+    }
+    if (direct_) throw_status(InvalidArgument(name_ + ": shadow=True needs mode='staged' (not built for direct)"));
+    if (!tensors_.empty()) {
+      throw_status(InvalidArgument(name_ + ": shadow=True takes (name, dtype, shape) specs, not tensors: refit "
+                                           "holds both arenas (weights() after each flip)"));
+    }
   }
 
   // (name, dtype, shape) specs or (name, tensor) pairs, never a mix.
@@ -322,6 +369,8 @@ class PyEngine {
   bool direct_;
   bool shut_down_ = false;  // next() returned None once
   py::object on_commit_;    // on_commit(version), or None
+  py::object on_flip_;      // on_flip(version) with shadow weights, or None
+  std::uint64_t served_version_ = 0;  // with shadow weights: the version weights() serves
   std::uint64_t cache_flushes_ = 0;  // on_commit calls made
   std::vector<TensorSpec> stream_;
   std::vector<ImportedTensor> tensors_;
@@ -329,6 +378,7 @@ class PyEngine {
   int device_ = -1;
   std::shared_ptr<WeightArena> arena_;
   std::unique_ptr<TargetEngine> engine_;  // declared before rank_: outlives it
+  std::unique_ptr<ShadowEngine> shadow_;  // with shadow weights, the engine rank_ drives
   std::unique_ptr<EngineRank> rank_;
 };
 
@@ -336,8 +386,8 @@ class PyEngine {
 
 void bind_engine(py::module_& m) {
   py::class_<PyEngine>(m, "Engine")
-      .def(py::init<EngineOptions, const py::list&, py::object>(), py::arg("options"), py::arg("params"),
-           py::arg("on_commit") = py::none())
+      .def(py::init<EngineOptions, const py::list&, py::object, py::object>(), py::arg("options"),
+           py::arg("params"), py::arg("on_commit") = py::none(), py::arg("on_flip") = py::none())
       .def("next", &PyEngine::next, py::arg("load_fn") = py::none())
       .def("set_targets", &PyEngine::set_targets, py::arg("pairs"))
       .def("weights", &PyEngine::weights)
@@ -346,6 +396,8 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("weights_complete", &PyEngine::weights_complete)
       .def_property_readonly("posts", &PyEngine::posts)
       .def_property_readonly("cache_flushes", &PyEngine::cache_flushes)
+      .def_property_readonly("shadow", &PyEngine::shadow)
+      .def_property_readonly("weight_memory_bytes", &PyEngine::weight_memory_bytes)
       .def_property_readonly("device", &PyEngine::device)
       .def_property_readonly("specs", &PyEngine::specs);
 }

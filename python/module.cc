@@ -55,7 +55,8 @@ void bind_options(py::module_& m) {
       .def_readwrite("listen_host", &EngineOptions::listen_host)
       .def_readwrite("poison_recycled", &EngineOptions::poison_recycled)
       .def_readwrite("supported_dtypes", &EngineOptions::supported_dtypes)
-      .def_readwrite("base_gpu_id", &EngineOptions::base_gpu_id);
+      .def_readwrite("base_gpu_id", &EngineOptions::base_gpu_id)
+      .def_readwrite("shadow", &EngineOptions::shadow);
   // The secret is not bound: Coordinator(secret=...) passes it on.
   py::class_<CoordinatorOptions>(m, "CoordinatorOptions", "Settings of a coordinator (src/control/coordinator.h).")
       .def(py::init<>())

@@ -459,6 +459,21 @@ class Engine:
         seconds): a coordinator silent for heartbeat_timeout ends next(),
         also while it waits for the next refit to start, with
         UnavailableError "lost the coordinator: ...".
+    shadow: shadow weights (staged mode, (name, dtype, shape) specs): refit
+        holds two arenas of this rank's weights (weight_memory_bytes: twice
+        the weights); each refit lands in the one not served and is verified
+        there, and a failed refit leaves the served one whole
+        (weights_complete stays True). Serve from weights(): after each
+        commit, on_flip(version) runs with weights() already the new
+        arena's views and weight_version already `version`; adopt them there
+        (e.g. param.data = torch.from_dlpack(view) under the lock your
+        forward pass holds, then drop caches built from older weights). The
+        arena served before is written again only when you call next() once
+        more, so a forward pass still on it finishes safely if next() runs
+        after it (call next() from the thread that does the flip, or wait
+        for in-flight passes first).
+    on_flip: on_flip(version), shadow weights only (see shadow); on_commit,
+        when given too, runs after it.
     quantize: with (name, dtype, shape) specs of the bf16 (or fp32) weights
         the trainers hold, the engine holds them as the trainers' quantize
         makes them (see Trainer; refit.quantized_specs): each selected
@@ -471,7 +486,7 @@ class Engine:
                  transport=None, mode=None, device=None, gpu=None, base_gpu_id=None, pool_slots=None,
                  memory_limit=None, listen_host=None, poison_recycled=None, supported_dtypes=None,
                  setup_timeout=None, refit_timeout=None, bucket_timeout=None, heartbeat_interval=None,
-                 heartbeat_timeout=None, secret=None, on_commit=None, quantize=None):
+                 heartbeat_timeout=None, secret=None, on_commit=None, quantize=None, shadow=False, on_flip=None):
         entries = self._entries(params)
         if quantize not in (None, "none"):
             if any(len(e) != 3 for e in entries):
@@ -489,7 +504,8 @@ class Engine:
         _set(options, "listen_host", listen_host)
         _set(options, "poison_recycled", poison_recycled)
         options.supported_dtypes = [_dtype_name(d) for d in (supported_dtypes or [])]
-        self._impl = _refit.Engine(options, entries, on_commit)
+        options.shadow = bool(shadow)
+        self._impl = _refit.Engine(options, entries, on_commit, on_flip)
 
     @staticmethod
     def _entries(params):
@@ -541,8 +557,9 @@ class Engine:
                                 (pairs.items() if isinstance(pairs, dict) else pairs)])
 
     def weights(self, convert=None):
-        """Direct mode: {name: view of the weight in refit's arena} (or
-        convert(view)). The arena lives as long as any tensor made from it."""
+        """Direct mode and shadow weights: {name: view of the weight in
+        refit's (served) arena} (or convert(view)). The arena lives as long
+        as any tensor made from it."""
         views = self._impl.weights()
         return views if convert is None else {name: convert(view) for name, view in views.items()}
 
@@ -556,8 +573,19 @@ class Engine:
 
     @property
     def weights_complete(self):
-        """False after a failed refit, until the next one commits."""
+        """False after a failed refit, until the next one commits (with
+        shadow weights always True: the served arena is never written)."""
         return self._impl.weights_complete
+
+    @property
+    def shadow(self):
+        """True with shadow weights."""
+        return self._impl.shadow
+
+    @property
+    def weight_memory_bytes(self):
+        """With shadow weights, the bytes of both arenas (else 0)."""
+        return self._impl.weight_memory_bytes
 
     @property
     def posts(self):

@@ -230,10 +230,21 @@ def run_engine(c):
 
     if c.get("params") == "tensors":  # staged copy mode: next() writes into these arrays
         params, load_fn = dict(store), None
+    elif c.get("shadow"):  # shadow weights: refit's two arenas; on_flip copies the served one into store
+        params, load_fn = [(t["name"], t["dtype"], shapes[t["name"]]) for t in model], None
     elif c.get("params") == "retarget":  # the loader once, then set_targets: slices of one fused buffer
         params, load_fn = [(t["name"], t["dtype"], shapes[t["name"]]) for t in model], load
     else:
         params, load_fn = [(t["name"], t["dtype"], shapes[t["name"]]) for t in model], load
+    held = []  # the engine, for on_flip
+    result["flips"] = []
+
+    def on_flip(version):  # the served arena is version's now; the one before it is still whole
+        engine = held[0]
+        result["flips"].append([version, engine.weight_version, len(result["versions"])])
+        for name, view in engine.weights().items():
+            np.copyto(store[name], np.from_dlpack(view))
+
     started = time.monotonic()
     try:
         with refit.Engine(c["address"], params, rank=rank, trainer_ranks=c["trainer_ranks"], engine_ranks=ranks,
@@ -241,7 +252,9 @@ def run_engine(c):
                           poison_recycled=True, bucket_timeout=c.get("bucket_timeout", 60),
                           refit_timeout=c.get("refit_timeout", 60), setup_timeout=30,
                           heartbeat_interval=c.get("heartbeat_interval"), heartbeat_timeout=c.get("heartbeat_timeout"),
-                          on_commit=result["flushes"].append) as engine:
+                          on_commit=result["flushes"].append, shadow=c.get("shadow", False),
+                          on_flip=on_flip if c.get("shadow") else None) as engine:
+            held.append(engine)
             try:
                 while True:
                     version = engine.next(load_fn)
@@ -257,6 +270,10 @@ def run_engine(c):
                 result["cache_flushes"] = engine.cache_flushes
                 result["weight_version"] = engine.weight_version
                 result["complete"] = engine.weights_complete
+                if c.get("shadow"):  # what the engine serves at its end (after a failed refit too)
+                    served = {name: np.from_dlpack(view).copy() for name, view in engine.weights().items()}
+                    np.savez(os.path.join(out, f"engine{rank}_served.npz"), **served)
+                    result["weight_memory_bytes"] = engine.weight_memory_bytes
         try:
             if kept:
                 np.from_dlpack(kept[0])

@@ -167,6 +167,22 @@ class RefitAcrossProcesses(unittest.TestCase):
         self.assertEqual(engine["versions"], versions)
         self.assertEqual(engine["calls"], [])
 
+    # Shadow weights (issue 21): each version reaches on_flip with weights() already that version's
+    # and weight_version already bumped (the flip as the server sees it), the arenas alternate and
+    # cost twice the weights. Mutations caught (each tried once): weights() handing out the landing
+    # arena (store would hold the version before); the binding's weight_version bumped after
+    # on_flip; ShadowEngine::begin copying into the served arena.
+    def test_shadow_weights_flip_at_on_flip(self):
+        versions = [1, 2, 3]
+        j = self.run_job(2, 2, versions, shadow=True)
+        self.check_bytes(j, 2, 2, versions)
+        for e in range(2):
+            engine = j.result(f"engine{e}")
+            self.assertEqual(engine["flips"], [[v, v, v - 1] for v in versions])
+            self.assertTrue(engine["complete"])
+            nbytes = sum(np.load(os.path.join(self.out, f"engine{e}_v1.npz"))[t["name"]].nbytes for t in job.MODEL)
+            self.assertGreaterEqual(engine["weight_memory_bytes"], 2 * nbytes)
+
     # Mutations caught (set_targets, for refit.adapters' LoaderCapture): set_targets keeping the old
     # targets or writing none (versions 2 and 3 would stay 0xEE in the fused slices: tried once by
     # leaving engine_->set_targets out of engine_binding.cc); next() without load_fn still calling

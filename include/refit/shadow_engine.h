@@ -1,0 +1,71 @@
+// ShadowEngine: shadow weights for a server that holds refit's arenas (the
+// Python binding's refit.Engine(shadow=True); a C++ server can use it as is).
+//
+// Two WeightArenas (target_engine.h) of the engine rank's stream. One is
+// served (`served()`); each refit copies into the other (a TargetEngine in
+// copy mode underneath), and commit(v) makes that one the served arena and
+// then calls the flip hook with v. A refit that aborts leaves the served
+// arena untouched and whole: weights_complete() stays true, and the next
+// refit overwrites the landing arena whole (a staged refit writes every
+// byte of the stream). weight_version() is the served arena's version: it
+// changes exactly at the flip.
+//
+// The flip, as a server sees it: the served arena changes inside commit(),
+// and the old one is written again only by the next refit's begin(), so a
+// reader still on the old arena is safe until the server's engine thread
+// starts the next refit. The server adopts served() in the flip hook (for
+// example under the lock its forward pass takes) and must not read the old
+// arena after it starts the next refit.
+//
+// Thread safety: one thread drives it (the engine rank's), as any Engine.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "refit/engine.h"
+#include "refit/status.h"
+#include "refit/target_engine.h"
+#include "refit/tensor.h"
+
+namespace refit {
+
+class ShadowEngine : public Engine {
+ public:
+  // Called inside commit(v), after the flip: served() holds version v.
+  using FlipHook = std::function<Status(std::uint64_t version)>;
+
+  // `rank`: the engine TP rank; `stream`: its shard specs; both arenas on
+  // `memory` (device `device`), zero-filled.
+  static StatusOr<std::unique_ptr<ShadowEngine>> Create(int rank, std::vector<TensorSpec> stream, MemoryKind memory,
+                                                        int device);
+
+  void set_flip_hook(FlipHook hook) { on_flip_ = std::move(hook); }
+
+  Status begin(std::uint64_t version) override;
+  Status apply(const AlignedBatch& batch) override;
+  Status commit(std::uint64_t version) override;
+  void abort(std::uint64_t version, const Status& why) override;
+  std::uint64_t weight_version() const override { return copies_.weight_version(); }
+  bool weights_complete() const override { return true; }  // the served arena is never written
+
+  // The arena served now, and the one the next refit lands in.
+  const std::shared_ptr<WeightArena>& served() const { return arenas_[served_]; }
+  const std::shared_ptr<WeightArena>& landing() const { return arenas_[1 - served_]; }
+  // Both arenas' bytes (what shadow weights cost).
+  std::uint64_t weight_memory_bytes() const { return arenas_[0]->bytes() + arenas_[1]->bytes(); }
+  std::uint64_t posts() const { return copies_.posts(); }
+
+ private:
+  ShadowEngine(int rank, std::vector<TensorSpec> stream, MemoryKind memory, int device);
+
+  TargetEngine copies_;  // copy mode into landing()
+  std::vector<TensorSpec> stream_;
+  std::shared_ptr<WeightArena> arenas_[2];
+  int served_ = 0;
+  FlipHook on_flip_;
+};
+
+}  // namespace refit

@@ -1,0 +1,98 @@
+// ShadowEngine (refit/shadow_engine.h): each refit copies into the arena not
+// served, commit flips it into service and then calls the flip hook, an abort
+// leaves the served arena whole, and the arenas alternate.
+//
+// Catches (each tried once, 2026-12-06):
+//   - begin() targeting the served arena: CommitServes... and Abort... fail;
+//   - commit() without the flip: CommitServes... and Arenas... fail;
+//   - the flip hook called before the flip: CommitServes... fails;
+//   - abort() flipping (or weights_complete() following the copies'
+//     engine): Abort... fails.
+#include "refit/shadow_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "testing/status_matchers.h"
+#include "testing/versioned_tensors.h"
+
+namespace refit {
+namespace {
+
+constexpr int kTensors = 4;
+
+struct Fixture : ::testing::Test {
+  testing::VersionedTensors v{kTensors, 96};
+  std::unique_ptr<ShadowEngine> engine;
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(engine, ShadowEngine::Create(0, v.streams[0], MemoryKind::kHost, -1));
+  }
+  void refit(std::uint64_t version) {
+    ASSERT_OK(engine->begin(version));
+    for (int i = 0; i < kTensors; i += 2) ASSERT_OK(engine->apply(v.batch(version, i, i + 2)));
+    ASSERT_OK(engine->commit(version));
+  }
+  bool holds(const WeightArena& arena, std::uint64_t version) const {
+    for (std::size_t i = 0; i < kTensors; ++i) {
+      if (!v.holds(arena.tensor(i), version, i)) return false;
+    }
+    return true;
+  }
+};
+
+using ShadowEngineTest = Fixture;
+
+TEST_F(ShadowEngineTest, CommitServesTheLandedArenaThenCallsTheFlipHook) {
+  std::vector<std::uint64_t> flips;
+  engine->set_flip_hook([&](std::uint64_t version) {
+    flips.push_back(version);
+    EXPECT_TRUE(holds(*engine->served(), version)) << "the hook runs after the flip";
+    EXPECT_EQ(engine->weight_version(), version);
+    return Status::Ok();
+  });
+  refit(1);
+  EXPECT_TRUE(holds(*engine->served(), 1));
+  EXPECT_FALSE(holds(*engine->landing(), 1)) << "version 1 landed in one arena only";
+  refit(2);
+  EXPECT_TRUE(holds(*engine->served(), 2));
+  EXPECT_TRUE(holds(*engine->landing(), 1)) << "the arena served before is the next one to land in";
+  EXPECT_EQ(flips, (std::vector<std::uint64_t>{1, 2}));
+}
+
+TEST_F(ShadowEngineTest, AbortLeavesTheServedArenaWholeAndTheNextRefitCommits) {
+  refit(1);
+  const WeightArena* served = engine->served().get();
+  ASSERT_OK(engine->begin(2));
+  ASSERT_OK(engine->apply(v.batch(2, 0, 2)));  // half of version 2, then the refit fails
+  engine->abort(2, Aborted("a trainer died"));
+  EXPECT_EQ(engine->served().get(), served);
+  EXPECT_TRUE(holds(*engine->served(), 1));
+  EXPECT_TRUE(engine->weights_complete());
+  EXPECT_EQ(engine->weight_version(), 1u);
+  refit(3);
+  EXPECT_TRUE(holds(*engine->served(), 3));
+  EXPECT_EQ(engine->weight_version(), 3u);
+}
+
+TEST_F(ShadowEngineTest, ArenasAlternateAndCostTwiceTheWeights) {
+  const WeightArena* first = engine->served().get();
+  refit(1);
+  EXPECT_NE(engine->served().get(), first);
+  refit(2);
+  EXPECT_EQ(engine->served().get(), first);
+  EXPECT_EQ(engine->weight_memory_bytes(), 2 * engine->served()->bytes());
+  EXPECT_GE(engine->served()->bytes(), std::uint64_t{kTensors} * 96);
+}
+
+TEST_F(ShadowEngineTest, AFlipHookErrorFailsTheCommitWithTheNewVersionServed) {
+  engine->set_flip_hook([](std::uint64_t) { return Aborted("the server's cache flush failed"); });
+  ASSERT_OK(engine->begin(1));
+  for (int i = 0; i < kTensors; i += 2) ASSERT_OK(engine->apply(v.batch(1, i, i + 2)));
+  const Status status = engine->commit(1);
+  EXPECT_EQ(status.code(), StatusCode::kAborted);
+  EXPECT_TRUE(holds(*engine->served(), 1));
+}
+
+}  // namespace
+}  // namespace refit
