@@ -15,6 +15,7 @@
 #include "refit/checkpoint.h"
 #include "refit/device_memory.h"
 #include "refit/dtype.h"
+#include "refit/fault_hook.h"
 #include "refit/quantize.h"
 #include "refit/coordinator.h"
 #include "refit/roles.h"
@@ -47,7 +48,12 @@ void bind_options(py::module_& m) {
       .def_readwrite("layers", &RankOptions::layers)
       .def_readwrite("engine_experts", &RankOptions::engine_experts)
       .def_readwrite("quantize", &RankOptions::quantize)
-      .def_readwrite("model", &RankOptions::model);
+      .def_readwrite("model", &RankOptions::model)
+      // Fault injection for tests, as the CLI's --debug-fault ("sent:2:kill").
+      .def_property(
+          "debug_fault",
+          [](const RankOptions& o) { return o.debug_fault.version == 0 ? std::string() : fault_hook_text(o.debug_fault); },
+          [](RankOptions& o, const std::string& text) { o.debug_fault = value_or_throw(parse_fault_hook(text)); });
   py::class_<EngineOptions, RankOptions>(m, "EngineOptions", "Settings of one engine rank (src/runtime/roles.h).")
       .def(py::init<>())
       .def_readwrite("pool_slots", &EngineOptions::pool_slots)
@@ -70,6 +76,7 @@ void bind_options(py::module_& m) {
       .def_readwrite("heartbeat_interval_s", &CoordinatorOptions::heartbeat_interval_s)
       .def_readwrite("heartbeat_timeout_s", &CoordinatorOptions::heartbeat_timeout_s)
       .def_readwrite("handshake_timeout_s", &CoordinatorOptions::handshake_timeout_s)
+      .def_readwrite("trainer_replace_timeout_s", &CoordinatorOptions::trainer_replace_timeout_s)
       .def_readwrite("progress", &CoordinatorOptions::progress)
       .def_readwrite("log_joins", &CoordinatorOptions::log_joins);
 }

@@ -61,6 +61,13 @@ struct CoordinatorOptions {
   // that takes longer is refused, named. Handshakes run off the refit loop,
   // so a slow or silent one never holds up a refit. Default: 5.
   double handshake_timeout_s = 5;
+  // On-demand jobs (refits == 0): seconds to wait for a replacement process
+  // of a trainer rank lost while a refit is in flight (before its commit
+  // decision). The refit is aborted; the engines keep their committed
+  // version; a `refit trainer` (or refit.Trainer) started again with the
+  // same rank and the same plan joins, and the next refit commits. 0 (the
+  // default): a lost rank ends the job.
+  double trainer_replace_timeout_s = 0;
   // Draw a progress bar (through refit::log). Default: false.
   bool progress = false;
   // Log each join and refusal. Default: true.

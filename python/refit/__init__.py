@@ -221,11 +221,18 @@ class Coordinator:
     heartbeat_interval. A new connection has `handshake_timeout` seconds
     (default 5) to authenticate and join. None keeps these defaults
     (CoordinatorOptions').
+
+    trainer_replace_timeout (on demand only): a trainer rank whose process
+    is lost while a refit is in flight no longer ends the job: the refit is
+    aborted (the engines keep their committed version), and for this many
+    seconds the coordinator waits for a new process of that rank (a
+    refit.Trainer with the same rank and the same tensors) to join; the
+    next refit then commits. Default None (0): a lost rank ends the job.
     """
 
     def __init__(self, trainer_ranks=None, engine_ranks=None, refits=0, listen=None, *, seed=None,
                  setup_timeout=None, refit_timeout=None, heartbeat_interval=None, heartbeat_timeout=None,
-                 handshake_timeout=None, secret=None, progress=None, log_joins=False):
+                 handshake_timeout=None, secret=None, progress=None, log_joins=False, trainer_replace_timeout=None):
         o = _refit.CoordinatorOptions()
         _set(o, "trainer_ranks", trainer_ranks)
         _set(o, "engine_ranks", engine_ranks)
@@ -236,6 +243,7 @@ class Coordinator:
         _set(o, "heartbeat_interval_s", heartbeat_interval, float)
         _set(o, "heartbeat_timeout_s", heartbeat_timeout, float)
         _set(o, "handshake_timeout_s", handshake_timeout, float)
+        _set(o, "trainer_replace_timeout_s", trainer_replace_timeout, float)
         _set(o, "progress", progress)
         # refits=0 (on demand) and log_joins=False are this class's own
         # defaults, unlike the `refit coordinator` command's: a Python
@@ -323,20 +331,23 @@ class Trainer:
         heard nothing from for this many seconds is lost (default 10): every
         call waiting on it, refit() waiting for the next refit to start
         included, raises UnavailableError "lost the coordinator: ...". None
-        keeps these defaults (RankOptions'). Other arguments: see README
-        "Python".
+        keeps these defaults (RankOptions'). debug_fault: fault injection
+        for tests, as the CLI's --debug-fault ("sent:2:kill": this process
+        kills itself before it says sent for refit 2). Other arguments: see
+        README "Python".
     """
 
     def __init__(self, coordinator, tensors, *, rank=None, trainer_ranks=None, engine_ranks=None, rules="auto",
                  bucket_size=None, transport=None, mode=None, device=None, gpu=None, setup_timeout=None,
                  refit_timeout=None, bucket_timeout=None, heartbeat_interval=None, heartbeat_timeout=None,
-                 secret=None, engine_experts=None, quantize=None):
+                 secret=None, engine_experts=None, quantize=None, debug_fault=None):
         entries = self._entries(tensors, rules)
         options = _rank_options(_refit.RankOptions(), coordinator, rank, trainer_ranks, engine_ranks, bucket_size,
                                 transport, mode, device, gpu, setup_timeout, refit_timeout, bucket_timeout, secret,
                                 heartbeat_interval=heartbeat_interval, heartbeat_timeout=heartbeat_timeout)
         _set(options, "engine_experts", engine_experts)
         _set(options, "quantize", quantize)
+        _set(options, "debug_fault", debug_fault)  # tests: "STEP:VERSION:ACTION", as the CLI's --debug-fault
         if any(len(e) == 7 for e in entries):  # sharded: full tensors are replicas
             entries = [e if len(e) == 7 else e + (tuple(_shape(e[1])), None, options.rank, options.trainer_ranks)
                        for e in entries]

@@ -105,6 +105,66 @@ class Failures(unittest.TestCase):
         self.assertTrue(any(full[t["name"]].tobytes() != changed[t["name"]].tobytes() for t in job.MODEL),
                         "version 2 differs from version 1 (else the check above proves nothing)")
 
+    # Issue 21 item 3: a trainer killed (SIGKILL) in the middle of a shadow-mode refit of an
+    # on-demand job with trainer_replace_timeout: the refit is aborted, the engines stay at
+    # version 1, whole; a new process of trainer rank 0 joins and refits 2 and 3 commit, bit for
+    # bit. Mutations caught (tried once): the coordinator not admitting the replacement (the
+    # replacement is refused and the job ends at the timeout); replace_lost_trainer not taking
+    # the case (the job ends at the loss).
+    def test_a_replacement_trainer_after_a_kill_commits_the_next_refit(self):
+        import os
+        j = job.Job(self.out, versions=[1, 2], timeout=90, bucket_timeout=60, refit_timeout=60,
+                    trainer_replace_timeout=40)
+        j.start("engine", 0, shadow=True, keep_serving=1)
+        first = j.start("trainer", 0, debug_fault="sent:2:kill")
+        self.assertEqual(first.wait(timeout=60), -9, j.log("trainer0"))
+        j.start("trainer", 0, name="trainer0_replacement", versions=[2, 3])
+        exits = j.wait()
+        for name in ("engine0", "trainer0_replacement"):
+            self.assertEqual(exits[name][0], 0, f"{name}:\n{exits[name][1]}")
+        trainer = j.result("trainer0")
+        self.assertNotIn("error_class", trainer, trainer)
+        self.assertEqual(trainer["versions"], [2, 3])
+        engine = j.result("engine0")
+        self.assertNotIn("error_class", engine, engine)
+        self.assertEqual(engine["versions"], [1, 2, 3])
+        self.assertEqual(len(engine["failures"]), 1)
+        self.assertIn("lost trainer rank 0 during refit 2", engine["failures"][0])
+        self.assertTrue(engine["complete"])
+        for v in (1, 2, 3):
+            got = np.load(os.path.join(self.out, f"engine0_v{v}.npz"))
+            want = np.load(os.path.join(self.out, f"trainer0_v{v}.npz"))
+            for spec in job.MODEL:
+                self.assertEqual(got[spec["name"]].tobytes(), want[spec["name"]].tobytes(), f"v{v} {spec['name']}")
+        report = j.result("coordinator")
+        self.assertEqual([r["version"] for r in report["refits"]], [1, 2, 3])
+        self.assertEqual([f["version"] for f in report["failures"]], [2])
+        self.assertEqual(report["failures"][0]["engines_after"], [{"rank": 0, "version": 1, "weights_complete": True}])
+        self.assertEqual(report["committed_version"], 3)
+
+    # A replacement whose tensors differ from the lost process's (another plan) is refused, named,
+    # and the job ends when no fitting replacement came within the timeout. Catches:
+    # join_difference not comparing the plan digest (the replacement would be admitted and feed
+    # the engine another layout).
+    def test_a_replacement_with_another_plan_is_refused_naming_it(self):
+        j = job.Job(self.out, versions=[1, 2], timeout=60, bucket_timeout=60, refit_timeout=60,
+                    trainer_replace_timeout=3)
+        j.start("engine", 0, shadow=True, keep_serving=1)
+        first = j.start("trainer", 0, debug_fault="sent:2:kill")
+        self.assertEqual(first.wait(timeout=60), -9, j.log("trainer0"))
+        other = [dict(t, shape=[7]) if t["name"] == "model.layers.0.input_layernorm.weight" else t for t in job.MODEL]
+        j.start("trainer", 0, name="trainer0_replacement", versions=[2], model=other)
+        exits = j.wait()
+        self.assertEqual(exits["engine0"][0], 0, exits["engine0"][1])
+        self.assertIn("no replacement trainer rank 0 joined within 3 s", j.result("engine0")["message"])
+        trainer = j.result("trainer0")
+        self.assertEqual(trainer.get("error_class"), "FailedPreconditionError", trainer)
+        self.assertIn("replacement trainer rank 0", trainer["message"])
+        self.assertIn("plan digest differs from the lost process's", trainer["message"])
+        report = j.result("coordinator")
+        self.assertIn("no replacement trainer rank 0 joined within 3 s", report["error"])
+        self.assertEqual(report["committed_version"], 1)
+
 
 if __name__ == "__main__":
     unittest.main()

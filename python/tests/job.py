@@ -118,7 +118,8 @@ def run_coordinator(c):
     coordinator = refit.Coordinator(c["trainer_ranks"], c["engine_ranks"], refits=c.get("refits", 0),
                                     setup_timeout=c.get("setup_timeout", 30), refit_timeout=c.get("refit_timeout", 60),
                                     heartbeat_interval=c.get("heartbeat_interval"),
-                                    heartbeat_timeout=c.get("heartbeat_timeout"))
+                                    heartbeat_timeout=c.get("heartbeat_timeout"),
+                                    trainer_replace_timeout=c.get("trainer_replace_timeout"))
     print(coordinator.address, flush=True)
     _write(os.path.join(c["out"], "coordinator.json"), coordinator.wait())
 
@@ -182,7 +183,8 @@ def run_trainer(c):
                            bucket_size=c.get("bucket_size", 4096), transport=c.get("transport", "shm"),
                            bucket_timeout=c.get("bucket_timeout", 60), refit_timeout=c.get("refit_timeout", 60),
                            heartbeat_interval=c.get("heartbeat_interval"), heartbeat_timeout=c.get("heartbeat_timeout"),
-                           setup_timeout=30, engine_experts=c.get("engine_experts")) as trainer:
+                           setup_timeout=30, engine_experts=c.get("engine_experts"),
+                           debug_fault=c.get("debug_fault")) as trainer:
             for v in c["versions"]:
                 for i, t in enumerate(model):
                     fill(arrays[t["name"]], c.get("seed", 7), v, i)  # in place: an optimizer step
@@ -257,7 +259,13 @@ def run_engine(c):
             held.append(engine)
             try:
                 while True:
-                    version = engine.next(load_fn)
+                    try:
+                        version = engine.next(load_fn)
+                    except refit.AbortedError as e:  # a failed refit the job recovers from (keep_serving: how many)
+                        if len(result.get("failures", [])) >= c.get("keep_serving", 0):
+                            raise
+                        result.setdefault("failures", []).append(str(e))
+                        continue
                     if version is None:
                         break
                     result["versions"].append(version)
@@ -319,7 +327,7 @@ class Job:
             raise AssertionError("the coordinator process printed no address: " + self.log("coordinator"))
         self.config["address"] = line
 
-    def _start(self, name, config):
+    def _start(self, name, config, role=None):
         path = os.path.join(self.out, name + ".config.json")
         _write(path, config)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -327,13 +335,14 @@ class Job:
         # coordinator's stdout is a pipe: it prints its address there.
         with open(os.path.join(self.out, name + ".log"), "w") as log:
             stdout = subprocess.PIPE if name == "coordinator" else log
-            process = subprocess.Popen([sys.executable, os.path.join(HERE, "job.py"), name.rstrip("0123456789"),
+            process = subprocess.Popen([sys.executable, os.path.join(HERE, "job.py"), role or name.rstrip("0123456789"),
                                         path], stdout=stdout, stderr=log, text=True, env=env)
         self.processes[name] = process
         return process
 
-    def start(self, role, rank, **overrides):
-        return self._start(f"{role}{rank}", dict(self.config, rank=rank, **overrides))
+    def start(self, role, rank, name=None, **overrides):
+        """name: the process's key, log and config file (default role + rank; another for a replacement)."""
+        return self._start(name or f"{role}{rank}", dict(self.config, rank=rank, **overrides), role)
 
     def wait(self):
         """{name: (exit status, its output)}; kills whatever outlives the deadline."""

@@ -37,6 +37,27 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The first field of a trainer rank's join that a replacement process must
+// share with the lost one (what its Setup and the plan were built from),
+// or "" when they agree.
+std::string join_difference(const Join& lost, const Join& replacement) {
+  if (lost.protocol != replacement.protocol) return "control protocol";
+  if (lost.device != replacement.device) return "device";
+  if (lost.mode != replacement.mode) return "mode";
+  if (lost.trainer_ranks != replacement.trainer_ranks) return "trainer rank count";
+  if (lost.engine_ranks != replacement.engine_ranks) return "engine rank count";
+  if (lost.bucket_size != replacement.bucket_size) return "bucket size";
+  if (lost.transport != replacement.transport) return "transport";
+  if (lost.plan_digest != replacement.plan_digest) return "plan digest";
+  if (lost.engine_rank != replacement.engine_rank) return "engine rank";
+  if (lost.stream_dtypes != replacement.stream_dtypes) return "stream dtypes";
+  if (lost.quantize != replacement.quantize) return "quantize";
+  if (lost.layout != replacement.layout) return "trainer layout";
+  if (lost.transfer_digest != replacement.transfer_digest) return "transfer plan digest";
+  if (lost.feeds != replacement.feeds) return "feeds";
+  return "";
+}
+
 // How long the coordinator keeps answering ranks that arrive after another
 // rank reported its setup failure.
 constexpr std::chrono::seconds kLatecomerWindow{5};
@@ -89,6 +110,15 @@ class Coordinator {
     RETURN_IF_ERROR(report_.persist_running("at setup, before any refit was committed"));
     ASSIGN_OR_RETURN(heartbeats_,
                      heartbeat_timing(options_.heartbeat_interval_s, options_.heartbeat_timeout_s, "coordinator"));
+    if (!(options_.trainer_replace_timeout_s >= 0 && options_.trainer_replace_timeout_s <= 86400)) {
+      return InvalidArgument("coordinator: trainer replace timeout " +
+                             format_seconds(options_.trainer_replace_timeout_s) +
+                             " is not a number of seconds in [0, 86400]");
+    }
+    if (options_.trainer_replace_timeout_s > 0 && options_.refits != 0) {
+      return InvalidArgument("coordinator: a trainer replace timeout needs an on-demand job (refits 0), not " +
+                             std::to_string(options_.refits) + " scheduled refits");
+    }
     if (!(options_.handshake_timeout_s > 0 && options_.handshake_timeout_s <= 86400)) {
       return InvalidArgument("coordinator: handshake timeout " + format_seconds(options_.handshake_timeout_s) +
                              " is not a number of seconds in (0, 86400]");
@@ -129,6 +159,7 @@ class Coordinator {
       RETURN_IF_ERROR(send_message(*engines_[e]->link, CoordinatorMessage(topology.engine_setups[e]), setup_deadline_)
                           .WithContext("setup of " + engines_[e]->name()));
     }
+    trainer_setups_ = topology.trainer_setups;  // a replacement trainer rank gets its rank's again
     for (std::size_t t = 0; t < trainers_.size(); ++t) {
       RETURN_IF_ERROR(send_message(*trainers_[t]->link, CoordinatorMessage(topology.trainer_setups[t]),
                                    setup_deadline_)
@@ -272,13 +303,44 @@ class Coordinator {
 
   // A connection after setup can only be a duplicate or a stray: refuse it
   // (with the reason) and log it; the running job is not disturbed.
-  void refuse_latecomers() {
+  void refuse_latecomers(RefitPhases& phases) {
     while (auto candidate = gate_->take()) {
+      auto message = decode_rank_message(candidate->join);
+      const Join* join = message.ok() ? std::get_if<Join>(&*message) : nullptr;
+      if (join != nullptr && join->role == Role::kTrainer && phases.awaits_replacement(join->rank)) {
+        admit_replacement(phases, std::move(candidate->link), *join);
+        continue;
+      }
       Status st = admit(std::move(candidate->link), candidate->join);
       // admit() only accepts a rank whose slot is free, which cannot happen
       // after setup; keep the invariant loud.
       note(LogLevel::kWarning, st.ok() ? "internal error: a rank was admitted after setup" : st.message());
     }
+  }
+
+  // A new process of trainer rank t, which the machine awaits: admitted when
+  // its join matches the lost process's (same plan), sent that rank's Setup,
+  // and fed to the machine as Replaced. Otherwise refused, named.
+  void admit_replacement(RefitPhases& phases, std::unique_ptr<Link> link, const Join& join) {
+    Member& old = *trainers_[static_cast<std::size_t>(join.rank)];
+    const std::string name = rank_name(join.role, join.rank), pid = std::to_string(join.pid);
+    const std::string differs = join_difference(old.join, join);
+    if (!differs.empty()) {
+      const std::string why = "replacement " + name + " (pid " + pid + ") refused: its " + differs +
+                              " differs from the lost process's";
+      (void)send_message(*link, CoordinatorMessage(Refusal{FailedPrecondition(why)}),
+                         Deadline::After(std::chrono::milliseconds(1000)));
+      return note(LogLevel::kWarning, why);
+    }
+    Status sent = send_message(*link, CoordinatorMessage(trainer_setups_[static_cast<std::size_t>(join.rank)]),
+                               Deadline::After(std::chrono::seconds(5)));
+    if (!sent.ok()) return note(LogLevel::kWarning, "replacement " + name + ": setup not sent: " + sent.message());
+    link->set_peer(name + " (pid " + pid + ")");
+    old.link = std::move(link);
+    old.join = join;
+    old.closed = false;
+    note(LogLevel::kInfo, "a replacement " + name + " joined (pid " + pid + ")");
+    feed(phases, Replaced{join.rank});
   }
 
   // ---- the phase machine's feed --------------------------------------------------
@@ -302,6 +364,7 @@ class Coordinator {
     phase_options.setup_timeout_s = options_.setup_timeout_s;
     phase_options.refit_timeout_s = options_.refit_timeout_s;
     phase_options.heartbeats = heartbeats_;
+    phase_options.trainer_replace_timeout_s = options_.trainer_replace_timeout_s;
     // Sharded trainers that quantize share the amax of the blocks their
     // cuts split (they say so in their joins: an engine that declares its
     // specs, as a Python engine does, need not name the format; every
@@ -323,7 +386,7 @@ class Coordinator {
       const int ready =
           poll_until(fds, Deadline::After(std::chrono::milliseconds(phases.wake_at() == PhaseTime::max() ? 100 : timeout)));
       if (ready < 0) return ErrnoStatus("coordinator poll", -ready);
-      if (ready > 0 && (fds.back().revents & POLLIN)) refuse_latecomers();
+      if (ready > 0 && (fds.back().revents & POLLIN)) refuse_latecomers(phases);
       for (std::size_t i = 0; ready > 0 && i < members_.size() && !ended_; ++i) {
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         auto message = recv_rank_message(*members_[i]->link, Deadline::After(std::chrono::milliseconds(5000)));
@@ -459,6 +522,7 @@ class Coordinator {
   std::unique_ptr<JoinGate> gate_;
   std::vector<std::optional<Member>> trainers_, engines_;
   std::vector<Member*> members_;  // the machine's numbering
+  std::vector<Setup> trainer_setups_;
   int joined_ = 0;
   Status setup_failure_;  // a rank's SetupFailed, ending setup
   std::optional<std::pair<Role, int>> failed_rank_;  // its sender

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "refit/format.h"
+
 namespace refit {
 
 RefitPhases::RefitPhases(const PhaseOptions& options)
@@ -40,8 +42,9 @@ std::vector<PhaseAction> RefitPhases::on(const PhaseEvent& event, PhaseTime now)
   }
   if (const auto* lost = std::get_if<Lost>(&event)) {
     heard_[static_cast<std::size_t>(lost->member)] = PhaseTime::max();
-    on_lost(lost->member, lost->why);
+    on_lost(lost->member, lost->why, now);
   }
+  if (const auto* replaced = std::get_if<Replaced>(&event)) on_replaced(replaced->member, now);
   if (phase_ != Phase::kEnded) check_silence(now);
   if (phase_ != Phase::kEnded && now >= phase_deadline()) on_deadline(now);
   advance(now);
@@ -202,8 +205,9 @@ void RefitPhases::on_failed(int member, const Failed& failed, PhaseTime now) {
   phase_ = Phase::kBlame;
 }
 
-void RefitPhases::on_lost(int member, const std::string& why) {
+void RefitPhases::on_lost(int member, const std::string& why, PhaseTime now) {
   const std::string who = member_name(member);
+  if (replace_lost_trainer(member, why, now)) return;
   if (phase_ == Phase::kBlame) {
     // A rank that reported its own failure and then exited is not the cause.
     Member& m = members_[static_cast<std::size_t>(member)];
@@ -223,6 +227,41 @@ void RefitPhases::on_lost(int member, const std::string& why) {
                        " was committed (waiting for 'committed'): " + why));
   }
   end(Aborted("lost " + who + " during " + phase_name() + ": " + why));
+}
+
+// On demand, with trainer_replace_timeout_s: a trainer rank lost before the
+// commit decision aborts the refit in flight (as a failure would) and
+// recovery waits for a new process of that rank. False: not this case.
+bool RefitPhases::replace_lost_trainer(int member, const std::string& why, PhaseTime now) {
+  Member& m = members_[static_cast<std::size_t>(member)];
+  const Phase phase = phase_ == Phase::kBlame ? blamed_phase_ : phase_;
+  const bool before_decision = phase == Phase::kPrepare || phase == Phase::kTransfer || phase == Phase::kVerify;
+  if (options_.refits != 0 || options_.trainer_replace_timeout_s <= 0 || !is_trainer(member) || !in_flight_ ||
+      !before_decision || (phase_ == Phase::kBlame && m.reported_failure)) {
+    return false;
+  }
+  phase_ = phase;
+  fail(Aborted("lost " + member_name(member) + " during " + phase_name() + ": " + why), now);
+  if (phase_ != Phase::kRecovery) return true;  // fail() ended the job (another rank is gone)
+  members_[static_cast<std::size_t>(member)].replacing = true;
+  deadline_ = now + std::chrono::duration_cast<PhaseClock::duration>(
+                        std::chrono::duration<double>(options_.trainer_replace_timeout_s));
+  out_.push_back(Note{"waiting up to " + format_seconds(options_.trainer_replace_timeout_s) + " for a replacement " +
+                      member_name(member) + " (start it again with the same rank)"});
+  return true;
+}
+
+void RefitPhases::on_replaced(int member, PhaseTime now) {
+  Member& m = members_[static_cast<std::size_t>(member)];
+  if (!awaits_replacement(member)) return end(Internal("a replacement for " + member_name(member) + " nobody awaited"));
+  m.replacing = false;
+  heard_[static_cast<std::size_t>(member)] = options_.heartbeats ? now : PhaseTime::max();
+  out_.push_back(Note{"a replacement " + member_name(member) + " joined; recovery waits for its linked"});
+}
+
+bool RefitPhases::awaits_replacement(int member) const {
+  return member >= 0 && member < static_cast<int>(members_.size()) &&
+         members_[static_cast<std::size_t>(member)].replacing && phase_ == Phase::kRecovery;
 }
 
 void RefitPhases::on_ask(int member, const RankMessage& ask, PhaseTime now) {
@@ -289,6 +328,11 @@ void RefitPhases::on_deadline(PhaseTime now) {
                                ? phase_name() + " timed out waiting for '" + awaited_name() + "' from " + waiting_for()
                                : phase_name() + " timed out waiting for 'amax_share' from " + unshared;
   if (phase_ == Phase::kRecovery) {
+    for (int i = 0; i < static_cast<int>(members_.size()); ++i) {
+      if (!members_[static_cast<std::size_t>(i)].replacing) continue;
+      return end(Status(recovering_.code(), recovering_.message() + "; no replacement " + member_name(i) +
+                                                " joined within " + format_seconds(options_.trainer_replace_timeout_s)));
+    }
     return end(Status(recovering_.code(), recovering_.message() + "; recovery failed: " + late));
   }
   if (phase_ == Phase::kCommit) {
@@ -306,8 +350,10 @@ void RefitPhases::check_silence(PhaseTime now) {
     heard_[i] = PhaseTime::max();
     char limit[32];
     std::snprintf(limit, sizeof limit, "%g s", static_cast<double>(options_.heartbeats->timeout.count()) / 1000);
-    on_lost(static_cast<int>(i), std::string("heard nothing from it for ") + limit +
-                                     " (the heartbeat deadline, --heartbeat-timeout): it stalled, died or is cut off");
+    on_lost(static_cast<int>(i),
+            std::string("heard nothing from it for ") + limit +
+                " (the heartbeat deadline, --heartbeat-timeout): it stalled, died or is cut off",
+            now);
   }
 }
 

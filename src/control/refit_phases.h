@@ -65,6 +65,13 @@ struct PhaseOptions {
   // rank sends an amax_share, and once all did the machine sends the
   // trainer ranks the combined amax_table (control/amax_exchange.h).
   bool amax_exchange = false;
+  // On demand only (refits == 0): a trainer rank lost while a refit is in
+  // flight (before its commit decision) does not end the job: the refit is
+  // aborted and recovered from as after a failure, and recovery waits this
+  // long for a replacement process of that rank (the shell admits its join
+  // and sends Replaced) instead of setup_timeout_s. 0: a lost rank ends the
+  // job, as it always does in scheduled jobs.
+  double trainer_replace_timeout_s = 0;
 };
 
 using PhaseClock = std::chrono::steady_clock;
@@ -81,7 +88,12 @@ struct Lost {
   std::string why;
 };
 struct Tick {};
-using PhaseEvent = std::variant<Received, Lost, Tick>;
+// The shell admitted a replacement for `member` (awaits_replacement) and
+// sent it its Setup: it is watched again and its linked is awaited.
+struct Replaced {
+  int member = 0;
+};
+using PhaseEvent = std::variant<Received, Lost, Tick, Replaced>;
 
 // ---- actions
 
@@ -141,6 +153,9 @@ class RefitPhases {
   PhaseTime wake_at() const;
   Phase phase() const { return phase_; }
   std::uint64_t committed_version() const { return decided_; }
+  // Whether recovery waits for a new process of `member` (a lost trainer
+  // rank of an on-demand job, trainer_replace_timeout_s).
+  bool awaits_replacement(int member) const;
   std::string member_name(int member) const;
 
  private:
@@ -157,12 +172,15 @@ class RefitPhases {
     // Its connection closed while that did not end the job (it had
     // reported its failure): it cannot relink.
     std::optional<std::string> gone;
+    bool replacing = false;  // lost; recovery waits for a new process of it
   };
 
   void on_message(int member, const RankMessage& message, PhaseTime now);
   void on_report(int member, Step step, const RankMessage& message, PhaseTime now);
   void on_failed(int member, const Failed& failed, PhaseTime now);
-  void on_lost(int member, const std::string& why);
+  void on_lost(int member, const std::string& why, PhaseTime now);
+  bool replace_lost_trainer(int member, const std::string& why, PhaseTime now);
+  void on_replaced(int member, PhaseTime now);
   void on_deadline(PhaseTime now);
   void check_silence(PhaseTime now);
   void beat(PhaseTime now);

@@ -19,8 +19,9 @@ using namespace std::chrono_literals;
 // the actions the machine returned so far.
 class Job {
  public:
-  explicit Job(int refits = 2, bool amax_exchange = false) : phases_([&] {
+  explicit Job(int refits = 2, bool amax_exchange = false, double replace_timeout_s = 0) : phases_([&] {
     PhaseOptions o;
+    o.trainer_replace_timeout_s = replace_timeout_s;
     o.trainer_ranks = 2;
     o.engine_ranks = 2;
     o.refits = refits;
@@ -34,6 +35,7 @@ class Job {
 
   void Send(int member, RankMessage message) { Take(phases_.on(Received{member, std::move(message)}, now_)); }
   void Lose(int member) { Take(phases_.on(Lost{member, "connection closed"}, now_)); }
+  void Replace(int member) { Take(phases_.on(Replaced{member}, now_)); }
   void Wait(std::chrono::milliseconds d) {
     now_ += d;
     Take(phases_.on(Tick{}, now_));
@@ -320,6 +322,85 @@ TEST(RefitPhases, OnDemandRefitsStartWhenEveryTrainerAsked) {
   old.All([] { return RankMessage(Committed{1}); });
   old.Send(0, Request{1});
   EXPECT_HAS(old.Ended()->message(), "trainer rank 0 asked for refit 1, not above the last committed version 1");
+}
+
+// ---- a replacement trainer rank (on demand, trainer_replace_timeout_s) ----------
+
+// A trainer lost mid-refit in an on-demand job: the refit is aborted and
+// recovered from, recovery waits for a new process of that rank, and the
+// next refit commits. Catches (tried once): replace_lost_trainer never
+// taking the case (the job ends at the loss); a Replaced that does not
+// watch the member again or clear its wait (awaits_replacement stays true).
+TEST(RefitPhases, OnDemandALostTrainerIsReplacedAndTheNextRefitCommits) {
+  Job job(0, false, /*replace_timeout_s=*/30);
+  job.LinkAll();
+  job.Send(0, Request{1});
+  job.Send(1, Request{1});
+  job.All([] { return RankMessage(Ready{1}); });
+  job.Send(2, Sent{1});
+  job.Lose(0);
+  ASSERT_FALSE(job.Ended().has_value()) << job.Ended()->message();
+  EXPECT_EQ(job.phases().phase(), RefitPhases::Phase::kRecovery);
+  EXPECT_TRUE(job.phases().awaits_replacement(0));
+  EXPECT_FALSE(job.phases().awaits_replacement(1));
+  ASSERT_EQ(job.Of<RecordFailure>().size(), 1u);
+  EXPECT_HAS(job.Of<RecordFailure>()[0].error.message(), "lost trainer rank 0 during refit 1 (transfer)");
+  EXPECT_EQ(job.LastSent<Abort>()->version, 1u);
+  for (int m = 1; m < 4; ++m) job.Send(m, Linked{});
+  EXPECT_EQ(job.phases().phase(), RefitPhases::Phase::kRecovery) << "recovered without trainer rank 0";
+  job.Replace(0);
+  EXPECT_FALSE(job.phases().awaits_replacement(0));
+  job.Send(0, Linked{});
+  EXPECT_EQ(job.Of<RecordRecovery>().size(), 1u);
+  job.Send(0, Request{2});
+  job.Send(1, Request{2});
+  EXPECT_EQ(job.LastSent<Start>()->version, 2u);
+  job.UpToDone(2);
+  ASSERT_FALSE(job.Of<RecordCommit>().empty());
+  EXPECT_EQ(job.Of<RecordCommit>().back().version, 2u);
+}
+
+// Catches (tried once): recovery keeping setup_timeout_s (10 s) as its
+// deadline instead of the replacement's 30 s; a message that does not name
+// the rank nobody replaced.
+TEST(RefitPhases, NoReplacementWithinItsTimeoutEndsTheJobNamingTheRank) {
+  Job job(0, false, /*replace_timeout_s=*/30);
+  job.LinkAll();
+  job.Send(0, Request{1});
+  job.Send(1, Request{1});
+  job.Lose(1);
+  for (int m : {0, 2, 3}) job.Send(m, Linked{});
+  job.Wait(15s);
+  ASSERT_FALSE(job.Ended().has_value()) << job.Ended()->message();
+  job.Wait(16s);
+  ASSERT_TRUE(job.Ended().has_value());
+  EXPECT_HAS(job.Ended()->message(), "no replacement trainer rank 1 joined within 30 s");
+}
+
+// Where a replacement is not waited for, a lost rank still ends the job:
+// without the timeout, in a scheduled job, an engine rank, and a trainer
+// lost after the commit decision. Catches: replace_lost_trainer ignoring
+// any one of those conditions.
+TEST(RefitPhases, OnlyAnOnDemandTrainerBeforeTheDecisionIsWaitedFor) {
+  struct Case {
+    int refits;
+    double timeout;
+    int lost;
+    bool after_decision;
+  };
+  for (const Case& c : {Case{0, 0, 0, false}, Case{2, 30, 0, false}, Case{0, 30, 2, false}, Case{0, 30, 0, true}}) {
+    Job job(c.refits, false, c.timeout);
+    job.LinkAll();
+    if (c.refits == 0) {
+      job.Send(0, Request{1});
+      job.Send(1, Request{1});
+    }
+    if (c.after_decision) job.UpToDone(1);
+    job.Lose(c.lost);
+    EXPECT_TRUE(job.Ended().has_value()) << "refits " << c.refits << ", timeout " << c.timeout << ", lost member "
+                                         << c.lost << (c.after_decision ? ", after the decision" : "");
+    EXPECT_FALSE(job.phases().awaits_replacement(c.lost));
+  }
 }
 
 // ---- the amax exchange of sharded trainers under --quantize ---------------------

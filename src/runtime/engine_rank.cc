@@ -294,7 +294,10 @@ class EngineRank::Impl {
       old = std::move(receiver_);
     }
     RETURN_IF_ERROR(make_receiver(old->release_pool()));
+    // A trainer rank may come back as a new process that must open the pool.
+    ASSIGN_OR_RETURN(const bool reopened, receiver_->pool().unseal());
     RETURN_IF_ERROR(accept_links(deadline));
+    if (reopened) RETURN_IF_ERROR(receiver_->pool().seal());
     log(LogLevel::kInfo, name(),
         "recovered: weights at version " + std::to_string(engine_->weight_version()) + " (" +
             (engine_->weights_complete() ? "complete" : "incomplete: the failed refit wrote part of them") +

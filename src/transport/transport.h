@@ -109,6 +109,13 @@ class TargetMemory {
   // is left behind if this process is killed later; already-mapped peers keep
   // access. Idempotent.
   virtual Status seal() = 0;
+  // Recovery, before the engine accepts its trainers' links again: a trainer
+  // rank may come back as a new process (a replacement, CoordinatorOptions::
+  // trainer_replace_timeout_s) that has to open this target, so serve it to
+  // new initiators again until the next seal(). True when it does (the
+  // caller seals it again once the links are in); false, the default, when
+  // nothing was withdrawn at seal().
+  virtual StatusOr<bool> unseal() { return false; }
 };
 
 using Ticket = std::uint64_t;

@@ -73,6 +73,11 @@ void add_coordinator_command(CLI::App& app, CommandTable& table) {
                   "Seconds a new connection has to authenticate and join before it is refused")
       ->check(PositiveSeconds())
       ->capture_default_str();
+  cmd->add_option("--trainer-replace-timeout", o.trainer_replace_timeout_s,
+                  "On-demand jobs (--refits 0): seconds to wait for a trainer rank started again with the same rank "
+                  "after its process was lost during a refit (the refit is aborted; the engines keep their version; "
+                  "the next refit commits); 0: a lost rank ends the job")
+      ->capture_default_str();
   cmd->add_option("--port-file", f->port_file, "Write the listening port to this file (default: none, say it on stderr)");
   cmd->add_option("--report", o.report_path,
                   "Write the JSON report to this file, at every commit decision and at the end (default: stdout, "

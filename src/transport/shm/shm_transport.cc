@@ -73,9 +73,15 @@ Status parse_descriptor(const std::string& text, ShmDescriptor* out) {
 
 class ShmTarget final : public HostPoolTarget {
  public:
-  ShmTarget(std::string name, std::string owner, std::byte* base, SlotShape shape, std::unique_ptr<FdServer> server)
-      : HostPoolTarget(std::move(owner), base, shape), name_(std::move(name)), server_(std::move(server)) {}
-  ~ShmTarget() override { server_->stop(); }
+  // `kept`: a descriptor of the segment of its own, for unseal().
+  ShmTarget(std::string name, std::string owner, std::byte* base, SlotShape shape, std::unique_ptr<FdServer> server,
+            int kept)
+      : HostPoolTarget(std::move(owner), base, shape), name_(std::move(name)), server_(std::move(server)),
+        kept_(kept) {}
+  ~ShmTarget() override {
+    server_->stop();
+    ::close(kept_);
+  }
 
   std::string descriptor() const override {
     return "shm:@" + name_ + ":slots=" + std::to_string(slots()) + ":slot_bytes=" + std::to_string(slot_bytes());
@@ -92,10 +98,25 @@ class ShmTarget final : public HostPoolTarget {
     server_->stop();
     return Status::Ok();
   }
+  // A replacement trainer rank may open the segment again: serve it under
+  // its name until the next seal().
+  StatusOr<bool> unseal() override {
+    const int fd = ::fcntl(kept_, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return ErrnoStatus("duplicating " + owner() + "'s receive pool descriptor", errno);
+    server_->stop();
+    ASSIGN_OR_RETURN(std::unique_ptr<FdServer> server, FdServer::Start(name_, fd));
+    if (!server) {
+      ::close(fd);
+      return Unavailable("the name @" + name_ + " of " + owner() + "'s receive pool is taken; cannot serve it again");
+    }
+    server_ = std::move(server);
+    return true;
+  }
 
  private:
   std::string name_;
   std::unique_ptr<FdServer> server_;
+  int kept_;
 };
 
 // ------------------------------------------------------------ initiator side
@@ -213,8 +234,16 @@ class ShmTransport final : public Transport {
       ::close(fd);
       return ResourceExhausted("no free socket name for " + owner + "'s receive pool (last tried @" + name + ")");
     }
-    return std::unique_ptr<TargetMemory>(
-        new ShmTarget(name, owner, *mapped, SlotShape{options.slots, options.slot_bytes}, std::move(server)));
+    const int kept = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);  // fd is the server's now, open until it stops
+    if (kept < 0) {
+      const int error = errno;
+      server->stop();
+      ::munmap(*mapped, size);
+      return ErrnoStatus("duplicating " + owner + "'s receive pool descriptor", error);
+    }
+    return std::unique_ptr<TargetMemory>(new ShmTarget(name, owner, *mapped,
+                                                       SlotShape{options.slots, options.slot_bytes},
+                                                       std::move(server), kept));
   }
 
   StatusOr<std::unique_ptr<TargetMemory>> expose_memory(std::byte*, std::uint64_t, MemoryKind, int) override {
