@@ -236,7 +236,9 @@ class PyEngine {
     if (shadow_) return served_version_;
     return engine_ ? engine_->weight_version() : 0;
   }
-  bool weights_complete() const { return shadow_ ? shadow_->weights_complete() : engine_ && engine_->weights_complete(); }
+  bool weights_complete() const {
+    return shadow_ ? shadow_->weights_complete() : engine_ && engine_->weights_complete();
+  }
   std::uint64_t posts() const { return shadow_ ? shadow_->posts() : engine_ ? engine_->posts() : 0; }
   bool shadow() const { return shadow_ != nullptr; }
   std::uint64_t weight_memory_bytes() const { return shadow_ ? shadow_->weight_memory_bytes() : 0; }

@@ -301,14 +301,16 @@ class Coordinator {
     return Status::Ok();
   }
 
-  // A connection after setup can only be a duplicate or a stray: refuse it
-  // (with the reason) and log it; the running job is not disturbed.
-  void refuse_latecomers(RefitPhases& phases) {
+  // A connection after setup is a replacement the machine awaits (admitted:
+  // returns true) or a duplicate or a stray: refused (with the reason) and
+  // logged; the running job is not disturbed.
+  bool refuse_latecomers(RefitPhases& phases) {
+    bool replaced = false;
     while (auto candidate = gate_->take()) {
       auto message = decode_rank_message(candidate->join);
       const Join* join = message.ok() ? std::get_if<Join>(&*message) : nullptr;
       if (join != nullptr && join->role == Role::kTrainer && phases.awaits_replacement(join->rank)) {
-        admit_replacement(phases, std::move(candidate->link), *join);
+        replaced = admit_replacement(phases, std::move(candidate->link), *join) || replaced;
         continue;
       }
       Status st = admit(std::move(candidate->link), candidate->join);
@@ -316,12 +318,13 @@ class Coordinator {
       // after setup; keep the invariant loud.
       note(LogLevel::kWarning, st.ok() ? "internal error: a rank was admitted after setup" : st.message());
     }
+    return replaced;
   }
 
   // A new process of trainer rank t, which the machine awaits: admitted when
   // its join matches the lost process's (same plan), sent that rank's Setup,
   // and fed to the machine as Replaced. Otherwise refused, named.
-  void admit_replacement(RefitPhases& phases, std::unique_ptr<Link> link, const Join& join) {
+  bool admit_replacement(RefitPhases& phases, std::unique_ptr<Link> link, const Join& join) {
     Member& old = *trainers_[static_cast<std::size_t>(join.rank)];
     const std::string name = rank_name(join.role, join.rank), pid = std::to_string(join.pid);
     const std::string differs = join_difference(old.join, join);
@@ -330,17 +333,22 @@ class Coordinator {
                               " differs from the lost process's";
       (void)send_message(*link, CoordinatorMessage(Refusal{FailedPrecondition(why)}),
                          Deadline::After(std::chrono::milliseconds(1000)));
-      return note(LogLevel::kWarning, why);
+      note(LogLevel::kWarning, why);
+      return false;
     }
     Status sent = send_message(*link, CoordinatorMessage(trainer_setups_[static_cast<std::size_t>(join.rank)]),
                                Deadline::After(std::chrono::seconds(5)));
-    if (!sent.ok()) return note(LogLevel::kWarning, "replacement " + name + ": setup not sent: " + sent.message());
+    if (!sent.ok()) {
+      note(LogLevel::kWarning, "replacement " + name + ": setup not sent: " + sent.message());
+      return false;
+    }
     link->set_peer(name + " (pid " + pid + ")");
     old.link = std::move(link);
     old.join = join;
     old.closed = false;
     note(LogLevel::kInfo, "a replacement " + name + " joined (pid " + pid + ")");
     feed(phases, Replaced{join.rank});
+    return true;
   }
 
   // ---- the phase machine's feed --------------------------------------------------
@@ -386,7 +394,8 @@ class Coordinator {
       const int ready =
           poll_until(fds, Deadline::After(std::chrono::milliseconds(phases.wake_at() == PhaseTime::max() ? 100 : timeout)));
       if (ready < 0) return ErrnoStatus("coordinator poll", -ready);
-      if (ready > 0 && (fds.back().revents & POLLIN)) refuse_latecomers(phases);
+      // A replaced member's link is new: this round's poll results are stale.
+      if (ready > 0 && (fds.back().revents & POLLIN) && refuse_latecomers(phases)) continue;
       for (std::size_t i = 0; ready > 0 && i < members_.size() && !ended_; ++i) {
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         auto message = recv_rank_message(*members_[i]->link, Deadline::After(std::chrono::milliseconds(5000)));
