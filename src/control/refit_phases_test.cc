@@ -328,9 +328,9 @@ TEST(RefitPhases, OnDemandRefitsStartWhenEveryTrainerAsked) {
 
 // A trainer lost mid-refit in an on-demand job: the refit is aborted and
 // recovered from, recovery waits for a new process of that rank, and the
-// next refit commits. Catches (tried once): replace_lost_trainer never
-// taking the case (the job ends at the loss); a Replaced that does not
-// watch the member again or clear its wait (awaits_replacement stays true).
+// next refit commits. Catches: replace_lost_trainer never taking the case
+// (the job ends at the loss; tried once); a Replaced that does not clear
+// its wait (awaits_replacement stays true).
 TEST(RefitPhases, OnDemandALostTrainerIsReplacedAndTheNextRefitCommits) {
   Job job(0, false, /*replace_timeout_s=*/30);
   job.LinkAll();
@@ -380,7 +380,7 @@ TEST(RefitPhases, NoReplacementWithinItsTimeoutEndsTheJobNamingTheRank) {
 // Where a replacement is not waited for, a lost rank still ends the job:
 // without the timeout, in a scheduled job, an engine rank, and a trainer
 // lost after the commit decision. Catches: replace_lost_trainer ignoring
-// any one of those conditions.
+// one of those conditions (tried once: the on-demand one dropped).
 TEST(RefitPhases, OnlyAnOnDemandTrainerBeforeTheDecisionIsWaitedFor) {
   struct Case {
     int refits;
