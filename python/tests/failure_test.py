@@ -105,6 +105,16 @@ class Failures(unittest.TestCase):
         self.assertTrue(any(full[t["name"]].tobytes() != changed[t["name"]].tobytes() for t in job.MODEL),
                         "version 2 differs from version 1 (else the check above proves nothing)")
 
+    def kill_a_trainer_mid_refit(self, replace_timeout):
+        """An on-demand job of one shadow engine (which keeps serving past one failed refit) whose
+        trainer rank 0 kills itself before it says sent for refit 2; returns the Job."""
+        j = job.Job(self.out, versions=[1, 2], timeout=90, bucket_timeout=60, refit_timeout=60,
+                    trainer_replace_timeout=replace_timeout)
+        j.start("engine", 0, shadow=True, keep_serving=1)
+        first = j.start("trainer", 0, debug_fault="sent:2:kill")
+        self.assertEqual(first.wait(timeout=60), -9, j.log("trainer0"))
+        return j
+
     # Issue 21 item 3: a trainer killed (SIGKILL) in the middle of a shadow-mode refit of an
     # on-demand job with trainer_replace_timeout: the refit is aborted, the engines stay at
     # version 1, whole; a new process of trainer rank 0 joins and refits 2 and 3 commit, bit for
@@ -113,11 +123,7 @@ class Failures(unittest.TestCase):
     # the case (the job ends at the loss).
     def test_a_replacement_trainer_after_a_kill_commits_the_next_refit(self):
         import os
-        j = job.Job(self.out, versions=[1, 2], timeout=90, bucket_timeout=60, refit_timeout=60,
-                    trainer_replace_timeout=40)
-        j.start("engine", 0, shadow=True, keep_serving=1)
-        first = j.start("trainer", 0, debug_fault="sent:2:kill")
-        self.assertEqual(first.wait(timeout=60), -9, j.log("trainer0"))
+        j = self.kill_a_trainer_mid_refit(replace_timeout=40)
         j.start("trainer", 0, name="trainer0_replacement", versions=[2, 3])
         exits = j.wait()
         for name in ("engine0", "trainer0_replacement"):
@@ -147,11 +153,7 @@ class Failures(unittest.TestCase):
     # join_difference not comparing the plan digest (the replacement would be admitted and feed
     # the engine another layout).
     def test_a_replacement_with_another_plan_is_refused_naming_it(self):
-        j = job.Job(self.out, versions=[1, 2], timeout=60, bucket_timeout=60, refit_timeout=60,
-                    trainer_replace_timeout=3)
-        j.start("engine", 0, shadow=True, keep_serving=1)
-        first = j.start("trainer", 0, debug_fault="sent:2:kill")
-        self.assertEqual(first.wait(timeout=60), -9, j.log("trainer0"))
+        j = self.kill_a_trainer_mid_refit(replace_timeout=3)
         other = [dict(t, shape=[7]) if t["name"] == "model.layers.0.input_layernorm.weight" else t for t in job.MODEL]
         j.start("trainer", 0, name="trainer0_replacement", versions=[2], model=other)
         exits = j.wait()
