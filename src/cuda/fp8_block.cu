@@ -8,9 +8,11 @@
 // codes); edge and unaligned blocks the element path (quantize_block: thread
 // (tx, ty) takes columns tx + 32 j (j < 4) of rows ty + 8 i (i < 16), 2- or
 // 4-byte loads). Both read their 64 values for the amax and again (from L1
-// or L2) for the codes. The block's amax is reduced across the warp with
-// shuffles, then across the 8 warps in shared memory; every thread then
-// divides and converts its values.
+// or L2) for the codes. The amax is kept as fp32 bits (unsigned integers
+// order non-negative floats, and NaN and Inf lie above every finite value,
+// so one comparison finds them): bf16 pairs by 16-bit SIMD maxima, the warp
+// by one redux, the 8 warps through shared memory. Every thread then makes
+// s, 1/s and fp8_nonzero_floor(s) and converts its values.
 //
 // On the H100 and H200 (2026-12-05, docs/PERF.md) the vector path halved
 // llama3-8b's quantizing refit (42 to 22 ms).
@@ -18,13 +20,17 @@
 // Bit exactness with the CPU reference (src/quant/fp8_block.cc):
 //   - amax is a maximum of exact magnitudes, so the reduction order does not
 //     matter;
-//   - s and the quotients use __fdiv_rn (IEEE division, nearest even),
-//     whatever -prec-div says;
+//   - s uses __fdiv_rn (IEEE division, nearest even), whatever -prec-div
+//     says; the quotients are fp8_block_quotient's (quant/fp8_quotient.h):
+//     the IEEE division's result by one reciprocal per block and two fmas
+//     per element (Markstein), or the zero of x's sign where that is the
+//     only code x / s can have; its host test checks it against the
+//     division for every bf16 value under every scale exponent;
 //   - the conversion is __nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3),
 //     on sm_89+ one cvt.rn.satfinite.e4m3x2.f32: nearest even, saturating
 //     to +-448, sign of zero kept (checked against e4m3_from_float for every
 //     fp32 by the gpu test); NaN would give 0x7F, but a NaN is reported and
-//     the outputs are then not to be used.
+//     the outputs (codes and scales) are then not to be used.
 #include "cuda/fp8_block.h"
 
 #include <algorithm>
@@ -35,6 +41,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.h"
+#include "quant/fp8_quotient.h"
 #include "refit/device_memory.h"
 
 namespace refit {
@@ -75,6 +82,24 @@ __device__ __forceinline__ bool nonfinite_bits(unsigned bits) { return (bits & 0
 __device__ __forceinline__ void report_nonfinite(unsigned long long* report, std::int64_t at, unsigned bits) {
   const unsigned long long kind = (bits & 0x7FFFFFu) != 0 ? 0 : (bits >> 31) ? 2 : 1;
   atomicMin(report, (static_cast<unsigned long long>(at) << 2) | kind);
+}
+
+// The block's largest |x| as fp32 bits, from each thread's: a warp
+// reduction, then the 8 warps' through shared memory. Every thread of the
+// CUDA block must call it.
+__device__ __forceinline__ unsigned block_amax_bits(unsigned amax, unsigned* warp_amax) {
+  amax = __reduce_max_sync(0xFFFFFFFFu, amax);
+  if (threadIdx.x == 0) warp_amax[threadIdx.y] = amax;
+  __syncthreads();
+  unsigned block = warp_amax[0];
+#pragma unroll
+  for (int k = 1; k < kTileY; ++k) block = max(block, warp_amax[k]);
+  return block;
+}
+
+// s = max(amax, 1e-12f) / 448 (IEEE division, nearest even).
+__device__ __forceinline__ float block_scale_of(unsigned amax_bits) {
+  return __fdiv_rn(fmaxf(__uint_as_float(amax_bits), kFp8ScaleFloor), kFp8E4M3Max);
 }
 
 template <bool kBf16>
@@ -136,23 +161,23 @@ __device__ __forceinline__ void load_row(const std::byte* src, std::int64_t row_
 template <bool kBf16>
 __device__ __forceinline__ void quantize_vector_block(const QuantizeArgs& a, std::int64_t m, std::int64_t bi,
                                                       std::int64_t bj, const std::byte* src, std::int64_t out,
-                                                      float* warp_amax) {
+                                                      unsigned* warp_amax) {
   const int t = static_cast<int>(threadIdx.y * kTileX + threadIdx.x);
   const int c = 8 * (t % kVecGroups), r0 = t / kVecGroups;
-  float amax = 0.0f;
-  bool nonfinite = false;
+  unsigned amax = 0;  // the largest |x| as fp32 bits (integers order non-negative floats; NaN and Inf above all)
 #pragma unroll
   for (int i = 0; i < kVecRows; ++i) {
     unsigned words[kBf16 ? 4 : 8];
     load_row<kBf16>(src, a.row_stride, r0 + kVecGroups * i, c, words);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const unsigned bits = element_bits<kBf16>(words, k);
-      nonfinite |= nonfinite_bits(bits);
-      amax = fmaxf(amax, fabsf(__uint_as_float(bits)));
+    for (int k = 0; k < (kBf16 ? 4 : 8); ++k) {
+      // bf16: both halves of a word at once (two 16-bit maxima).
+      amax = kBf16 ? __vmaxu2(amax, words[k] & 0x7FFF7FFFu) : max(amax, words[k] & 0x7FFFFFFFu);
     }
   }
-  if (nonfinite) {  // rare: report each NaN or Inf as quantize_block does
+  if constexpr (kBf16) amax = max(amax & 0xFFFFu, amax >> 16) << 16;
+  amax = block_amax_bits(amax, warp_amax);
+  if (nonfinite_bits(amax)) {  // rare: report each NaN or Inf as quantize_block does
     for (int i = 0; i < kVecRows; ++i) {
       const int r = r0 + kVecGroups * i;
       for (int k = 0; k < 8; ++k) {
@@ -161,14 +186,8 @@ __device__ __forceinline__ void quantize_vector_block(const QuantizeArgs& a, std
       }
     }
   }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
-  if (threadIdx.x == 0) warp_amax[threadIdx.y] = amax;
-  __syncthreads();
-  float block_amax = warp_amax[0];
-#pragma unroll
-  for (int k = 1; k < kTileY; ++k) block_amax = fmaxf(block_amax, warp_amax[k]);
-  const float s = __fdiv_rn(fmaxf(block_amax, kFp8ScaleFloor), kFp8E4M3Max);
+  const float s = block_scale_of(amax), inv_s = __frcp_rn(s);
+  const std::uint32_t floor = fp8_nonzero_floor(__float_as_uint(s));
   if (t == 0) a.scale[(m * a.block_rows + bi) * a.block_cols + bj] = s;
 #pragma unroll 4
   for (int i = 0; i < kVecRows; ++i) {
@@ -181,8 +200,8 @@ __device__ __forceinline__ void quantize_vector_block(const QuantizeArgs& a, std
       unsigned codes = 0;
 #pragma unroll
       for (int k = 0; k < 4; k += 2) {
-        const float2 q{__fdiv_rn(__uint_as_float(element_bits<kBf16>(words, 4 * half + k)), s),
-                       __fdiv_rn(__uint_as_float(element_bits<kBf16>(words, 4 * half + k + 1)), s)};
+        const float2 q{fp8_block_quotient(__uint_as_float(element_bits<kBf16>(words, 4 * half + k)), s, inv_s, floor),
+                       fp8_block_quotient(__uint_as_float(element_bits<kBf16>(words, 4 * half + k + 1)), s, inv_s, floor)};
         const unsigned pair = __nv_cvt_float2_to_fp8x2(q, __NV_SATFINITE, __NV_E4M3);  // .x in the low byte
         codes |= pair << (8 * k);
       }
@@ -194,14 +213,14 @@ __device__ __forceinline__ void quantize_vector_block(const QuantizeArgs& a, std
 }
 
 // Block (m, bi, bj) of the box of `a`: amax, s, codes. Every thread of the
-// CUDA block calls it with the same block; `warp_amax` and `block_scale` are
-// the CUDA block's shared memory. Two passes over the thread's 64 elements:
+// CUDA block calls it with the same block; `warp_amax` is the CUDA block's
+// shared memory. Two passes over the thread's 64 elements:
 // the amax, then the codes, reading them again (the block's 32 KB or 64 KB
 // are in L1 by then) instead of holding them in registers, so that several
 // CUDA blocks fit on an SM and hide the memory latency.
 template <bool kBf16>
 __device__ __forceinline__ void quantize_block(const QuantizeArgs& a, std::int64_t m, std::int64_t bi,
-                                               std::int64_t bj, float* warp_amax, float* block_scale) {
+                                               std::int64_t bj, unsigned* warp_amax) {
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
   const std::int64_t r0 = bi * kFp8BlockSize, c0 = bj * kFp8BlockSize;
   const int h = static_cast<int>(min(kFp8BlockSize, a.rows - r0));
@@ -212,7 +231,7 @@ __device__ __forceinline__ void quantize_block(const QuantizeArgs& a, std::int64
                                    a.col_begin + c0) * (kBf16 ? 2 : 4);
   const std::int64_t out = (m * a.rows + r0) * a.cols + c0;
   if (vector_block<kBf16>(a, src, out, h, w)) return quantize_vector_block<kBf16>(a, m, bi, bj, src, out, warp_amax);
-  float amax = 0.0f;
+  unsigned amax = 0;  // as in quantize_vector_block
 #pragma unroll 4
   for (int i = 0; i < kRowsPerThread; ++i) {
     const int r = ty + kTileY * i;
@@ -221,25 +240,14 @@ __device__ __forceinline__ void quantize_block(const QuantizeArgs& a, std::int64
     for (int j = 0; j < kColsPerThread; ++j) {
       const int c = tx + kTileX * j;
       if (c >= w) break;
-      const float x = load_element<kBf16>(src, r * a.row_stride + c);
-      const unsigned bits = __float_as_uint(x);
+      const unsigned bits = __float_as_uint(load_element<kBf16>(src, r * a.row_stride + c));
       if (nonfinite_bits(bits)) report_nonfinite(a.report, out + static_cast<std::int64_t>(r) * a.cols + c, bits);
-      amax = fmaxf(amax, fabsf(x));
+      amax = max(amax, bits & 0x7FFFFFFFu);
     }
   }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
-  if (tx == 0) warp_amax[ty] = amax;
-  __syncthreads();
-  if (tx == 0 && ty == 0) {
-    float block_amax = warp_amax[0];
-    for (int k = 1; k < kTileY; ++k) block_amax = fmaxf(block_amax, warp_amax[k]);
-    const float s = __fdiv_rn(fmaxf(block_amax, kFp8ScaleFloor), kFp8E4M3Max);
-    *block_scale = s;
-    a.scale[(m * a.block_rows + bi) * a.block_cols + bj] = s;
-  }
-  __syncthreads();
-  const float s = *block_scale;
+  const float s = block_scale_of(block_amax_bits(amax, warp_amax)), inv_s = __frcp_rn(s);
+  const std::uint32_t floor = fp8_nonzero_floor(__float_as_uint(s));
+  if (tx == 0 && ty == 0) a.scale[(m * a.block_rows + bi) * a.block_cols + bj] = s;
   std::uint8_t* dst = a.weight + out;
 #pragma unroll 4
   for (int i = 0; i < kRowsPerThread; ++i) {
@@ -250,20 +258,19 @@ __device__ __forceinline__ void quantize_block(const QuantizeArgs& a, std::int64
       const int c = tx + kTileX * j;
       if (c >= w) break;
       dst[static_cast<std::int64_t>(r) * a.cols + c] =
-          e4m3_rn_satfinite(__fdiv_rn(load_element<kBf16>(src, r * a.row_stride + c), s));
+          e4m3_rn_satfinite(fp8_block_quotient(load_element<kBf16>(src, r * a.row_stride + c), s, inv_s, floor));
     }
   }
-  __syncthreads();  // warp_amax and block_scale are reused by the next block
+  __syncthreads();  // warp_amax is reused by the next block
 }
 
 template <bool kBf16>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) quantize_kernel(QuantizeArgs a) {
-  __shared__ float warp_amax[kTileY];
-  __shared__ float block_scale;
+  __shared__ unsigned warp_amax[kTileY];
   for (std::int64_t m = blockIdx.z; m < a.matrices; m += gridDim.z) {
     for (std::int64_t bi = blockIdx.y; bi < a.block_rows; bi += gridDim.y) {
       for (std::int64_t bj = blockIdx.x; bj < a.block_cols; bj += gridDim.x) {
-        quantize_block<kBf16>(a, m, bi, bj, warp_amax, &block_scale);
+        quantize_block<kBf16>(a, m, bi, bj, warp_amax);
       }
     }
   }
@@ -274,8 +281,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) quantize_kernel(Quantize
 // finds its job by binary search.
 __global__ void __launch_bounds__(kThreads, kMinBlocks) quantize_batch_kernel(const QuantizeArgs* jobs,
                                                                  const unsigned long long* first, int count) {
-  __shared__ float warp_amax[kTileY];
-  __shared__ float block_scale;
+  __shared__ unsigned warp_amax[kTileY];
   const unsigned long long total = first[count];
   for (unsigned long long g = blockIdx.x; g < total; g += gridDim.x) {
     int lo = 0, hi = count - 1;  // the last job whose first block is <= g
@@ -303,9 +309,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) quantize_batch_kernel(co
       m = local / a.block_cols / a.block_rows;
     }
     if (a.bf16) {
-      quantize_block<true>(a, m, bi, bj, warp_amax, &block_scale);
+      quantize_block<true>(a, m, bi, bj, warp_amax);
     } else {
-      quantize_block<false>(a, m, bi, bj, warp_amax, &block_scale);
+      quantize_block<false>(a, m, bi, bj, warp_amax);
     }
   }
 }
