@@ -52,7 +52,9 @@ void bind_options(py::module_& m) {
       // Fault injection for tests, as the CLI's --debug-fault ("sent:2:kill").
       .def_property(
           "debug_fault",
-          [](const RankOptions& o) { return o.debug_fault.version == 0 ? std::string() : fault_hook_text(o.debug_fault); },
+          [](const RankOptions& o) {
+            return o.debug_fault.version == 0 ? std::string() : fault_hook_text(o.debug_fault);
+          },
           [](RankOptions& o, const std::string& text) { o.debug_fault = value_or_throw(parse_fault_hook(text)); });
   py::class_<EngineOptions, RankOptions>(m, "EngineOptions", "Settings of one engine rank (src/runtime/roles.h).")
       .def(py::init<>())

@@ -52,5 +52,22 @@ TEST(ControlPlaneFault, HandshakeTimeoutOfZeroIsRefused) {
   EXPECT_NE(group.err("coordinator").find("--handshake-timeout"), std::string::npos) << group.err("coordinator");
 }
 
+// --trainer-replace-timeout is for on-demand jobs only, and a number of
+// seconds in [0, 86400]. Catches (tried once): the refits check dropped
+// (a scheduled job would accept a setting it never uses).
+TEST(ControlPlaneFault, TrainerReplaceTimeoutNeedsAnOnDemandJob) {
+  ProcessGroup group;
+  group.spawn("scheduled", {"coordinator", "--refits", "3", "--trainer-replace-timeout", "5"});
+  group.spawn("negative", {"coordinator", "--refits", "0", "--trainer-replace-timeout", "-1"});
+  ASSERT_TRUE(group.wait_all(30)) << group.all_stderr();
+  EXPECT_NE(group.exit_code("scheduled"), 0) << group.all_stderr();
+  EXPECT_NE(group.err("scheduled").find("a trainer replace timeout needs an on-demand job (refits 0), not 3 "
+                                        "scheduled refits"),
+            std::string::npos)
+      << group.err("scheduled");
+  EXPECT_NE(group.exit_code("negative"), 0) << group.all_stderr();
+  EXPECT_NE(group.err("negative").find("trainer replace timeout"), std::string::npos) << group.err("negative");
+}
+
 }  // namespace
 }  // namespace refit

@@ -15,7 +15,7 @@ except ImportError:
     np = None
 
 import refit
-from refit import _refit
+from refit import _options, _refit
 
 # Keyword of the Python API -> field of the options struct.
 RANK_FIELDS = {
@@ -56,8 +56,8 @@ class DefaultsComeFromTheStructs(unittest.TestCase):
     # Catches: None overwriting the struct's value (a _set that assigns None
     # or 0), and the bucket size drifting from the one documented default.
     def test_none_keeps_the_structs_value(self):
-        options = refit._rank_options(_refit.EngineOptions(), "127.0.0.1:1", None, None, None, None, None, None, None,
-                                      None, None, None, None, None)
+        options = _options._rank_options(_refit.EngineOptions(), "127.0.0.1:1", None, None, None, None, None, None,
+                                         None, None, None, None, None, None)
         expected = _refit.EngineOptions()
         for field in set(RANK_FIELDS.values()) | {"device"}:
             self.assertEqual(getattr(options, field), getattr(expected, field), field)
@@ -68,8 +68,8 @@ class DefaultsComeFromTheStructs(unittest.TestCase):
     # Catches: a heartbeat keyword that does not reach its field (dropped in
     # _rank_options, or set on the other field: interval and timeout swapped).
     def test_heartbeat_keywords_reach_the_options(self):
-        options = refit._rank_options(_refit.RankOptions(), "127.0.0.1:1", None, None, None, None, None, None, None,
-                                      None, None, None, None, None, heartbeat_interval=0.25, heartbeat_timeout=3)
+        options = _options._rank_options(_refit.RankOptions(), "127.0.0.1:1", None, None, None, None, None, None, None,
+                                         None, None, None, None, None, heartbeat_interval=0.25, heartbeat_timeout=3)
         self.assertEqual(options.heartbeat_interval_s, 0.25)
         self.assertEqual(options.heartbeat_timeout_s, 3.0)
         defaults = _refit.RankOptions()
@@ -82,17 +82,18 @@ class DefaultsComeFromTheStructs(unittest.TestCase):
     # Catches: "auto" refused by Python while the CLI takes it, or mapped to
     # something other than the structs' auto value.
     def test_auto_is_spelt_as_in_the_cli(self):
-        options = refit._rank_options(_refit.EngineOptions(), "127.0.0.1:1", None, None, None, "auto", None, None, None,
-                                      None, None, None, None, None)
+        options = _options._rank_options(_refit.EngineOptions(), "127.0.0.1:1", None, None, None, "auto", None, None,
+                                         None, None, None, None, None, None)
         self.assertEqual(options.bucket_size, 0)
-        self.assertEqual(refit._slot_count("auto"), 0)
-        self.assertEqual(refit._bucket_bytes("64MiB"), 64 << 20)
+        self.assertEqual(_options._slot_count("auto"), 0)
+        self.assertEqual(_options._bucket_bytes("64MiB"), 64 << 20)
 
 
 @unittest.skipIf(np is None, "numpy is not installed for this python (Debian: python3-numpy)")
 class DefaultsAsAJobResolvesThem(unittest.TestCase):
     # Catches: auto sent to the coordinator unresolved (the job's report says
-    # bucket_size 0), shm given the GPU size (1 GiB) or the old 4 MiB, and auto pool slots other than 3 without a memory limit.
+    # bucket_size 0), shm given the GPU size (1 GiB) or the old 4 MiB, and auto pool slots other than 3
+    # without a memory limit.
     def test_a_job_with_every_default_uses_64MiB_buckets_and_3_slots(self):
         model = {"w": np.arange(50000, dtype=np.float32), "b": np.ones(77, np.int16)}
         coordinator = refit.Coordinator(1, 1, setup_timeout=20, refit_timeout=20)

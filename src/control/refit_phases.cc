@@ -330,8 +330,9 @@ void RefitPhases::on_deadline(PhaseTime now) {
   if (phase_ == Phase::kRecovery) {
     for (int i = 0; i < static_cast<int>(members_.size()); ++i) {
       if (!members_[static_cast<std::size_t>(i)].replacing) continue;
-      return end(Status(recovering_.code(), recovering_.message() + "; no replacement " + member_name(i) +
-                                                " joined within " + format_seconds(options_.trainer_replace_timeout_s)));
+      const std::string within = format_seconds(options_.trainer_replace_timeout_s);
+      return end(Status(recovering_.code(),
+                        recovering_.message() + "; no replacement " + member_name(i) + " joined within " + within));
     }
     return end(Status(recovering_.code(), recovering_.message() + "; recovery failed: " + late));
   }
