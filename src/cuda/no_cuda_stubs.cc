@@ -8,6 +8,7 @@
 #include "cuda/device.h"
 #include "cuda/device_content.h"
 #include "cuda/fp8_block.h"
+#include "cuda/fp8_part.h"
 
 namespace refit {
 namespace {
@@ -41,6 +42,11 @@ StatusOr<Fp8DeviceBatch> Fp8DeviceBatch::Prepare(std::span<const Fp8DeviceJob>, 
   return no_cuda("Fp8DeviceBatch::Prepare");
 }
 Status Fp8DeviceBatch::launch(void*) const { return no_cuda("Fp8DeviceBatch::launch"); }
+StatusOr<Fp8PartDeviceBatch> Fp8PartDeviceBatch::Prepare(std::span<const Fp8PartDeviceJob>, int) {
+  return no_cuda("Fp8PartDeviceBatch::Prepare");
+}
+Status Fp8PartDeviceBatch::launch_amax(void*) const { return no_cuda("Fp8PartDeviceBatch::launch_amax"); }
+Status Fp8PartDeviceBatch::launch_quantize(void*) const { return no_cuda("Fp8PartDeviceBatch::launch_quantize"); }
 Status e4m3_from_float_bits_device(std::uint32_t, std::uint64_t, std::uint8_t*, void*) {
   return no_cuda("e4m3_from_float_bits_device");
 }

@@ -33,6 +33,13 @@ std::int64_t block_of(const Fp8Part& p, const Fp8BlockRange& range, std::int64_t
   return (m * range.rows + bi) * range.cols + bj;
 }
 
+// The refusal of a NaN (kind 0), Inf (1) or -Inf (2) at local [m, r, c].
+Status nonfinite(const Fp8Part& p, std::int64_t m, std::int64_t r, std::int64_t c, int kind) {
+  constexpr const char* kKinds[] = {"nan", "inf", "-inf"};
+  return InvalidArgument(element(p, m, r, c) + " is " + kKinds[kind] +
+                         "; NaN and Inf are refused, never quantized to FP8 or sent");
+}
+
 Status check_sizes(const Fp8Part& p, std::span<const float> per_block, std::uint64_t elements) {
   RETURN_IF_ERROR(validate_fp8_part(p));
   const Fp8BlockRange range = fp8_part_blocks(p);
@@ -68,6 +75,16 @@ Fp8BlockRange fp8_part_blocks(const Fp8Part& p) {
   return range;
 }
 
+Status fp8_part_nonfinite_status(const Fp8Part& p, std::uint64_t report) {
+  if (report == kFp8AllFinite) return Status::Ok();
+  const auto i = static_cast<std::int64_t>(report >> 2);
+  const std::int64_t per_matrix = p.local.rows * p.local.cols;
+  if (per_matrix == 0 || i >= p.local.matrices * per_matrix || (report & 3) == 3) {
+    return Internal("a non-finite report " + std::to_string(report) + " outside the " + where(p));
+  }
+  return nonfinite(p, i / per_matrix, i % per_matrix / p.local.cols, i % p.local.cols, static_cast<int>(report & 3));
+}
+
 bool fp8_part_owns(const Fp8Part& p, std::int64_t block_row, std::int64_t block_col) {
   const std::int64_t r = block_row * kFp8BlockSize, c = block_col * kFp8BlockSize;
   return r >= p.row_offset && r < p.row_offset + p.local.rows && c >= p.col_offset &&
@@ -82,10 +99,7 @@ Status fp8_part_amax(const Fp8Part& p, std::span<float> amax) {
     for (std::int64_t r = 0; r < p.local.rows; ++r) {
       for (std::int64_t c = 0; c < p.local.cols; ++c) {
         const float x = load(p.local, m, r, c);
-        if (!std::isfinite(x)) {
-          return InvalidArgument(element(p, m, r, c) + " is " + (std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf") +
-                                 "; NaN and Inf are refused, never quantized to FP8 or sent");
-        }
+        if (!std::isfinite(x)) return nonfinite(p, m, r, c, std::isnan(x) ? 0 : x > 0 ? 1 : 2);
         float& a = out[static_cast<std::size_t>(block_of(p, range, m, r, c))];
         a = std::max(a, std::fabs(x));
       }

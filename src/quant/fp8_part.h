@@ -70,6 +70,13 @@ Fp8BlockRange fp8_part_blocks(const Fp8Part& part);
 // (named in the weight's coordinates; callers add the tensor and version).
 Status fp8_part_amax(const Fp8Part& part, std::span<float> amax);
 
+// fp8_part_amax's refusal for a non-finite report (quant/fp8_block.h's
+// kFp8AllFinite, or (i << 2) | kind over the part's local C order: i =
+// (m * local.rows + r) * local.cols + c), as the GPU's step 1 gives it: OK
+// for kFp8AllFinite, else the same kInvalidArgument fp8_part_amax returns
+// for that element. REQUIRES: validate_fp8_part(part) is OK.
+Status fp8_part_nonfinite_status(const Fp8Part& part, std::uint64_t report);
+
 // Whether the part holds block b's first element (row 128 i, column 128 j of
 // its matrix): the block's owner, which writes its scale.
 bool fp8_part_owns(const Fp8Part& part, std::int64_t block_row, std::int64_t block_col);

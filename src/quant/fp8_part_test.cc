@@ -237,5 +237,29 @@ TEST(Fp8Part, RefusalsNameTheElementAndTheReason) {
   EXPECT_HAS(validate_fp8_part(outside).message(), "rows [398, 402) x columns [0, 8) of a 400 x 8 weight");
 }
 
+// The GPU's report of a non-finite element (its index in the part's local
+// C order, its kind in the low bits) decodes to fp8_part_amax's refusal of
+// that element, word for word. Catches: the report decoded as a weight
+// index, rows and columns swapped, -inf read as inf, a report past the part
+// decoded instead of refused.
+TEST(Fp8Part, ANonFiniteReportNamesWhatTheCpuStepNames) {
+  std::vector<float> values(2 * 4 * 8, 0.25f);
+  const Fp8Part part{fp8_dense_source(DType::kFloat32, nullptr, 2, 4, 8), 300, 16, 400, 40};
+  const float kinds[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                         -std::numeric_limits<float>::infinity()};
+  for (std::uint64_t kind = 0; kind < 3; ++kind) {
+    for (std::uint64_t i : {0u, 13u, 45u, 63u}) {
+      std::vector<float> v = values;
+      v[i] = kinds[kind];
+      Fp8Part p = part;
+      p.local.data = reinterpret_cast<const std::byte*>(v.data());
+      std::vector<float> amax(static_cast<std::size_t>(fp8_part_blocks(p).blocks()));
+      EXPECT_EQ(fp8_part_nonfinite_status(p, i << 2 | kind).ToString(), fp8_part_amax(p, amax).ToString());
+    }
+  }
+  EXPECT_TRUE(fp8_part_nonfinite_status(part, kFp8AllFinite).ok());
+  EXPECT_EQ(fp8_part_nonfinite_status(part, std::uint64_t{64} << 2).code(), StatusCode::kInternal);
+}
+
 }  // namespace
 }  // namespace refit

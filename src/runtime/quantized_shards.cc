@@ -3,13 +3,17 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <string>
 #include <tuple>
 #include <utility>
 
 #include "control/protocol.h"
 #include "core/parallel_for.h"
+#include "cuda/device.h"
+#include "cuda/fp8_part.h"
 #include "quant/fp8_part.h"
+#include "refit/device_memory.h"
 #include "refit/layout.h"
 #include "refit/reference_engine.h"  // weight_arena_offsets
 #include "runtime/quantized_view.h"
@@ -27,6 +31,7 @@ struct ShardedWeight {
   std::int64_t block_rows = 0, block_cols = 0;  // of one whole matrix
   Box scales;                                   // this rank's box of the scales (block coordinates)
   std::vector<float> amax;                      // per touched block: partial, then combined
+  std::size_t amax_at = 0;                      // where amax lies in the rank's array of every weight's
   std::vector<float> touched_scales;            // per touched block
 };
 
@@ -54,12 +59,26 @@ class QuantizingShards final : public QuantizedView, public AmaxExchangeSteps {
     for (std::size_t i = 0, k = 0; i < q_.sources.size(); ++i) {
       if (q_.sources[i].part != QuantPart::kCopy) offsets_[i] = at[k++];
     }
-    arena_.resize(bytes);
+    std::size_t blocks = 0;
+    for (ShardedWeight& w : weights_) {
+      w.amax_at = blocks;
+      blocks += w.amax.size();
+    }
+    if (inner_->memory() != MemoryKind::kCuda) {
+      arena_.resize(bytes);
+      return Status::Ok();
+    }
+    const int gpu = inner_->device();
+    ASSIGN_OR_RETURN(device_arena_, DeviceBuffer::Allocate(gpu, bytes));
+    ASSIGN_OR_RETURN(amax_device_, DeviceBuffer::Allocate(gpu, 4 * std::max<std::size_t>(1, blocks)));
+    ASSIGN_OR_RETURN(reports_, DeviceBuffer::Allocate(gpu, 8 * std::max<std::size_t>(1, weights_.size())));
+    ASSIGN_OR_RETURN(stream_, CudaStream::Create(gpu));
+    amax_host_.resize(blocks);
     return Status::Ok();
   }
 
-  MemoryKind memory() const override { return MemoryKind::kHost; }
-  int device() const override { return -1; }
+  MemoryKind memory() const override { return inner_->memory(); }
+  int device() const override { return inner_->device(); }
   // The inner source's derivation only: the codes come from quantize_with.
   Status derive(std::uint64_t version) override { return inner_->derive(version); }
   std::vector<Layout> trainer_layouts() const override {
@@ -69,8 +88,12 @@ class QuantizingShards final : public QuantizedView, public AmaxExchangeSteps {
   }
 
   StatusOr<std::vector<AmaxEntry>> shared_amax(std::uint64_t version) override {
-    auto amax = [&](std::size_t w) { return partial_amax(weights_[w], version); };
-    RETURN_IF_ERROR(parallel_for(weights_.size(), kQuantizeThreads, amax));
+    if (on_device()) {
+      RETURN_IF_ERROR(partial_amax_on_device(version));
+    } else {
+      auto amax = [&](std::size_t w) { return partial_amax(weights_[w], version); };
+      RETURN_IF_ERROR(parallel_for(weights_.size(), kQuantizeThreads, amax));
+    }
     std::vector<AmaxEntry> out;
     for (const ShardedWeight& w : weights_) {
       each_block(w, [&](std::size_t b, std::uint64_t block, bool whole) {
@@ -82,12 +105,17 @@ class QuantizingShards final : public QuantizedView, public AmaxExchangeSteps {
   }
 
   Status quantize_with(std::uint64_t version, const std::vector<AmaxEntry>& table) override {
-    auto one = [&](std::size_t w) { return quantize_one(weights_[w], version, table); };
+    auto combine = [&](std::size_t w) { return combine_one(weights_[w], version, table); };
+    RETURN_IF_ERROR(parallel_for(weights_.size(), kQuantizeThreads, combine));
+    if (on_device()) return quantize_on_device();
+    auto one = [&](std::size_t w) { return quantize_one(weights_[w], version); };
     return parallel_for(weights_.size(), kQuantizeThreads, one);
   }
 
  private:
-  const std::byte* arena() const override { return arena_.data(); }
+  bool on_device() const { return device_arena_.size() > 0; }
+  const std::byte* arena() const override { return on_device() ? device_arena_.data() : arena_.data(); }
+  std::byte* arena() { return on_device() ? device_arena_.data() : arena_.data(); }
   std::span<const std::byte> host_arena() const override { return arena_; }
 
   static bool by_block(const AmaxEntry& a, const AmaxEntry& b) {
@@ -157,28 +185,91 @@ class QuantizingShards final : public QuantizedView, public AmaxExchangeSteps {
                      " (NaN and Inf are refused, never quantized to FP8 or sent)");
   }
 
-  Status quantize_one(ShardedWeight& w, std::uint64_t version, const std::vector<AmaxEntry>& table) {
+  // The table's amax of every block `w` shares, over its partial amax,
+  // refusing a block the table lacks or an amax below this rank's own (no
+  // combination of every holder's).
+  Status combine_one(ShardedWeight& w, std::uint64_t version, const std::vector<AmaxEntry>& table) {
     const std::string& name = inner_->model().weights[w.source].spec.name;
-    Status missing = Status::Ok();
+    Status refused = Status::Ok();
     each_block(w, [&](std::size_t b, std::uint64_t block, bool whole) {
-      if (whole || !missing.ok()) return;
+      if (whole || !refused.ok()) return;
       const AmaxEntry key{w.source, block, 0};
       auto it = std::lower_bound(table.begin(), table.end(), key, by_block);
+      const std::string where = "the amax table of refit " + std::to_string(version) + " ";
       if (it == table.end() || it->tensor != w.source || it->block != block) {
-        missing = InvalidArgument("the amax table of refit " + std::to_string(version) + " has no entry for tensor '" +
-                                  name + "' block " + std::to_string(block) + ", which this rank shares");
+        refused = InvalidArgument(where + "has no entry for tensor '" + name + "' block " + std::to_string(block) +
+                                  ", which this rank shares");
         return;
       }
-      w.amax[b] = std::bit_cast<float>(it->bits);
+      const float amax = std::bit_cast<float>(it->bits);
+      if (!(amax >= w.amax[b]) || !std::isfinite(amax)) {  // NaN fails too
+        refused = InvalidArgument(where + "gives tensor '" + name + "' block " + std::to_string(block) + " amax " +
+                                  std::to_string(amax) + ", not a finite value >= this rank's own " +
+                                  std::to_string(w.amax[b]) + ": not combined from every rank that holds the block");
+        return;
+      }
+      w.amax[b] = amax;
     });
-    RETURN_IF_ERROR(missing);
-    const std::size_t at = w.codes;
-    auto* codes = reinterpret_cast<std::uint8_t*>(arena_.data() + offsets_[at]);
+    return refused;
+  }
+
+  Status quantize_one(ShardedWeight& w, std::uint64_t version) {
+    const std::string& name = inner_->model().weights[w.source].spec.name;
+    auto* codes = reinterpret_cast<std::uint8_t*>(arena_.data() + offsets_[w.codes]);
     const auto elements = static_cast<std::size_t>(w.part.local.matrices * w.part.local.rows * w.part.local.cols);
     RETURN_IF_ERROR(quantize_fp8_part(part_of(w), w.amax, {codes, elements}, w.touched_scales)
                         .WithContext("tensor '" + name + "' at weight version " + std::to_string(version)));
-    copy_owned_scales(w, reinterpret_cast<float*>(arena_.data() + offsets_[at + 1]));
+    copy_owned_scales(w, reinterpret_cast<float*>(arena_.data() + offsets_[w.codes + 1]));
     return Status::Ok();
+  }
+
+  // The device path (shards on a GPU): one batch of every selected weight's
+  // part, prepared at the first refit (the inner source's pointers are
+  // stable from then on); each step one launch, its amax through the host.
+  Status prepare_batch() {
+    if (batch_.jobs() > 0 || weights_.empty()) return Status::Ok();
+    auto* amax = reinterpret_cast<float*>(amax_device_.data());
+    auto* reports = reinterpret_cast<std::uint64_t*>(reports_.data());
+    std::vector<Fp8PartDeviceJob> jobs;
+    for (std::size_t k = 0; k < weights_.size(); ++k) {
+      const ShardedWeight& w = weights_[k];
+      const std::size_t n = w.scales.begin.size();
+      const Fp8OwnedBlocks owned{w.scales.begin[n - 2], w.scales.end[n - 2] - w.scales.begin[n - 2],
+                                 w.scales.begin[n - 1], w.scales.end[n - 1] - w.scales.begin[n - 1]};
+      jobs.push_back({part_of(w), owned, amax + w.amax_at, reinterpret_cast<std::uint8_t*>(arena() + offsets_[w.codes]),
+                      reinterpret_cast<float*>(arena() + offsets_[w.codes + 1]), reports + k});
+    }
+    ASSIGN_OR_RETURN(batch_, Fp8PartDeviceBatch::Prepare(jobs, inner_->device()));
+    return Status::Ok();
+  }
+
+  Status partial_amax_on_device(std::uint64_t version) {
+    RETURN_IF_ERROR(prepare_batch());
+    RETURN_IF_ERROR(device_memset(reports_.data(), 0xFF, 8 * weights_.size()));
+    RETURN_IF_ERROR(batch_.launch_amax(stream_.handle()));
+    RETURN_IF_ERROR(stream_.synchronize());
+    std::vector<std::uint64_t> reports(weights_.size());
+    RETURN_IF_ERROR(copy_device_to_host({reinterpret_cast<std::byte*>(reports.data()), 8 * reports.size()},
+                                        reports_.data()));
+    for (std::size_t k = 0; k < weights_.size(); ++k) {
+      const std::string& name = inner_->model().weights[weights_[k].source].spec.name;
+      RETURN_IF_ERROR(fp8_part_nonfinite_status(part_of(weights_[k]), reports[k])
+                          .WithContext("tensor '" + name + "' at weight version " + std::to_string(version)));
+    }
+    RETURN_IF_ERROR(copy_device_to_host(std::as_writable_bytes(std::span(amax_host_)), amax_device_.data()));
+    for (ShardedWeight& w : weights_) {
+      std::copy_n(amax_host_.begin() + static_cast<std::ptrdiff_t>(w.amax_at), w.amax.size(), w.amax.begin());
+    }
+    return Status::Ok();
+  }
+
+  Status quantize_on_device() {
+    for (const ShardedWeight& w : weights_) {
+      std::copy(w.amax.begin(), w.amax.end(), amax_host_.begin() + static_cast<std::ptrdiff_t>(w.amax_at));
+    }
+    RETURN_IF_ERROR(copy_host_to_device(amax_device_.data(), std::as_bytes(std::span(amax_host_))));
+    RETURN_IF_ERROR(batch_.launch_quantize(stream_.handle()));
+    return stream_.synchronize();
   }
 
   // The scales of the blocks whose first element this rank holds, from the
@@ -200,7 +291,13 @@ class QuantizingShards final : public QuantizedView, public AmaxExchangeSteps {
 
   std::vector<Layout> layouts_;         // the inner source's, one per trainer weight
   std::vector<ShardedWeight> weights_;  // the selected weights, in engine order
-  std::vector<std::byte> arena_;        // this rank's codes and scales
+  std::vector<std::byte> arena_;        // this rank's codes and scales (host shards)
+  // Device shards: the codes and scales, every weight's per-block amax and
+  // non-finite report, and the batch of their parts.
+  DeviceBuffer device_arena_, amax_device_, reports_;
+  CudaStream stream_;
+  Fp8PartDeviceBatch batch_;
+  std::vector<float> amax_host_;  // every weight's amax (at amax_at), staged through the host
 };
 
 }  // namespace
@@ -208,11 +305,6 @@ class QuantizingShards final : public QuantizedView, public AmaxExchangeSteps {
 StatusOr<std::unique_ptr<WeightSource>> with_sharded_quantization(std::unique_ptr<WeightSource> shards,
                                                                   const QuantizeSpec& spec, int engine_ranks,
                                                                   int rank) {
-  if (shards->memory() == MemoryKind::kCuda) {
-    return InvalidArgument("--quantize " + spec.ToString() +
-                           " with a sharded trainer whose shards are on the GPU (--device cuda): not built yet; "
-                           "the CPU path is (--device host), and full trainer ranks quantize on the GPU");
-  }
   ASSIGN_OR_RETURN(QuantizedModel quantized, quantize_model(shards->model(), spec, engine_ranks));
   auto view = std::make_unique<QuantizingShards>(std::move(shards), std::move(quantized));
   RETURN_IF_ERROR(view->allocate(rank));

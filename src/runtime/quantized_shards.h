@@ -19,11 +19,14 @@
 // its box holds). The sharded plan cuts them as any other tensors, so the
 // link carries the quantized bytes from the rank that made them.
 //
-// The CPU path only (host shards; the reference of the format): shards on
-// a GPU are refused at setup, naming the setting.
+// Host shards take the CPU reference (quant/fp8_part.h, threads over the
+// weights); shards on a GPU the kernels of cuda/fp8_part.h, one launch per
+// step for all of the rank's weights, their per-block amax through the
+// host (a float per 128 x 128 block) for the exchange and the checks.
 //
-// Memory: one host arena of this rank's codes and scales (about half its
-// selected shards' bytes), allocated once.
+// Memory: one arena of this rank's codes and scales (about half its
+// selected shards' bytes), allocated once in the shards' memory; on the GPU
+// also a float per touched block and a word per weight.
 #pragma once
 
 #include <cstdint>
@@ -56,7 +59,7 @@ class AmaxExchangeSteps {
 
 // The view of trainer rank `rank`'s `shards` (a source whose
 // trainer_layouts() are set) under `spec` for `engine_ranks` engine ranks.
-// Errors: quantize_model's (naming the tensor), shards on a GPU.
+// Errors: quantize_model's (naming the tensor).
 StatusOr<std::unique_ptr<WeightSource>> with_sharded_quantization(std::unique_ptr<WeightSource> shards,
                                                                   const QuantizeSpec& spec, int engine_ranks,
                                                                   int rank);
