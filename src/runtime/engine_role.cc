@@ -182,9 +182,14 @@ Status run_engine(const EngineOptions& options) {
   if (options.readers > 0) {  // from setup on: the content's seed is the job's
     local.readers = std::make_unique<WeightReaders>(
         *local.engine, options.readers, local.choice.model.weights.size(),
-        [&options, &local, seed = rank->seed()](std::size_t index, std::uint64_t version) {
-          return served_weight_is_version(local.choice.model, index, *local.engine, options.rank,
-                                          options.engine_ranks, local.on_device, version, seed);
+        [&options, &local, seed = rank->seed()](std::size_t index, std::uint64_t version) -> StatusOr<bool> {
+          const ModelChoice& c = local.choice;
+          if (c.quantized.sources.empty()) {
+            return served_weight_is_version(c.model, index, *local.engine, options.rank, options.engine_ranks,
+                                            local.on_device, version, seed);
+          }
+          return served_quantized_weight_is_version(c.unquantized, c.quantized, index, *local.engine, options.rank,
+                                                    options.engine_ranks, local.on_device, version, seed);
         });
   }
   RefitTally tally;

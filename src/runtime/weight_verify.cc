@@ -111,16 +111,21 @@ Status verify_checkpoint(const Model& model, const Checkpoint& checkpoint, const
 
 namespace {
 
+// Which of an engine's weights a check reads: those the refit landed (a
+// verification) or those served (a reader's check).
+enum class HeldWeights { kLanded, kServed };
+
 // Weight i of an FP8 engine rank against its source's expected bytes.
 Status verify_quantized_weight(const Model& unquantized, const QuantizedModel& quantized, std::size_t i,
                                const Checkpoint* checkpoint, const ReferenceEngine& engine, int rank, int ranks,
-                               bool on_device, std::uint64_t version, std::uint64_t seed) {
+                               bool on_device, std::uint64_t version, std::uint64_t seed, HeldWeights which) {
   const std::string name = "engine rank " + std::to_string(rank);
   const QuantSource& q = quantized.sources[i];
   const Weight& source = unquantized.weights[q.source];
   const Weight& held_weight = quantized.engine.weights[i];
   if (shard_spec(held_weight, rank, ranks).nbytes() == 0) return Status::Ok();  // an expert it does not own
-  const std::byte* held = engine.landed_weight(rank, held_weight.spec.name);
+  const std::byte* held = which == HeldWeights::kLanded ? engine.landed_weight(rank, held_weight.spec.name)
+                                                        : engine.weight(rank, held_weight.spec.name);
   if (held == nullptr) return Internal(name + " holds no weight '" + held_weight.spec.name + "'");
   std::vector<std::byte> full;
   const std::byte* expected = nullptr;  // the source's full tensor
@@ -165,7 +170,7 @@ Status verify_quantized(const Model& unquantized, const QuantizedModel& quantize
   auto work = [&](unsigned t) {
     for (std::size_t i = t; i < n; i += threads) {
       results[i] = verify_quantized_weight(unquantized, quantized, i, checkpoint, engine, rank, ranks, on_device,
-                                           version, seed);
+                                           version, seed, HeldWeights::kLanded);
     }
   };
   std::vector<std::thread> workers;
@@ -175,6 +180,17 @@ Status verify_quantized(const Model& unquantized, const QuantizedModel& quantize
   for (const Status& s : results) RETURN_IF_ERROR(s);  // the first tensor in stream order
   if (checkpoint != nullptr) return checkpoint->check_unchanged();
   return Status::Ok();
+}
+
+StatusOr<bool> served_quantized_weight_is_version(const Model& unquantized, const QuantizedModel& quantized,
+                                                  std::size_t index, const ReferenceEngine& engine, int rank,
+                                                  int ranks, bool on_device, std::uint64_t version,
+                                                  std::uint64_t seed) {
+  const Status same = verify_quantized_weight(unquantized, quantized, index, nullptr, engine, rank, ranks, on_device,
+                                              version, seed, HeldWeights::kServed);
+  if (same.code() == StatusCode::kDataLoss) return false;
+  RETURN_IF_ERROR(same);
+  return true;
 }
 
 Status verify_engine_weights(const ModelChoice& choice, const ReferenceEngine& engine, int rank, int ranks,

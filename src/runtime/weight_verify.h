@@ -31,6 +31,15 @@ StatusOr<bool> served_weight_is_version(const Model& model, std::size_t index, c
                                         int rank, int ranks, bool on_device, std::uint64_t version,
                                         std::uint64_t seed);
 
+// served_weight_is_version for an FP8 engine (--quantize; arguments as
+// verify_quantized's, without a checkpoint): whether weight `index` of
+// `quantized.engine` as served holds what it must after refit `version`
+// (codes and scales of the finite synthetic content, or the copied bytes).
+StatusOr<bool> served_quantized_weight_is_version(const Model& unquantized, const QuantizedModel& quantized,
+                                                  std::size_t index, const ReferenceEngine& engine, int rank,
+                                                  int ranks, bool on_device, std::uint64_t version,
+                                                  std::uint64_t seed);
+
 // Every weight of `rank` as served (ReferenceEngine::weight) holds the
 // synthetic content of `version` for `seed`: DataLoss names the first that
 // does not. What a shadow engine checks after a failed refit.
