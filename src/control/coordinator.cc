@@ -378,6 +378,7 @@ class Coordinator {
     // specs, as a Python engine does, need not name the format; every
     // trainer rank agrees, or the plan digests would differ).
     phase_options.amax_exchange = trainers_[0]->join.layout != "full" && trainers_[0]->join.quantize != "none";
+    phase_options.alternate_arenas = engines_[0]->join.mode == "direct" && engines_[0]->join.shadow;
     RefitPhases phases(phase_options);
     members_ = joined();
     // Setup's linking shares the deadline the joins had.

@@ -101,6 +101,7 @@ StatusOr<Join> decode_join(const Json& m) {
   }
   j.quantize = str(m, "quantize", "none");
   j.quantized_tensors = u64(m, "quantized_tensors");
+  if (auto it = m.find("shadow"); it != m.end()) j.shadow = it->get<bool>();
   ASSIGN_OR_RETURN(j.specs, specs_field(m, "join", "specs"));
   ASSIGN_OR_RETURN(j.rules, rules_field(m, j.specs.size()));
   j.layout = str(m, "layout", "full");
@@ -135,6 +136,7 @@ Json encode_join(const Join& j) {
     m["pool_slots"] = j.pool_slots;
     m["memory_limit"] = j.memory_limit;
     m["supported_dtypes"] = j.supported_dtypes;
+    if (j.shadow) m["shadow"] = true;
     if (j.quantize != "none") {
       m["quantize"] = j.quantize;
       m["quantized_tensors"] = j.quantized_tensors;
@@ -324,7 +326,11 @@ Json encode(const RankMessage& message) {
 
 Json encode(const CoordinatorMessage& message) {
   return std::visit(Overload{[](const Setup& s) { return encode_setup(s); },
-                             [](const Start& s) { return versioned("start", s.version); },
+                             [](const Start& s) {
+                               Json m = versioned("start", s.version);
+                               if (s.arena != 0) m["arena"] = s.arena;
+                               return m;
+                             },
                              [](const Go& g) { return versioned("go", g.version); },
                              [](const Commit& c) { return versioned("commit", c.version); },
                              [](const Abort& a) {
@@ -417,7 +423,7 @@ StatusOr<CoordinatorMessage> decode_coordinator_message(const Json& m) {
     ASSIGN_OR_RETURN(Setup setup, decode_setup(m));
     return CoordinatorMessage(std::move(setup));
   }
-  if (type == "start") return CoordinatorMessage(Start{u64(m, "version")});
+  if (type == "start") return CoordinatorMessage(Start{u64(m, "version"), u64(m, "arena")});
   if (type == "go") return CoordinatorMessage(Go{u64(m, "version")});
   if (type == "commit") return CoordinatorMessage(Commit{u64(m, "version")});
   if (type == "abort") {

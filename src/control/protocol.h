@@ -62,8 +62,9 @@ namespace refit {
 // or a field changes meaning.
 // Version 3 added heartbeat; version 4 setup_failed; version 5 sharded
 // trainers (the join's layout, transfer_digest and feeds; the setup's parts
-// and targets).
-inline constexpr std::uint64_t kControlProtocolVersion = 5;
+// and targets); version 6 shadow weights in direct mode (the engine's join
+// says shadow, start says which arena the trainers write).
+inline constexpr std::uint64_t kControlProtocolVersion = 6;
 
 // How often a side sends a heartbeat, and how long it waits for a word from
 // its peer before it treats the peer as lost (stalled, dead or cut off).
@@ -155,6 +156,10 @@ struct Join {
   // of its weights that converts, for the report. Absent on the wire: none.
   std::string quantize = "none";
   std::uint64_t quantized_tensors = 0;
+  // Engine: it holds shadow weights (--shadow); in direct mode its exposed
+  // memory is both arenas (shadow_arena_stride) and the trainers write the
+  // one each start names. Absent on the wire: false.
+  bool shadow = false;
   // Engine: its stream. Trainer (optional): its plan of the stream of the
   // engine rank it feeds, so that a digest mismatch names the first tensor
   // that differs; empty: not sent.
@@ -253,6 +258,9 @@ struct Setup {
 };
 struct Start {
   std::uint64_t version = 0;
+  // Direct mode over shadow weights: the arena the trainers write (0 or 1,
+  // the one not served; shadow_arena_stride apart). Absent on the wire: 0.
+  std::uint64_t arena = 0;
 };
 struct Go {
   std::uint64_t version = 0;

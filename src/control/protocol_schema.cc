@@ -69,6 +69,7 @@ const std::vector<Schema>& schemas() {
                   {"supported_dtypes", kArr, false, 64, kStr},
                   {"quantize", kStr, false, kMaxDescriptorBytes},
                   {"quantized_tensors", kUint},
+                  {"shadow", kBool},
                   {"specs", kArr},
                   {"rules", kArr, false, 0, kStr},  // one per spec: decode_join checks the count and names
                   {"layout", kStr, false, kMaxNameBytes},
@@ -104,7 +105,8 @@ const std::vector<Schema>& schemas() {
                   {"on_demand", kBool},
                   {"parts", kArr, false, 0, kArr},            // per bucket; shard_json.cc checks each
                   {"targets", kArr, false, kMaxRanks, kObj}}});
-    for (const char* t : {"start", "go", "commit", "relink"}) s.push_back({t, {version}});
+    s.push_back({"start", {version, {"arena", kUint, false, 1}}});
+    for (const char* t : {"go", "commit", "relink"}) s.push_back({t, {version}});
     s.push_back({"abort", {version, error}});
     s.push_back({"shutdown", {{"error", kObj}, {"committed_version", kUint}}});
     s.push_back({"error", {{"error", kObj, true}}});

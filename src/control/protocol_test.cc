@@ -285,6 +285,28 @@ TEST(Protocol, EveryMessageRoundTrips) {
   }
 }
 
+// Direct mode over shadow weights: an engine's join says shadow and a start
+// the arena the trainers write; both absent on the wire mean false and 0,
+// and an arena other than 0 or 1 is refused. Catches: either field dropped
+// by encode or decode (the trainers would write the served arena).
+TEST(Protocol, AShadowEnginesJoinAndAStartsArenaRoundTrip) {
+  Join join;
+  join.role = Role::kEngine;
+  join.shadow = true;
+  auto back = decode_rank_message(encode(RankMessage(join)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(std::get<Join>(*back).shadow);
+  join.shadow = false;
+  EXPECT_FALSE(encode(RankMessage(join)).contains("shadow"));
+  auto start = decode_coordinator_message(encode(CoordinatorMessage(Start{4, 1})));
+  ASSERT_TRUE(start.ok()) << start.status().ToString();
+  EXPECT_EQ(std::get<Start>(*start).arena, 1u);
+  EXPECT_FALSE(encode(CoordinatorMessage(Start{4, 0})).contains("arena"));
+  Json bad = encode(CoordinatorMessage(Start{4, 1}));
+  bad["arena"] = 2;
+  EXPECT_FALSE(decode_coordinator_message(bad).ok());
+}
+
 // The amax exchange's messages keep every entry exactly (bits included:
 // 0x7F7FFFFF is FLT_MAX); an entry that is not [tensor, block, bits] of
 // integers >= 0, or bits above a finite amax, is refused naming the entry.

@@ -433,6 +433,7 @@ void RefitPhases::decide_commit(PhaseTime) {
     (is_trainer(i) ? commit.trainers : commit.engines).push_back(done);
   }
   decided_ = version_;
+  if (options_.alternate_arenas) landing_ = 1 - landing_;  // the engines serve what landed
   in_flight_ = false;
   out_.push_back(std::move(commit));
   out_.push_back(SendAll{Commit{version_}});
@@ -445,7 +446,7 @@ void RefitPhases::begin_refit(std::uint64_t version, PhaseTime now) {
   for (Member& m : members_) m = Member{};
   deadline_ = now + std::chrono::duration_cast<PhaseClock::duration>(
                         std::chrono::duration<double>(options_.refit_timeout_s));
-  out_.push_back(SendAll{Start{version}});
+  out_.push_back(SendAll{Start{version, options_.alternate_arenas ? landing_ : 0}});
   enter(Phase::kPrepare, Step::kReady);
 }
 

@@ -72,6 +72,9 @@ struct PhaseOptions {
   // and sends Replaced) instead of setup_timeout_s. 0: a lost rank ends the
   // job, as it always does in scheduled jobs.
   double trainer_replace_timeout_s = 0;
+  // Direct mode over shadow weights: each start names the arena the
+  // trainers write (Start::arena), 1 first, the other after each commit.
+  bool alternate_arenas = false;
 };
 
 using PhaseClock = std::chrono::steady_clock;
@@ -209,6 +212,7 @@ class RefitPhases {
   Step awaited_ = Step::kLinked;
   std::uint64_t version_ = 0;   // the refit in flight (or last run)
   std::uint64_t decided_ = 0;   // the last version decided committed
+  std::uint64_t landing_ = 1;   // alternate_arenas: the arena the next start names
   bool in_flight_ = true;       // setup or refit version_ undecided: a failure aborts it
   PhaseTime deadline_ = PhaseTime::max();
   PhaseTime go_time_{}, last_sent_{};

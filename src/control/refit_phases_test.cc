@@ -19,8 +19,11 @@ using namespace std::chrono_literals;
 // the actions the machine returned so far.
 class Job {
  public:
-  explicit Job(int refits = 2, bool amax_exchange = false, double replace_timeout_s = 0) : phases_([&] {
+  explicit Job(int refits = 2, bool amax_exchange = false, double replace_timeout_s = 0,
+               bool alternate_arenas = false)
+      : phases_([&] {
     PhaseOptions o;
+    o.alternate_arenas = alternate_arenas;
     o.trainer_replace_timeout_s = replace_timeout_s;
     o.trainer_ranks = 2;
     o.engine_ranks = 2;
@@ -123,6 +126,32 @@ TEST(RefitPhases, NormalRefitsRunEveryStepInOrder) {
   ASSERT_TRUE(job.Ended().has_value());
   EXPECT_TRUE(job.Ended()->ok()) << job.Ended()->ToString();
   EXPECT_EQ(job.phases().committed_version(), 2u);
+}
+
+// Direct mode over shadow weights: the first start names arena 1 (the
+// engines serve arena 0), each commit flips it, an aborted refit does not
+// (its engines still serve what they served); without shadow every start
+// names arena 0. Catches: a flip at the abort, none at a commit, an arena
+// named in a job without shadow. Tried once: no flip at the commit failed.
+TEST(RefitPhases, StartsNameTheArenaNotServedFlippingOnlyAtACommit) {
+  for (bool alternate : {true, false}) {
+    Job job(3, false, 0, alternate);
+    job.LinkAll();
+    job.UpToDone(1);
+    job.All([] { return RankMessage(Committed{1}); });
+    job.All([] { return RankMessage(Ready{2}); });
+    job.Send(3, Failed{2, DataLoss("tensor 'w' is wrong")});
+    job.Wait(600ms);
+    for (int m = 0; m < 4; ++m) job.Send(m, Linked{1, m >= 2 ? std::optional<bool>(true) : std::nullopt});
+    job.UpToDone(3);
+    job.All([] { return RankMessage(Committed{3}); });
+    ASSERT_TRUE(job.Ended().has_value() && job.Ended()->ok()) << (job.Ended() ? job.Ended()->ToString() : "");
+    std::vector<std::uint64_t> arenas;
+    for (const SendAll& s : job.Of<SendAll>()) {
+      if (const auto* start = std::get_if<Start>(&s.message)) arenas.push_back(start->arena);
+    }
+    EXPECT_EQ(arenas, alternate ? (std::vector<std::uint64_t>{1, 0, 0}) : (std::vector<std::uint64_t>{0, 0, 0}));
+  }
 }
 
 // Catches: a rank's failure that ends the job instead of aborting the refit

@@ -49,6 +49,15 @@ Status check_agreement(const std::vector<Join>& trainers, const std::vector<Join
       }
     }
   }
+  // Direct mode writes into whichever arena start names: every engine rank
+  // must hold two, or none.
+  for (const Join& j : engines) {
+    if (first.mode == "direct" && j.shadow != first.shadow) {
+      return FailedPrecondition(std::string("shadow differs in direct mode: ") + first_name + " has " +
+                                (first.shadow ? "--shadow" : "no --shadow") + ", " + rank_name(j.role, j.rank) +
+                                " has " + (j.shadow ? "--shadow" : "no --shadow"));
+    }
+  }
   if (first.trainer_ranks != trainers.size() || first.engine_ranks != engines.size()) {
     return FailedPrecondition("the ranks were started for " + std::to_string(first.trainer_ranks) + " trainer and " +
                               std::to_string(first.engine_ranks) + " engine ranks, the coordinator for " +
