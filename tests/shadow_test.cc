@@ -87,10 +87,6 @@ TEST(ShadowDemo, WithoutShadowTheEngineHoldsOneArenaAndSaysSo) {
 }
 
 TEST(ShadowDemo, SettingsThatCannotHoldAreRefusedNamingThem) {
-  // Refused for the mode, whatever the transport (shm cannot do direct mode either).
-  auto direct = run_refit({"demo", "--model", "tiny", "--shadow", "--mode", "direct"});
-  EXPECT_NE(direct.exit_code, 0);
-  EXPECT_NE(direct.err.find("--shadow needs --mode staged"), std::string::npos) << direct.err;
   auto small = run_refit({"demo", "--model", "tiny", "--engine-ranks", "1", "--shadow", "--memory-limit", "4MiB",
                           "--bucket-size", "1MiB", "--timeout", "60"});
   EXPECT_NE(small.exit_code, 0);

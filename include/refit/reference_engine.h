@@ -81,6 +81,12 @@ struct ReferenceEngineOptions {
 // function of the specs: trainers writing in direct mode compute the same.
 std::vector<std::uint64_t> weight_arena_offsets(const std::vector<TensorSpec>& stream, std::uint64_t* total);
 
+// Shadow weights in direct mode: an engine rank's two arenas lie in one
+// region, arena k at k * shadow_arena_stride(stream) (weight_arena_offsets'
+// total, a multiple of kPlanAlignment), and the trainers write the arena
+// each start names (protocol Start::arena).
+std::uint64_t shadow_arena_stride(const std::vector<TensorSpec>& stream);
+
 class ReferenceEngine : public Engine {
  public:
   // streams[r] = rank r's specs (all ranks of the engine, in TP order);
@@ -110,7 +116,9 @@ class ReferenceEngine : public Engine {
   // shadow, no apply) can happen: the reads of weight() inside it see one
   // version's arena. Thread-safe.
   void read_active(const std::function<void(std::uint64_t version)>& pass) const;
-  // The arena of hosted rank `rank` (for direct mode), or nullptr.
+  // The memory direct mode exposes for hosted rank `rank` (nullptr for
+  // another): its arena, or in shadow mode both arenas in one region (arena
+  // k at k * shadow_arena_stride), and that region's bytes.
   std::byte* arena(int rank);
   std::uint64_t arena_bytes(int rank) const;
   // Bytes of weight memory held for every hosted rank: both arenas in

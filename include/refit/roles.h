@@ -197,11 +197,6 @@ struct EngineOptions : RankOptions {
 // CUDA device (...)" otherwise). Errors name the setting.
 Status validate_rank_settings(const RankOptions& options, bool engine);
 
-// --shadow and --readers against the settings that need no model: shadow
-// weights need --mode staged, readers a model without --quantize (a
-// checkpoint model is refused when it is opened). Errors name the settings.
-Status validate_shadow_settings(const EngineOptions& options);
-
 // Tells the coordinator at options.coordinator that this rank (rank
 // options.rank: an engine rank when `engine`, else a trainer rank) failed
 // its setup before it joined, and why (`error`), so that the coordinator

@@ -42,12 +42,21 @@ std::vector<std::uint64_t> weight_arena_offsets(const std::vector<TensorSpec>& s
   return offsets;
 }
 
+std::uint64_t shadow_arena_stride(const std::vector<TensorSpec>& stream) {
+  std::uint64_t total = 0;
+  (void)weight_arena_offsets(stream, &total);
+  return total;
+}
+
 // One hosted rank's weights: a host vector or a device buffer, allocated once.
+// Arena 0 owns its rank's memory, in shadow mode both arenas' (arena 1 is
+// a view into it at `bytes`, so direct mode exposes one region).
 struct ReferenceEngine::Arena {
   std::vector<std::byte> host;
   DeviceBuffer device;
-  std::uint64_t bytes = 0;
-  std::byte* data() { return device.data() != nullptr ? device.data() : host.data(); }
+  std::byte* view = nullptr;  // arena 1 in shadow mode
+  std::uint64_t bytes = 0;    // of this arena
+  std::byte* data() { return view != nullptr ? view : device.data() != nullptr ? device.data() : host.data(); }
 };
 
 StatusOr<std::unique_ptr<ReferenceEngine>> ReferenceEngine::Create(std::vector<std::vector<TensorSpec>> streams,
@@ -210,16 +219,20 @@ Status ReferenceEngine::allocate() {
     std::uint64_t bytes = 0;
     std::vector<std::uint64_t> offsets = weight_arena_offsets(streams_[r], &bytes);
     for (std::size_t i = 0; i < streams_[r].size(); ++i) offsets_[r][streams_[r][i].name] = offsets[i];
-    for (int k = 0; k < (options_.shadow ? 2 : 1); ++k) {
-      auto arena = std::make_unique<Arena>();
-      arena->bytes = bytes;
-      if (options_.memory == MemoryKind::kCuda) {
-        ASSIGN_OR_RETURN(arena->device, DeviceBuffer::Allocate(options_.device, std::max<std::uint64_t>(bytes, 1)));
-      } else {
-        arena->host.resize(bytes);
-      }
-      arenas_[k][r] = std::move(arena);
+    const std::uint64_t region = (options_.shadow ? 2 : 1) * bytes;
+    auto arena = std::make_unique<Arena>();
+    arena->bytes = bytes;
+    if (options_.memory == MemoryKind::kCuda) {
+      ASSIGN_OR_RETURN(arena->device, DeviceBuffer::Allocate(options_.device, std::max<std::uint64_t>(region, 1)));
+    } else {
+      arena->host.resize(region);
     }
+    if (options_.shadow) {
+      arenas_[1][r] = std::make_unique<Arena>();
+      arenas_[1][r]->view = arena->data() + bytes;
+      arenas_[1][r]->bytes = bytes;
+    }
+    arenas_[0][r] = std::move(arena);
     if (options_.memory == MemoryKind::kCuda && !copier_) {
       ASSIGN_OR_RETURN(BatchedCopier copier, BatchedCopier::Create(options_.device));
       copier_ = std::make_unique<BatchedCopier>(std::move(copier));
@@ -397,13 +410,13 @@ std::byte* ReferenceEngine::mutable_weight(int rank, const std::string& name) {
 }
 
 std::byte* ReferenceEngine::arena(int rank) {
-  if (rank < 0 || rank >= static_cast<int>(arenas_[active_].size()) || !arenas_[active_][rank]) return nullptr;
-  return arenas_[active_][rank]->data();
+  if (rank < 0 || rank >= static_cast<int>(arenas_[0].size()) || !arenas_[0][rank]) return nullptr;
+  return arenas_[0][rank]->data();
 }
 
 std::uint64_t ReferenceEngine::arena_bytes(int rank) const {
   if (rank < 0 || rank >= static_cast<int>(arenas_[0].size()) || !arenas_[0][rank]) return 0;
-  return arenas_[0][rank]->bytes;
+  return (options_.shadow ? 2 : 1) * arenas_[0][rank]->bytes;
 }
 
 std::uint64_t ReferenceEngine::weight_memory_bytes() const {

@@ -72,6 +72,10 @@ struct SenderContext {
   // Direct mode: each tensor's offset in the engine's weight arena
   // (weight_arena_offsets of the plan's specs). Empty when staged.
   std::vector<std::uint64_t> arena_offsets;
+  // Direct mode over shadow weights: where this refit's arena begins in the
+  // engine's exposed region (Start::arena * shadow_arena_stride), set by the
+  // rank before each refit's first bucket. Null: 0.
+  const std::uint64_t* landing = nullptr;
   // Sharded trainers (issue 19): the fed engine rank's bucket feed
   // (reshard/bucket_feed.h) and this rank's trainer rank in it; the source
   // then holds local shards, and each bucket carries only this rank's

@@ -148,12 +148,11 @@ class EngineRank::Impl {
       return InvalidArgument("--device " + options_.device + " but the engine's weights are in " +
                              (on_device_ ? "device" : "host") + " memory");
     }
-    if (direct_ && binding_.shadow) return FailedPrecondition(name() + ": shadow weights need staged mode");
-    if (direct_) {
-      std::uint64_t need = 0;
-      (void)weight_arena_offsets(binding_.stream, &need);
+    if (direct_) {  // with shadow weights both arenas, shadow_arena_stride apart
+      const std::uint64_t need = (binding_.shadow ? 2 : 1) * shadow_arena_stride(binding_.stream);
       if (binding_.arena == nullptr || binding_.arena_bytes < need) {
-        return InvalidArgument("direct mode needs the engine's weight arena (" + std::to_string(need) +
+        return InvalidArgument("direct mode needs the engine's weight arena" +
+                               std::string(binding_.shadow ? "s (two, shadow weights: " : " (") + std::to_string(need) +
                                " bytes laid out by weight_arena_offsets), got " + std::to_string(binding_.arena_bytes));
       }
     }
@@ -196,6 +195,7 @@ class EngineRank::Impl {
     join.plan_digest = plan_.digest_hex();
     join.quantize = options_.quantize;
     join.quantized_tensors = binding_.quantized_tensors;
+    join.shadow = binding_.shadow;
     join.data_address = listener_->address();
     join.descriptor = descriptor;
     join.pool_slots = direct_ ? 2 : static_cast<std::uint64_t>(std::max(options_.pool_slots, 0));

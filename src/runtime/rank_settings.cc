@@ -68,12 +68,4 @@ Status validate_rank_settings(const RankOptions& o, bool engine) {
   return Status::Ok();
 }
 
-Status validate_shadow_settings(const EngineOptions& o) {
-  if (o.shadow && o.mode == "direct") {
-    return FailedPrecondition("--shadow needs --mode staged: in direct mode the trainers write into the served "
-                              "weights themselves (shadow weights for direct mode are not built yet)");
-  }
-  return Status::Ok();
-}
-
 }  // namespace refit

@@ -75,6 +75,7 @@ Status ShardChannel::make_sender(const WeightSource* source, SenderSettings sett
   context.feed_rank = options_.rank;
   context.registrations = std::move(registrations);
   if (settings.direct) context.arena_offsets = weight_arena_offsets(fed_->plan.specs, nullptr);
+  context.landing = &landing_;
   settings.capabilities = transport_->capabilities();
   ASSIGN_OR_RETURN(sender_, make_bucket_sender(std::move(context), settings));
   return Status::Ok();
@@ -120,6 +121,8 @@ Status ShardChannel::inject_faults(std::uint64_t version, std::uint64_t bucket) 
   }
   return Status::Ok();
 }
+
+void ShardChannel::land_in(std::uint64_t arena) { landing_ = arena * shadow_arena_stride(fed_->plan.specs); }
 
 Status ShardChannel::relink(Deadline deadline) {
   ASSIGN_OR_RETURN(auto fresh, connect(deadline));

@@ -61,6 +61,9 @@ class ShardChannel final : public BucketProtocol {
   void abandon() { sender_->abandon(); }
   // On the coordinator's relink: a fresh data link and the hello again.
   Status relink(Deadline deadline);
+  // Direct mode over shadow weights: the coming refit writes arena `arena`
+  // (Start::arena) of the fed engine rank's region.
+  void land_in(std::uint64_t arena);
   void shutdown_link();
 
   // BucketProtocol
@@ -83,6 +86,7 @@ class ShardChannel final : public BucketProtocol {
   std::mutex link_mu_;  // shutdown_link() vs relink()'s adopt()
   std::unique_ptr<Link> link_;
   std::unique_ptr<RemoteTarget> target_;  // uses link_: declared after it
+  std::uint64_t landing_ = 0;             // the sender's SenderContext::landing
   std::unique_ptr<BucketSender> sender_;  // uses both: destroyed first
 };
 

@@ -26,6 +26,7 @@
 #include "runtime/quantized_source.h"
 #include "runtime/setup_failure.h"
 #include "runtime/shard_channel.h"
+#include "runtime/trainer_join.h"
 #include "runtime/trainer_share.h"
 #include "transport/transport.h"
 #include "refit/log.h"
@@ -59,6 +60,7 @@ class TrainerRank::Impl : public BucketProtocol {
         log(LogLevel::kInfo, name(), tally_.summary("sent", "committed"));  // the job ended well
         return Status::Ok();
       }
+      land_in(start->arena);
       Status status = refit_or_report(start->version);
       if (!status.ok() && !recovered_) return status;
     }
@@ -89,6 +91,7 @@ class TrainerRank::Impl : public BucketProtocol {
                                 " but the coordinator started " + std::to_string(started) +
                                 " (every trainer rank must ask for the same version)");
     }
+    land_in(start->arena);
     return refit_or_report(version, called);
   }
 
@@ -108,6 +111,13 @@ class TrainerRank::Impl : public BucketProtocol {
   bool recovered() const { return recovered_; }
 
   std::string name() const { return "trainer rank " + std::to_string(options_.rank); }
+
+  // Direct mode over shadow weights: the arena the coming refit writes
+  // (Start::arena; 0 otherwise), in the engine rank's region or each fed one's.
+  void land_in(std::uint64_t arena) {
+    landing_ = arena * shadow_arena_stride(plan_.specs);
+    for (auto& channel : channels_) channel->land_in(arena);
+  }
 
   // Tells the coordinator why setup failed (runtime/setup_failure.h): by a
   // SetupFailed before joining, a Failed after; not while joining (the
@@ -150,7 +160,9 @@ class TrainerRank::Impl : public BucketProtocol {
 
     stage_ = SetupStage::kJoining;
     ASSIGN_OR_RETURN(client_, ControlClient::Connect(options_.coordinator, Secret(options_.secret), deadline));
-    ASSIGN_OR_RETURN(Setup setup, client_->join(make_join(model), deadline));
+    const TrainerJoinFacts facts{&model,   &plan_, engine_rank_, source_on_device_, source_->device(),
+                                 &layout_, sharded_ ? &*sharded_ : nullptr};
+    ASSIGN_OR_RETURN(Setup setup, client_->join(trainer_join(options_, facts), deadline));
     stage_ = SetupStage::kJoined;
     // From its Setup on, the coordinator and this rank watch each other's
     // heartbeats; an abort closes the data link, waking any wait on it.
@@ -203,40 +215,6 @@ class TrainerRank::Impl : public BucketProtocol {
     return client_->send(Linked{});
   }
 
-  // This rank's join: its settings, plan digest, and the specs and shard rules of the engine rank's
-  // stream (so that a digest mismatch names the first differing tensor and how each side cut it).
-  refit::Join make_join(const Model& model) const {
-    refit::Join join;
-    join.role = Role::kTrainer;
-    join.rank = options_.rank;
-    join.pid = ::getpid();
-    join.device = source_on_device_ ? "cuda" : "cpu";
-    join.mode = options_.mode;
-    join.trainer_ranks = static_cast<std::uint64_t>(options_.trainer_ranks);
-    join.engine_ranks = static_cast<std::uint64_t>(options_.engine_ranks);
-    join.bucket_size = options_.bucket_size;
-    join.transport = options_.transport;
-    if (sharded_) {
-      // The caller's own layouts: their transfer digest says the rest.
-      join.layout = layout_.full ? "per-tensor:" + std::to_string(options_.trainer_ranks) : layout_.ToString();
-      join.transfer_digest = sharded_->transfer.digest_hex();
-      join.feeds = sharded_feeds(*sharded_, options_.rank);
-      join.stream_dtypes = sharded_stream_dtypes(*sharded_);
-      join.quantize = options_.quantize;  // sharded and quantizing: the coordinator runs the amax exchange
-      return join;
-    }
-    join.engine_rank = static_cast<std::uint64_t>(engine_rank_);
-    join.plan_digest = plan_.digest_hex();
-    join.specs = plan_.specs;  // and the rule that cut each (engine_stream: one spec per weight, model order)
-    for (const Weight& w : model.weights) join.rules.push_back(w.rule);
-    for (const TensorSpec& s : plan_.specs) join.stream_dtypes.emplace(std::string(dtype_name(s.dtype)), s.name);
-    // Which GPU this rank uses (the coordinator warns where two ranks share one); a rank that cannot tell says nothing.
-    if (source_on_device_) {
-      if (auto uuid = cuda_device_uuid(source_->device()); uuid.ok()) join.gpu = *uuid;
-    }
-    return join;
-  }
-
  private:
   // A data-plane connection to the engine rank (setup and recovery),
   // authenticated both ways with the job's secret in the data context of
@@ -286,6 +264,7 @@ class TrainerRank::Impl : public BucketProtocol {
     // Direct mode writes into the engine's weight arena, laid out the same
     // way from the engine rank's stream.
     if (direct_) context.arena_offsets = weight_arena_offsets(plan_.specs, nullptr);
+    context.landing = &landing_;
     SenderSettings settings;
     settings.direct = direct_;
     settings.weights_on_device = source_on_device_;
@@ -556,6 +535,7 @@ class TrainerRank::Impl : public BucketProtocol {
   std::optional<TrainerRefitReport> last_refit_;  // the last committed refit's
   RefitTally tally_;                              // every committed refit, for the summary line
   double credit_wait_s_ = 0;                      // this refit's waits for credits, so far
+  std::uint64_t landing_ = 0;                     // the senders' SenderContext::landing
   // How this rank's buckets move (chosen once at setup; uses target_ and
   // link_, so declared after them: destroyed first).
   std::unique_ptr<BucketSender> sender_;

@@ -81,12 +81,6 @@ namespace {
 
 // Settings that no process could run with: refused before any starts.
 Status check_settings(const DemoOptions& o, int trainers) {
-  EngineOptions engine;  // --shadow and --readers conflict with a mode or --quantize, whatever the transport
-  engine.mode = o.mode;
-  engine.quantize = o.quantize;
-  engine.shadow = o.shadow;
-  engine.readers = o.readers;
-  RETURN_IF_ERROR(validate_shadow_settings(engine));
   RankOptions settings;
   settings.transport = o.transport;
   settings.device = o.device;

@@ -50,7 +50,7 @@ class DeviceDirectSender final : public BucketSender {
   }
 
   Status send(std::uint64_t, std::uint64_t j, Deadline) override {
-    std::byte* arena = c_.target->mapped_slot(0);
+    std::byte* arena = landing_arena(c_);
     if (arena == nullptr) return Internal(bucket_where(c_, j) + ": the engine's exposed weights are not mapped");
     if (quant_) {
       append_copied_entries(j, arena);
@@ -116,7 +116,7 @@ class DeviceDirectSender final : public BucketSender {
   // prepared again only when the arena's mapping moved (after a relink) or
   // the tensors differ.
   Status launch_quantization() {
-    std::byte* arena = c_.target->mapped_slot(0);
+    std::byte* arena = landing_arena(c_);
     if (arena != batch_arena_ || quantized_ != batch_tensors_) {
       std::vector<Fp8DeviceJob> jobs;
       for (const std::size_t codes : quantized_) {

@@ -13,7 +13,7 @@ class HostDirectSender final : public BucketSender {
   explicit HostDirectSender(SenderContext c) : c_(std::move(c)) {}
 
   Status send(std::uint64_t version, std::uint64_t j, Deadline deadline) override {
-    std::byte* arena = c_.target->mapped_slot(0);
+    std::byte* arena = landing_arena(c_);
     if (arena == nullptr) return Internal(bucket_where(c_, j) + ": the engine's exposed weights are not mapped");
     runs_.clear();
     append_arena_runs(c_, j, arena, &runs_);

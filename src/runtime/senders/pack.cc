@@ -14,6 +14,11 @@ constexpr unsigned kPackThreads = 14;
 
 }  // namespace
 
+std::byte* landing_arena(const SenderContext& c) {
+  std::byte* region = c.target->mapped_slot(0);
+  return region == nullptr ? nullptr : region + landing_offset(c);
+}
+
 std::string bucket_where(const SenderContext& c, std::uint64_t bucket) {
   return c.name + ", bucket " + std::to_string(bucket);
 }

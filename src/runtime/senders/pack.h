@@ -30,6 +30,12 @@ void append_slot_runs(const SenderContext& c, std::uint64_t bucket, std::byte* s
 // overwrites another's part with its staging buffer's bytes.
 std::vector<std::pair<std::uint64_t, std::uint64_t>> slot_ranges(const SenderContext& c, std::uint64_t bucket);
 
+// Direct mode: this refit's arena in the engine's mapped region (its start
+// plus *c.landing), or null when the region is not mapped.
+std::byte* landing_arena(const SenderContext& c);
+// The same offset, for senders that address the region remotely.
+inline std::uint64_t landing_offset(const SenderContext& c) { return c.landing != nullptr ? *c.landing : 0; }
+
 // The same entries laid out as in the engine's weight arena (direct mode):
 // each at `arena + arena_offsets[tensor] + tensor_offset`.
 void append_arena_runs(const SenderContext& c, std::uint64_t bucket, std::byte* arena, std::vector<CopyRun>* runs);

@@ -24,7 +24,7 @@ class PinnedDirectSender final : public BucketSender {
 
   Status send(std::uint64_t version, std::uint64_t j, Deadline deadline) override {
     const std::string where = bucket_where(c_, j);
-    std::byte* arena = c_.target->mapped_slot(0);
+    std::byte* arena = landing_arena(c_);
     if (arena == nullptr) return Internal(where + ": the device target has no mapped slot");
     runs_.clear();
     append_slot_runs(c_, j, pinned_.data(), &runs_);

@@ -131,7 +131,8 @@ class RemoteWriteSender final : public BucketSender {
       while (k < ranges.size() && ranges[k].second <= e.bucket_offset) ++k;
       for (std::size_t i = k; i < ranges.size() && ranges[i].first < e_end; ++i) {
         const std::uint64_t lo = std::max(ranges[i].first, e.bucket_offset), hi = std::min(ranges[i].second, e_end);
-        const std::uint64_t to = c_.arena_offsets[e.tensor] + e.tensor_offset + (lo - e.bucket_offset);
+        const std::uint64_t to =
+            landing_offset(c_) + c_.arena_offsets[e.tensor] + e.tensor_offset + (lo - e.bucket_offset);
         if (n > 0 && to == at + n && lo == offset + n) {  // continues the last write on both sides
           n += hi - lo;
           continue;
