@@ -70,7 +70,8 @@ struct EngineBinding {
   // fp32 (EngineOptions::quantize names the conversion), for the report.
   std::uint64_t quantized_tensors = 0;
   // The engine serves from shadow weights (a refit lands in an arena not
-  // served until its commit): staged mode only. For the report.
+  // served until its commit; in direct mode both arenas are exposed as one
+  // region). For the report.
   bool shadow = false;
   // Reader threads beside the engine (EngineOptions::readers): their counts
   // so far, sent with each refit's done; empty: no readers.

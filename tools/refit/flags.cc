@@ -309,7 +309,8 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o, std::string& secret_file)
 void add_shadow_flags(CLI::App& cmd, bool& shadow, int& readers) {
   cmd.add_flag("--shadow", shadow,
                "Shadow weights: a refit lands in a second weight arena and the commit flips it into service between "
-               "two reads, so readers never see a mixture of versions (twice the weight memory; staged mode)");
+               "two reads, so readers never see a mixture of versions (twice the weight memory; staged or direct "
+               "mode)");
   cmd.add_option("--readers", readers,
                  "Reader threads per engine rank standing in for a server's forward passes: each checks served "
                  "tensors against the committed version; the report counts reads and torn_reads")
