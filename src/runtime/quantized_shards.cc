@@ -113,7 +113,7 @@ class QuantizingShards final : public QuantizedView, public AmaxExchangeSteps {
   }
 
  private:
-  bool on_device() const { return device_arena_.size() > 0; }
+  bool on_device() const { return inner_->memory() == MemoryKind::kCuda; }
   const std::byte* arena() const override { return on_device() ? device_arena_.data() : arena_.data(); }
   std::byte* arena() { return on_device() ? device_arena_.data() : arena_.data(); }
   std::span<const std::byte> host_arena() const override { return arena_; }
