@@ -68,6 +68,10 @@ class PyEngine {
       binding.engine = shadow_.get();
       binding.shadow = true;
       binding.weight_memory_bytes = shadow_->weight_memory_bytes();
+      if (direct_) {  // the trainers write the arena not served (each start names it)
+        binding.arena = shadow_->region();
+        binding.arena_bytes = shadow_->region_bytes();
+      }
     } else if (direct_) {
       arena_ = value_or_throw(WeightArena::Allocate(stream_, memory_, device_));
       seed_arena();
@@ -258,8 +262,8 @@ class PyEngine {
     return *rank_;
   }
 
-  // Shadow weights: staged mode, (name, dtype, shape) specs (refit holds both
-  // arenas); on_flip only with them.
+  // Shadow weights: (name, dtype, shape) specs (refit holds both arenas, in
+  // direct mode exposed as one region); on_flip only with them.
   void check_shadow(const EngineOptions& options) const {
     if (!options.shadow) {
       if (!on_flip_.is_none()) {
@@ -268,7 +272,6 @@ class PyEngine {
       }
       return;
     }
-    if (direct_) throw_status(InvalidArgument(name_ + ": shadow=True needs mode='staged' (not built for direct)"));
     if (!tensors_.empty()) {
       throw_status(InvalidArgument(name_ + ": shadow=True takes (name, dtype, shape) specs, not tensors: refit "
                                            "holds both arenas (weights() after each flip)"));

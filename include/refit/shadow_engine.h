@@ -1,10 +1,11 @@
 // ShadowEngine: shadow weights for a server that holds refit's arenas (the
 // Python binding's refit.Engine(shadow=True); a C++ server can use it as is).
 //
-// Two WeightArenas (target_engine.h) of the engine rank's stream. One is
-// served (`served()`); each refit copies into the other (a TargetEngine in
-// copy mode underneath), and commit(v) makes that one the served arena and
-// then calls the flip hook with v. A refit that aborts leaves the served
+// Two WeightArenas (target_engine.h) of the engine rank's stream, in one
+// allocation (region()). One is served (`served()`); each refit lands in the
+// other: staged, a TargetEngine in copy mode underneath copies into it;
+// direct, the trainers write it. commit(v) makes that one the served arena
+// and then calls the flip hook with v. A refit that aborts leaves the served
 // arena untouched and whole: weights_complete() stays true, and the next
 // refit overwrites the landing arena whole (a staged refit writes every
 // byte of the stream). weight_version() is the served arena's version: it
@@ -56,6 +57,11 @@ class ShadowEngine : public Engine {
   const std::shared_ptr<WeightArena>& landing() const { return arenas_[1 - served_]; }
   // Both arenas' bytes (what shadow weights cost).
   std::uint64_t weight_memory_bytes() const { return arenas_[0]->bytes() + arenas_[1]->bytes(); }
+  // Direct mode: both arenas as one region (arena 1 at shadow_arena_stride),
+  // what the engine rank exposes; the trainers write the arena each start
+  // names, which is landing() (arena 1 before the first commit).
+  std::byte* region() const { return arenas_[0]->data(); }
+  std::uint64_t region_bytes() const { return weight_memory_bytes(); }
   std::uint64_t posts() const { return copies_.posts(); }
 
  private:

@@ -17,6 +17,7 @@
 // Thread safety: one thread (the engine rank's) drives it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -42,6 +43,11 @@ class WeightArena {
  public:
   static StatusOr<std::shared_ptr<WeightArena>> Allocate(const std::vector<TensorSpec>& stream, MemoryKind memory,
                                                          int device);
+  // Two arenas of `stream` in one allocation, the second right after the
+  // first (at shadow_arena_stride: shadow weights in direct mode expose
+  // both as one region); the second keeps the first alive.
+  static StatusOr<std::array<std::shared_ptr<WeightArena>, 2>> AllocatePair(const std::vector<TensorSpec>& stream,
+                                                                             MemoryKind memory, int device);
   ~WeightArena();
   WeightArena(const WeightArena&) = delete;
   WeightArena& operator=(const WeightArena&) = delete;
@@ -61,6 +67,7 @@ class WeightArena {
   MemoryKind memory_ = MemoryKind::kHost;
   int device_ = -1;
   std::unique_ptr<DeviceBuffer> device_buffer_;
+  std::shared_ptr<WeightArena> owner_;  // AllocatePair's second arena: the arena that owns its memory
 };
 
 class TargetEngine : public Engine {

@@ -39,10 +39,10 @@ class Engine:
         seconds): a coordinator silent for heartbeat_timeout ends next(),
         also while it waits for the next refit to start, with
         UnavailableError "lost the coordinator: ...".
-    shadow: shadow weights (staged mode, (name, dtype, shape) specs): refit
-        holds two arenas of this rank's weights (weight_memory_bytes: twice
-        the weights); each refit lands in the one not served and is verified
-        there, and a failed refit leaves the served one whole
+    shadow: shadow weights ((name, dtype, shape) specs; staged or direct
+        mode): refit holds two arenas of this rank's weights
+        (weight_memory_bytes: twice the weights); each refit lands in the one
+        not served (in direct mode the trainers write it), and a failed refit leaves the served one whole
         (weights_complete stays True). Serve from weights(): after each
         commit, on_flip(version) runs with weights() already the new
         arena's views and weight_version already `version`; adopt them there

@@ -9,9 +9,9 @@ ShadowEngine::ShadowEngine(int rank, std::vector<TensorSpec> stream, MemoryKind 
 StatusOr<std::unique_ptr<ShadowEngine>> ShadowEngine::Create(int rank, std::vector<TensorSpec> stream,
                                                              MemoryKind memory, int device) {
   std::unique_ptr<ShadowEngine> engine(new ShadowEngine(rank, std::move(stream), memory, device));
-  for (std::shared_ptr<WeightArena>& arena : engine->arenas_) {
-    ASSIGN_OR_RETURN(arena, WeightArena::Allocate(engine->stream_, memory, device));
-  }
+  ASSIGN_OR_RETURN(auto pair, WeightArena::AllocatePair(engine->stream_, memory, device));
+  engine->arenas_[0] = std::move(pair[0]);
+  engine->arenas_[1] = std::move(pair[1]);
   return engine;
 }
 

@@ -33,8 +33,27 @@ StatusOr<std::shared_ptr<WeightArena>> WeightArena::Allocate(const std::vector<T
   return arena;
 }
 
+StatusOr<std::array<std::shared_ptr<WeightArena>, 2>> WeightArena::AllocatePair(const std::vector<TensorSpec>& stream,
+                                                                                  MemoryKind memory, int device) {
+  std::vector<TensorSpec> twice = stream;  // the region: the stream laid out twice
+  twice.insert(twice.end(), stream.begin(), stream.end());
+  std::array<std::shared_ptr<WeightArena>, 2> pair;
+  ASSIGN_OR_RETURN(pair[0], Allocate(twice, memory, device));
+  pair[0]->offsets_ = weight_arena_offsets(stream, &pair[0]->bytes_);
+  pair[1] = std::shared_ptr<WeightArena>(new WeightArena());
+  pair[1]->offsets_ = pair[0]->offsets_;
+  pair[1]->bytes_ = pair[0]->bytes_;
+  pair[1]->memory_ = pair[0]->memory_;
+  pair[1]->device_ = pair[0]->device_;
+  pair[1]->data_ = pair[0]->data_ + pair[0]->bytes_;
+  pair[1]->owner_ = pair[0];
+  return pair;
+}
+
 WeightArena::~WeightArena() {
-  if (memory_ == MemoryKind::kHost && data_ != nullptr) ::operator delete(data_, std::align_val_t(kPlanAlignment));
+  if (owner_ == nullptr && memory_ == MemoryKind::kHost && data_ != nullptr) {
+    ::operator delete(data_, std::align_val_t(kPlanAlignment));
+  }
 }
 
 // ---- TargetEngine ------------------------------------------------------------
