@@ -181,7 +181,8 @@ def run_trainer(c):
         with refit.Trainer(c["address"], entries, rules={t["name"]: t["rule"] for t in model}, rank=rank,
                            trainer_ranks=c["trainer_ranks"], engine_ranks=c["engine_ranks"],
                            bucket_size=c.get("bucket_size", 4096), transport=c.get("transport", "shm"),
-                           mode=c.get("mode", "staged"), bucket_timeout=c.get("bucket_timeout", 60), refit_timeout=c.get("refit_timeout", 60),
+                           mode=c.get("mode", "staged"), bucket_timeout=c.get("bucket_timeout", 60),
+                           refit_timeout=c.get("refit_timeout", 60),
                            heartbeat_interval=c.get("heartbeat_interval"), heartbeat_timeout=c.get("heartbeat_timeout"),
                            setup_timeout=30, engine_experts=c.get("engine_experts"),
                            debug_fault=c.get("debug_fault")) as trainer:
@@ -251,7 +252,8 @@ def run_engine(c):
     try:
         with refit.Engine(c["address"], params, rank=rank, trainer_ranks=c["trainer_ranks"], engine_ranks=ranks,
                           bucket_size=c.get("bucket_size", 4096), transport=c.get("transport", "shm"),
-                          mode=c.get("mode", "staged"), poison_recycled=True, bucket_timeout=c.get("bucket_timeout", 60),
+                          mode=c.get("mode", "staged"), poison_recycled=True,
+                          bucket_timeout=c.get("bucket_timeout", 60),
                           refit_timeout=c.get("refit_timeout", 60), setup_timeout=30,
                           heartbeat_interval=c.get("heartbeat_interval"), heartbeat_timeout=c.get("heartbeat_timeout"),
                           on_commit=result["flushes"].append, shadow=c.get("shadow", False),

@@ -130,8 +130,10 @@ TEST_F(Fp8PartGpuTest, BothStepsEqualTheCpuReferenceForCutParts) {
       REFIT_ASSERT_OK_AND_ASSIGN(d.src, DeviceBuffer::Allocate(0, hosts.back().size()));
       REFIT_ASSERT_OK(copy_host_to_device(d.src.data(), hosts.back()));
       REFIT_ASSERT_OK_AND_ASSIGN(d.amax, DeviceBuffer::Allocate(0, 4 * range.blocks()));
-      REFIT_ASSERT_OK_AND_ASSIGN(d.codes, DeviceBuffer::Allocate(0, host.local.matrices * host.local.rows * host.local.cols));
-      REFIT_ASSERT_OK_AND_ASSIGN(d.scales, DeviceBuffer::Allocate(0, 4 * std::max<std::int64_t>(1, w.e * owned.rows * owned.cols)));
+      const std::int64_t elements = host.local.matrices * host.local.rows * host.local.cols;
+      REFIT_ASSERT_OK_AND_ASSIGN(d.codes, DeviceBuffer::Allocate(0, elements));
+      const std::int64_t owned_scales = std::max<std::int64_t>(1, w.e * owned.rows * owned.cols);
+      REFIT_ASSERT_OK_AND_ASSIGN(d.scales, DeviceBuffer::Allocate(0, 4 * owned_scales));
       REFIT_ASSERT_OK(device_memset(d.scales.data(), 0xA5, d.scales.size()));
       jobs.push_back({part_of(w, cut, d.src.data()), owned, reinterpret_cast<float*>(d.amax.data()),
                       reinterpret_cast<std::uint8_t*>(d.codes.data()), reinterpret_cast<float*>(d.scales.data()),
@@ -166,12 +168,14 @@ TEST_F(Fp8PartGpuTest, BothStepsEqualTheCpuReferenceForCutParts) {
     EXPECT_EQ(from_device<std::uint8_t>(device[k].codes, codes.size()), codes) << where << ": codes";
     const Fp8BlockRange range = fp8_part_blocks(p);
     const Fp8OwnedBlocks o = jobs[k].owned;
-    const std::vector<float> got = from_device<float>(device[k].scales, static_cast<std::size_t>(p.local.matrices * o.rows * o.cols));
+    const auto owned_scales = static_cast<std::size_t>(p.local.matrices * o.rows * o.cols);
+    const std::vector<float> got = from_device<float>(device[k].scales, owned_scales);
     for (std::int64_t m = 0, n = 0; m < p.local.matrices; ++m) {
       for (std::int64_t i = o.row_begin; i < o.row_begin + o.rows; ++i) {
         for (std::int64_t j = o.col_begin; j < o.col_begin + o.cols; ++j, ++n) {
           const float want = scales[((m * range.rows) + i - range.row_begin) * range.cols + j - range.col_begin];
-          ASSERT_EQ(bits_of(got[n]), bits_of(want)) << where << ": scale of block [" << m << ", " << i << ", " << j << "]";
+          ASSERT_EQ(bits_of(got[n]), bits_of(want))
+              << where << ": scale of block [" << m << ", " << i << ", " << j << "]";
         }
       }
     }
@@ -202,8 +206,8 @@ TEST_F(Fp8PartGpuTest, NanAndInfAreReportedAsTheCpuStepNamesThem) {
     ASSERT_FALSE(want.ok());
     REFIT_ASSERT_OK_AND_ASSIGN(DeviceBuffer src, DeviceBuffer::Allocate(0, host.size()));
     REFIT_ASSERT_OK(copy_host_to_device(src.data(), host));
-    REFIT_ASSERT_OK_AND_ASSIGN(DeviceBuffer out, DeviceBuffer::Allocate(0, 4 * amax.size() + cpu.local.matrices *
-                                                                                                cpu.local.rows * cpu.local.cols + 8));
+    const std::int64_t elements = cpu.local.matrices * cpu.local.rows * cpu.local.cols;
+    REFIT_ASSERT_OK_AND_ASSIGN(DeviceBuffer out, DeviceBuffer::Allocate(0, 4 * amax.size() + elements + 8));
     REFIT_ASSERT_OK(device_memset(out.data(), 0xFF, 8));
     const Fp8PartDeviceJob job{part_of(w, cut, src.data()), {}, reinterpret_cast<float*>(out.data() + 8),
                                reinterpret_cast<std::uint8_t*>(out.data() + 8 + 4 * amax.size()), nullptr,

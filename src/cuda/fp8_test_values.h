@@ -36,7 +36,8 @@ inline std::vector<std::byte> encode(DType dtype, const std::vector<float>& valu
 // 128 x 128 block: random bit patterns, normals of a random magnitude,
 // exact ties (amax 448 * s, s = (8 + j) / 8 * 2^k, the rest e4m3 codes or
 // midpoints times s), zeros of both signs with tiny values, uniform values.
-inline std::vector<float> random_values(DType dtype, std::uint64_t seed, std::int64_t E, std::int64_t R, std::int64_t C) {
+inline std::vector<float> random_values(DType dtype, std::uint64_t seed, std::int64_t E, std::int64_t R,
+                                        std::int64_t C) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal;
   const std::int64_t rb = fp8_blocks(R), cb = fp8_blocks(C);

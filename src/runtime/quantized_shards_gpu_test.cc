@@ -39,7 +39,8 @@ std::vector<std::unique_ptr<WeightSource>> ExchangedViews(const std::string& pre
   const std::vector<Layout> layouts = trainer_layouts(parse_trainer_layout(layout_text, ranks).value(), model).value();
   shares->clear();
   for (int r = 0; r < ranks; ++r) {
-    auto shards = make_synthetic_shard_source(preset, 2, layouts, r, memory, memory == MemoryKind::kCuda ? 0 : -1, spec);
+    const int gpu = memory == MemoryKind::kCuda ? 0 : -1;
+    auto shards = make_synthetic_shard_source(preset, 2, layouts, r, memory, gpu, spec);
     EXPECT_TRUE(shards.ok()) << shards.status().ToString();
     auto view = with_sharded_quantization(std::move(shards).value(), spec, 1, r);
     EXPECT_TRUE(view.ok()) << view.status().ToString();
