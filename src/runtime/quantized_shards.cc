@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -30,8 +31,7 @@ struct ShardedWeight {
   std::int64_t matrix_begin = 0;  // the box's first matrix (stacked experts)
   std::int64_t block_rows = 0, block_cols = 0;  // of one whole matrix
   Box scales;                                   // this rank's box of the scales (block coordinates)
-  std::vector<float> amax;                      // per touched block: partial, then combined
-  std::size_t amax_at = 0;                      // where amax lies in the rank's array of every weight's
+  std::span<float> amax;                        // per touched block (in amax_): partial, then combined
   std::vector<float> touched_scales;            // per touched block
 };
 
@@ -60,9 +60,11 @@ class QuantizingShards final : public QuantizedView, public AmaxExchangeSteps {
       if (q_.sources[i].part != QuantPart::kCopy) offsets_[i] = at[k++];
     }
     std::size_t blocks = 0;
-    for (ShardedWeight& w : weights_) {
-      w.amax_at = blocks;
-      blocks += w.amax.size();
+    for (const ShardedWeight& w : weights_) blocks += w.touched_scales.size();
+    amax_.resize(blocks);
+    for (std::size_t at = 0; ShardedWeight& w : weights_) {
+      w.amax = std::span(amax_).subspan(at, w.touched_scales.size());
+      at += w.amax.size();
     }
     if (inner_->memory() != MemoryKind::kCuda) {
       arena_.resize(bytes);
@@ -73,7 +75,6 @@ class QuantizingShards final : public QuantizedView, public AmaxExchangeSteps {
     ASSIGN_OR_RETURN(amax_device_, DeviceBuffer::Allocate(gpu, 4 * std::max<std::size_t>(1, blocks)));
     ASSIGN_OR_RETURN(reports_, DeviceBuffer::Allocate(gpu, 8 * std::max<std::size_t>(1, weights_.size())));
     ASSIGN_OR_RETURN(stream_, CudaStream::Create(gpu));
-    amax_host_.resize(blocks);
     return Status::Ok();
   }
 
@@ -147,8 +148,7 @@ class QuantizingShards final : public QuantizedView, public AmaxExchangeSteps {
     w.range = fp8_part_blocks(w.part);
     w.block_rows = fp8_blocks(spec.shape[n - 2]);
     w.block_cols = fp8_blocks(spec.shape[n - 1]);
-    w.amax.resize(static_cast<std::size_t>(w.range.blocks()));
-    w.touched_scales.resize(w.amax.size());
+    w.touched_scales.resize(static_cast<std::size_t>(w.range.blocks()));  // amax: allocate() places it
     return w;
   }
 
@@ -236,7 +236,8 @@ class QuantizingShards final : public QuantizedView, public AmaxExchangeSteps {
       const std::size_t n = w.scales.begin.size();
       const Fp8OwnedBlocks owned{w.scales.begin[n - 2], w.scales.end[n - 2] - w.scales.begin[n - 2],
                                  w.scales.begin[n - 1], w.scales.end[n - 1] - w.scales.begin[n - 1]};
-      jobs.push_back({part_of(w), owned, amax + w.amax_at, reinterpret_cast<std::uint8_t*>(arena() + offsets_[w.codes]),
+      jobs.push_back({part_of(w), owned, amax + (w.amax.data() - amax_.data()),
+                      reinterpret_cast<std::uint8_t*>(arena() + offsets_[w.codes]),
                       reinterpret_cast<float*>(arena() + offsets_[w.codes + 1]), reports + k});
     }
     ASSIGN_OR_RETURN(batch_, Fp8PartDeviceBatch::Prepare(jobs, inner_->device()));
@@ -256,18 +257,11 @@ class QuantizingShards final : public QuantizedView, public AmaxExchangeSteps {
       RETURN_IF_ERROR(fp8_part_nonfinite_status(part_of(weights_[k]), reports[k])
                           .WithContext("tensor '" + name + "' at weight version " + std::to_string(version)));
     }
-    RETURN_IF_ERROR(copy_device_to_host(std::as_writable_bytes(std::span(amax_host_)), amax_device_.data()));
-    for (ShardedWeight& w : weights_) {
-      std::copy_n(amax_host_.begin() + static_cast<std::ptrdiff_t>(w.amax_at), w.amax.size(), w.amax.begin());
-    }
-    return Status::Ok();
+    return copy_device_to_host(std::as_writable_bytes(std::span(amax_)), amax_device_.data());
   }
 
   Status quantize_on_device() {
-    for (const ShardedWeight& w : weights_) {
-      std::copy(w.amax.begin(), w.amax.end(), amax_host_.begin() + static_cast<std::ptrdiff_t>(w.amax_at));
-    }
-    RETURN_IF_ERROR(copy_host_to_device(amax_device_.data(), std::as_bytes(std::span(amax_host_))));
+    RETURN_IF_ERROR(copy_host_to_device(amax_device_.data(), std::as_bytes(std::span(amax_))));
     RETURN_IF_ERROR(batch_.launch_quantize(stream_.handle()));
     return stream_.synchronize();
   }
@@ -291,13 +285,13 @@ class QuantizingShards final : public QuantizedView, public AmaxExchangeSteps {
 
   std::vector<Layout> layouts_;         // the inner source's, one per trainer weight
   std::vector<ShardedWeight> weights_;  // the selected weights, in engine order
+  std::vector<float> amax_;             // every weight's per-block amax (ShardedWeight::amax views it)
   std::vector<std::byte> arena_;        // this rank's codes and scales (host shards)
   // Device shards: the codes and scales, every weight's per-block amax and
   // non-finite report, and the batch of their parts.
   DeviceBuffer device_arena_, amax_device_, reports_;
   CudaStream stream_;
   Fp8PartDeviceBatch batch_;
-  std::vector<float> amax_host_;  // every weight's amax (at amax_at), staged through the host
 };
 
 }  // namespace
