@@ -6,11 +6,15 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include "cuda/device.h"
 #include "quant/fp8_block.h"
+#include "refit/device_memory.h"
 
 namespace refit::fp8_kernel {
 
@@ -78,6 +82,20 @@ __device__ __forceinline__ int job_of(const unsigned long long* first, int count
     if (first[mid] <= g) lo = mid; else hi = mid - 1;
   }
   return lo;
+}
+
+// A batch's table on `device`: the jobs' kernel arguments, then each job's
+// first block index (`first`: args.size() + 1 of them, the last the total),
+// where the kernels find them (job_of). Host code.
+template <class Args>
+StatusOr<DeviceBuffer> upload_job_table(const std::vector<Args>& args, const std::vector<unsigned long long>& first,
+                                        int device) {
+  const std::uint64_t args_bytes = args.size() * sizeof(Args);
+  ASSIGN_OR_RETURN(DeviceBuffer table, DeviceBuffer::Allocate(device, args_bytes + first.size() * sizeof(first[0])));
+  RETURN_IF_ERROR(copy_host_to_device(table.data(), {reinterpret_cast<const std::byte*>(args.data()), args_bytes}));
+  RETURN_IF_ERROR(copy_host_to_device(table.data() + args_bytes, {reinterpret_cast<const std::byte*>(first.data()),
+                                                                  first.size() * sizeof(first[0])}));
+  return StatusOr<DeviceBuffer>(std::move(table));
 }
 
 }  // namespace refit::fp8_kernel

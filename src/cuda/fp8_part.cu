@@ -179,12 +179,7 @@ StatusOr<Fp8PartDeviceBatch> Fp8PartDeviceBatch::Prepare(std::span<const Fp8Part
   batch.count_ = static_cast<int>(args.size());
   batch.blocks_ = first.back();
   if (args.empty()) return StatusOr<Fp8PartDeviceBatch>(std::move(batch));
-  const std::uint64_t args_bytes = args.size() * sizeof(PartArgs);
-  ASSIGN_OR_RETURN(batch.table_, DeviceBuffer::Allocate(device, args_bytes + first.size() * sizeof(first[0])));
-  RETURN_IF_ERROR(copy_host_to_device(batch.table_.data(), {reinterpret_cast<const std::byte*>(args.data()),
-                                                            static_cast<std::size_t>(args_bytes)}));
-  RETURN_IF_ERROR(copy_host_to_device(batch.table_.data() + args_bytes,
-                                      {reinterpret_cast<const std::byte*>(first.data()), first.size() * 8}));
+  ASSIGN_OR_RETURN(batch.table_, upload_job_table(args, first, device));
   return StatusOr<Fp8PartDeviceBatch>(std::move(batch));
 }
 
