@@ -61,6 +61,8 @@ class WeightArena {
 
  private:
   WeightArena() = default;
+  static StatusOr<std::shared_ptr<WeightArena>> Own(const std::vector<TensorSpec>& stream, MemoryKind memory,
+                                                    int device, int copies);
   std::vector<std::uint64_t> offsets_;
   std::byte* data_ = nullptr;
   std::uint64_t bytes_ = 0;

@@ -12,34 +12,37 @@ namespace refit {
 
 // ---- WeightArena ------------------------------------------------------------
 
-StatusOr<std::shared_ptr<WeightArena>> WeightArena::Allocate(const std::vector<TensorSpec>& stream, MemoryKind memory,
-                                                              int device) {
+// An arena of `stream` owning `copies` arenas' bytes (zeroed) from data_.
+StatusOr<std::shared_ptr<WeightArena>> WeightArena::Own(const std::vector<TensorSpec>& stream, MemoryKind memory,
+                                                        int device, int copies) {
   std::shared_ptr<WeightArena> arena(new WeightArena());
   arena->offsets_ = weight_arena_offsets(stream, &arena->bytes_);
   arena->memory_ = memory;
   arena->device_ = memory == MemoryKind::kCuda ? device : -1;
+  const std::uint64_t bytes = static_cast<std::uint64_t>(copies) * arena->bytes_;
   if (memory == MemoryKind::kCuda) {
-    ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(device, arena->bytes_));
+    ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(device, bytes));
     arena->device_buffer_ = std::make_unique<DeviceBuffer>(std::move(buffer));
     arena->data_ = arena->device_buffer_->data();
-  } else if (arena->bytes_ != 0) {
-    arena->data_ = static_cast<std::byte*>(
-        ::operator new(arena->bytes_, std::align_val_t(kPlanAlignment), std::nothrow));
+  } else if (bytes != 0) {
+    arena->data_ = static_cast<std::byte*>(::operator new(bytes, std::align_val_t(kPlanAlignment), std::nothrow));
     if (arena->data_ == nullptr) {
-      return ResourceExhausted("cannot allocate a host weight arena of " + std::to_string(arena->bytes_) + " bytes");
+      return ResourceExhausted("cannot allocate a host weight arena of " + std::to_string(bytes) + " bytes");
     }
-    std::memset(arena->data_, 0, arena->bytes_);
+    std::memset(arena->data_, 0, bytes);
   }
   return arena;
 }
 
+StatusOr<std::shared_ptr<WeightArena>> WeightArena::Allocate(const std::vector<TensorSpec>& stream, MemoryKind memory,
+                                                              int device) {
+  return Own(stream, memory, device, 1);
+}
+
 StatusOr<std::array<std::shared_ptr<WeightArena>, 2>> WeightArena::AllocatePair(const std::vector<TensorSpec>& stream,
                                                                                   MemoryKind memory, int device) {
-  std::vector<TensorSpec> twice = stream;  // the region: the stream laid out twice
-  twice.insert(twice.end(), stream.begin(), stream.end());
   std::array<std::shared_ptr<WeightArena>, 2> pair;
-  ASSIGN_OR_RETURN(pair[0], Allocate(twice, memory, device));
-  pair[0]->offsets_ = weight_arena_offsets(stream, &pair[0]->bytes_);
+  ASSIGN_OR_RETURN(pair[0], Own(stream, memory, device, 2));
   pair[1] = std::shared_ptr<WeightArena>(new WeightArena());
   pair[1]->offsets_ = pair[0]->offsets_;
   pair[1]->bytes_ = pair[0]->bytes_;
