@@ -79,6 +79,7 @@ void bind_options(py::module_& m) {
       .def_readwrite("heartbeat_timeout_s", &CoordinatorOptions::heartbeat_timeout_s)
       .def_readwrite("handshake_timeout_s", &CoordinatorOptions::handshake_timeout_s)
       .def_readwrite("trainer_replace_timeout_s", &CoordinatorOptions::trainer_replace_timeout_s)
+      .def_readwrite("release_between_refits", &CoordinatorOptions::release_between_refits)
       .def_readwrite("progress", &CoordinatorOptions::progress)
       .def_readwrite("log_joins", &CoordinatorOptions::log_joins);
 }

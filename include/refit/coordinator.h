@@ -68,6 +68,14 @@ struct CoordinatorOptions {
   // same rank and the same plan joins, and the next refit commits. 0 (the
   // default): a lost rank ends the job.
   double trainer_replace_timeout_s = 0;
+  // Colocated jobs (trainer and engine on one GPU): after every commit the
+  // trainer ranks close their mappings of the engines' memory and free their
+  // staging, then the engine ranks free their receive pools; before the next
+  // refit the engine ranks allocate them again and the trainers open them
+  // (protocol release / acquire). The report gives per refit the bytes each
+  // engine rank returned. A failure while releasing or acquiring ends the
+  // job keeping the committed version. Default: false.
+  bool release_between_refits = false;
   // Draw a progress bar (through refit::log). Default: false.
   bool progress = false;
   // Log each join and refusal. Default: true.

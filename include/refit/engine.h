@@ -13,6 +13,10 @@
 //                                version stays at the last committed one and
 //                                the weights are reported incomplete
 //
+// Between refits, in jobs that release refit's memory (CoordinatorOptions::
+// release_between_refits): release_idle() after a commit, acquire_idle()
+// before the next begin().
+//
 // Thread safety: one thread drives an engine.
 #pragma once
 
@@ -34,6 +38,12 @@ class Engine {
   virtual std::uint64_t weight_version() const = 0;
   // False after an aborted refit until the next commit.
   virtual bool weights_complete() const = 0;
+  // Colocated jobs: frees memory the engine needs only during a refit (a
+  // shadow arena not served) and returns its bytes; the served weights stay.
+  // Default: nothing to free.
+  virtual StatusOr<std::uint64_t> release_idle() { return std::uint64_t{0}; }
+  // Takes what release_idle() freed again, before the next begin().
+  virtual Status acquire_idle() { return Status::Ok(); }
 };
 
 }  // namespace refit

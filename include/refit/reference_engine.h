@@ -68,6 +68,10 @@ struct ReferenceEngineOptions {
   MemoryKind memory = MemoryKind::kHost;
   int device = -1;  // local CUDA index for kCuda
   bool shadow = false;
+  // Shadow weights whose arena not served can be freed between refits
+  // (release_idle): each arena its own allocation. Staged mode only: direct
+  // mode exposes both arenas as one region (arena(), shadow_arena_stride).
+  bool releasable_shadow = false;
   // The flip hook: called by commit() with the committed version at the
   // moment weight_version() changes (in shadow mode, the flip), while no
   // reader is inside read_active(); a server invalidates caches built from
@@ -104,6 +108,12 @@ class ReferenceEngine : public Engine {
   void abort(std::uint64_t version, const Status& why) override;
   std::uint64_t weight_version() const override { return version_; }
   bool weights_complete() const override { return complete_; }
+  // With releasable_shadow: frees the arena not served (after a commit, it
+  // holds the version before the served one) and returns its bytes;
+  // acquire_idle() allocates it again (contents undefined: the next refit
+  // writes every byte). begin() in between is refused.
+  StatusOr<std::uint64_t> release_idle() override;
+  Status acquire_idle() override;
 
   // The bytes of `name` on hosted rank `rank` as served (the active arena),
   // or nullptr.
@@ -118,7 +128,8 @@ class ReferenceEngine : public Engine {
   void read_active(const std::function<void(std::uint64_t version)>& pass) const;
   // The memory direct mode exposes for hosted rank `rank` (nullptr for
   // another): its arena, or in shadow mode both arenas in one region (arena
-  // k at k * shadow_arena_stride), and that region's bytes.
+  // k at k * shadow_arena_stride), and that region's bytes (releasable_shadow:
+  // arena 0 alone).
   std::byte* arena(int rank);
   std::uint64_t arena_bytes(int rank) const;
   // Bytes of weight memory held for every hosted rank: both arenas in
@@ -134,6 +145,7 @@ class ReferenceEngine : public Engine {
   ReferenceEngine(std::vector<std::vector<TensorSpec>> streams, std::vector<int> hosted,
                   ReferenceEngineOptions options, int tag);
   Status allocate();
+  Status allocate_arena(Arena& arena) const;
 
   std::vector<std::vector<TensorSpec>> streams_;
   std::vector<int> hosted_;
@@ -158,6 +170,7 @@ class ReferenceEngine : public Engine {
   std::uint64_t pending_version_ = 0;
   bool in_refit_ = false;
   bool complete_ = true;
+  bool idle_released_ = false;  // release_idle() freed the arena not served
   ReferenceEngineStats stats_;
   std::unique_ptr<BatchedCopier> copier_;  // device engines only
   std::unique_ptr<CudaStream> stream_;

@@ -170,11 +170,21 @@ class Coordinator:
     seconds the coordinator waits for a new process of that rank (a
     refit.Trainer with the same rank and the same tensors) to join; the
     next refit then commits. Default None (0): a lost rank ends the job.
+
+    release_between_refits (colocated jobs, where trainer and engine share a
+    GPU): after each commit the trainer ranks close their mappings of the
+    engines' memory and free their staging, then the engine ranks free their
+    receive pools, so that the memory is the trainer's while it trains; both
+    take them again before the next refit. Trainer.refit() returns once its
+    rank released; Engine.next() returns the version once its rank released,
+    and its next call takes the pool again: a server calls nothing new.
+    Direct mode has no pool (the weights are the target). Default False.
     """
 
     def __init__(self, trainer_ranks=None, engine_ranks=None, refits=0, listen=None, *, seed=None,
                  setup_timeout=None, refit_timeout=None, heartbeat_interval=None, heartbeat_timeout=None,
-                 handshake_timeout=None, secret=None, progress=None, log_joins=False, trainer_replace_timeout=None):
+                 handshake_timeout=None, secret=None, progress=None, log_joins=False, trainer_replace_timeout=None,
+                 release_between_refits=False):
         o = _refit.CoordinatorOptions()
         _set(o, "trainer_ranks", trainer_ranks)
         _set(o, "engine_ranks", engine_ranks)
@@ -187,6 +197,7 @@ class Coordinator:
         _set(o, "handshake_timeout_s", handshake_timeout, float)
         _set(o, "trainer_replace_timeout_s", trainer_replace_timeout, float)
         _set(o, "progress", progress)
+        o.release_between_refits = bool(release_between_refits)
         # refits=0 (on demand) and log_joins=False are this class's own
         # defaults, unlike the `refit coordinator` command's: a Python
         # trainer asks for each refit, and logs through its own logging.

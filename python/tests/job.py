@@ -108,6 +108,13 @@ def _write(path, value):
     os.replace(path + ".tmp", path)
 
 
+def pool_maps():
+    """Mappings of a refit receive pool in this process: the shm transport's unnamed tmpfs file
+    (/dev/shm, O_TMPFILE: "/dev/shm/#<inode> (deleted)"), or its memfd ("refit-pool")."""
+    with open("/proc/self/maps") as f:
+        return sum("/dev/shm/#" in line or "memfd:refit-pool" in line for line in f)
+
+
 def _error(e, started):
     return {"error_class": type(e).__name__, "message": str(e), "seconds": time.monotonic() - started,
             "cause": type(e.__cause__).__name__ if e.__cause__ is not None else None}
@@ -119,7 +126,8 @@ def run_coordinator(c):
                                     setup_timeout=c.get("setup_timeout", 30), refit_timeout=c.get("refit_timeout", 60),
                                     heartbeat_interval=c.get("heartbeat_interval"),
                                     heartbeat_timeout=c.get("heartbeat_timeout"),
-                                    trainer_replace_timeout=c.get("trainer_replace_timeout"))
+                                    trainer_replace_timeout=c.get("trainer_replace_timeout"),
+                                    release_between_refits=c.get("release", False))
     print(coordinator.address, flush=True)
     _write(os.path.join(c["out"], "coordinator.json"), coordinator.wait())
 
@@ -199,6 +207,7 @@ def run_trainer(c):
                 started = time.monotonic()
                 trainer.refit(v)
                 result["versions"].append(v)
+                result.setdefault("pool_maps", []).append(pool_maps())
             result["committed"] = trainer.committed_version
     except refit.Error as e:
         result.update(_error(e, started))
@@ -271,6 +280,7 @@ def run_engine(c):
                     if version is None:
                         break
                     result["versions"].append(version)
+                    result.setdefault("pool_maps", []).append(pool_maps())
                     np.savez(os.path.join(out, f"engine{rank}_v{version}.npz"), **store)
                     if c.get("params") == "retarget" and load_fn is not None:
                         _retarget(engine, store)

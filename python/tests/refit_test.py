@@ -200,6 +200,32 @@ class RefitAcrossProcesses(unittest.TestCase):
             self.assertEqual(engine["flips"], [[v, v, v - 1] for v in versions])
             self.assertTrue(engine["complete"])
 
+    # Release between refits (colocated jobs): when Trainer.refit() and Engine.next() return, no
+    # process maps a receive pool any more (shm: the pool's memfd, in /proc/self/maps), every
+    # version still arrives whole, and the report gives each engine rank's returned bytes. The
+    # same job without release keeps the pools mapped: the check sees them. Mutations caught: a
+    # trainer that keeps its target (its mapping stays), an engine that keeps its pool, an acquire
+    # that does not open the new pool (the next refit fails). Tried once: the trainer's
+    # target_.reset() left out kept 1 mapping per trainer rank after every refit.
+    def test_release_between_refits_unmaps_every_pool_between_refits(self):
+        versions = [1, 2, 3]
+        for release in (True, False):
+            j = self.run_job(2, 2, versions, release=release)
+            self.check_bytes(j, 2, 2, versions)
+            for name in ("trainer0", "trainer1", "engine0", "engine1"):
+                maps = j.result(name)["pool_maps"]
+                self.assertEqual(len(maps), len(versions), name)
+                if release:
+                    self.assertEqual(maps, [0] * len(versions), f"{name} still maps a receive pool after a refit")
+                else:
+                    self.assertTrue(all(m > 0 for m in maps), f"{name}: without release the pool stays mapped")
+            refits = j.result("coordinator")["refits"]
+            if release:
+                self.assertEqual([len(r["released_bytes"]) for r in refits], [2] * len(versions))
+                self.assertTrue(all(b > 0 for r in refits for b in r["released_bytes"]))
+            else:
+                self.assertTrue(all("released_bytes" not in r for r in refits))
+
     # Mutations caught (set_targets, for refit.adapters' LoaderCapture): set_targets keeping the old
     # targets or writing none (versions 2 and 3 would stay 0xEE in the fused slices: tried once by
     # leaving engine_->set_targets out of engine_binding.cc); next() without load_fn still calling

@@ -173,21 +173,28 @@ StatusOr<CoordinatorMessage> ControlClient::wait(Deadline deadline) {
   }
 }
 
-StatusOr<std::optional<Start>> ControlClient::wait_for_start(Deadline deadline) {
-  ASSIGN_OR_RETURN(CoordinatorMessage message, wait(deadline));
-  if (auto* start = std::get_if<Start>(&message)) return std::optional<Start>(*start);
-  if (std::holds_alternative<Shutdown>(message)) return std::optional<Start>();
-  return InvalidArgument("protocol error: expected 'start' from the coordinator, got '" + message_name(message) + "'");
+StatusOr<std::optional<Start>> ControlClient::wait_for_start(Deadline deadline, const OnAcquire& on_acquire) {
+  for (;;) {
+    ASSIGN_OR_RETURN(CoordinatorMessage message, wait(deadline));
+    if (auto* start = std::get_if<Start>(&message)) return std::optional<Start>(*start);
+    if (std::holds_alternative<Shutdown>(message)) return std::optional<Start>();
+    const auto* acquire = std::get_if<Acquire>(&message);
+    if (acquire == nullptr || !on_acquire) {
+      return InvalidArgument("protocol error: expected 'start' from the coordinator, got '" + message_name(message) +
+                             "'");
+    }
+    RETURN_IF_ERROR(on_acquire(*acquire));
+  }
 }
 
-StatusOr<std::optional<Start>> ControlClient::wait_for_start_while_alive() {
+StatusOr<std::optional<Start>> ControlClient::wait_for_start_while_alive(const OnAcquire& on_acquire) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!reading_) return Internal("wait_for_start_while_alive before start_reader: nothing checks the coordinator");
   }
   // No fixed deadline: the reader's heartbeat deadline closes the client
   // (and so ends this wait) once the coordinator is silent.
-  return wait_for_start(Deadline::Never());
+  return wait_for_start(Deadline::Never(), on_acquire);
 }
 
 StatusOr<bool> ControlClient::wait_for_recovery(Deadline deadline) {

@@ -76,13 +76,17 @@ class ControlClient {
   // Like wait(), and checks the message is a T (errors name both types).
   template <class T>
   StatusOr<T> wait_for(Deadline deadline);
+  // What an acquire (--release-between-refits) before a start asks of the
+  // rank: allocate or open the pools, answer; an error ends the wait.
+  using OnAcquire = std::function<Status(const Acquire&)>;
   // The next refit's Start, or nullopt when the coordinator ended the job
-  // cleanly (a Shutdown without an error).
-  StatusOr<std::optional<Start>> wait_for_start(Deadline deadline);
+  // cleanly (a Shutdown without an error). An Acquire on the way goes to
+  // `on_acquire` (none: a protocol error).
+  StatusOr<std::optional<Start>> wait_for_start(Deadline deadline, const OnAcquire& on_acquire = {});
   // The same for as long as the coordinator is alive: no fixed deadline (a
   // trainer step between refits may take hours), only the heartbeat
   // deadline. REQUIRES: start_reader() was called.
-  StatusOr<std::optional<Start>> wait_for_start_while_alive();
+  StatusOr<std::optional<Start>> wait_for_start_while_alive(const OnAcquire& on_acquire = {});
 
   // After a failed refit: the coordinator's next instruction, skipping the
   // Abort that ended the refit: true for Relink (recover: the abort state is

@@ -154,6 +154,9 @@ class Coordinator {
     ASSIGN_OR_RETURN(Topology topology,
                      plan_topology(trainer_joins, engine_joins, options_.seed, options_.refits == 0));
     for (const std::string& warning : topology.warnings) note(LogLevel::kWarning, warning);
+    for (auto* group : {&topology.engine_setups, &topology.trainer_setups}) {
+      for (Setup& setup : *group) setup.release_between_refits = options_.release_between_refits;
+    }
     report_.set_topology(engine_joins[0], topology);
     for (std::size_t e = 0; e < engines_.size(); ++e) {
       RETURN_IF_ERROR(send_message(*engines_[e]->link, CoordinatorMessage(topology.engine_setups[e]), setup_deadline_)
@@ -379,6 +382,7 @@ class Coordinator {
     // trainer rank agrees, or the plan digests would differ).
     phase_options.amax_exchange = trainers_[0]->join.layout != "full" && trainers_[0]->join.quantize != "none";
     phase_options.alternate_arenas = engines_[0]->join.mode == "direct" && engines_[0]->join.shadow;
+    phase_options.release_between_refits = options_.release_between_refits;
     RefitPhases phases(phase_options);
     members_ = joined();
     // Setup's linking shares the deadline the joins had.
@@ -444,6 +448,7 @@ class Coordinator {
   void carry_out(PhaseAction& action, std::vector<Lost>* lost) {
     if (auto* send = std::get_if<SendAll>(&action)) {
       fire_send_hook(send->message);
+      if (const auto* acquire = std::get_if<Acquire>(&send->message)) adopt_descriptors(*acquire);
       if (const auto* go = std::get_if<Go>(&send->message)) {
         progress_.go();
         report_.record_go(go->version);
@@ -454,9 +459,10 @@ class Coordinator {
       const Deadline by = ending ? Deadline::After(std::chrono::seconds(2))
                           : std::holds_alternative<Heartbeat>(send->message) ? Deadline::After(heartbeats_.timeout)
                                                                              : Deadline::After(std::chrono::seconds(30));
-      const std::size_t audience =
-          send->audience == Audience::kTrainers ? static_cast<std::size_t>(options_.trainer_ranks) : members_.size();
-      for (std::size_t i = 0; i < audience; ++i) {
+      const std::size_t trainers = static_cast<std::size_t>(options_.trainer_ranks);
+      const std::size_t first = send->audience == Audience::kEngines ? trainers : 0;
+      const std::size_t audience = send->audience == Audience::kTrainers ? trainers : members_.size();
+      for (std::size_t i = first; i < audience; ++i) {
         if (members_[i]->closed) continue;
         Status sent = send_message(*members_[i]->link, send->message, by);
         if (!sent.ok() && !ending) {
@@ -487,6 +493,8 @@ class Coordinator {
                                 std::to_string(report_.committed_version()) +
                                 (whole ? " (complete: the failed refit was never served)"
                                        : " (incomplete until the next refit commits)"));
+    } else if (auto* release = std::get_if<RecordRelease>(&action)) {
+      report_.record_release(*release);
     } else if (auto* progress = std::get_if<ShowProgress>(&action)) {
       progress_.refit(*progress, report_.bytes_per_refit());
     } else if (auto* line = std::get_if<Note>(&action)) {
@@ -494,6 +502,17 @@ class Coordinator {
     } else if (auto* end = std::get_if<EndJob>(&action)) {
       ended_ = true;
       end_status_ = end->status;
+    }
+  }
+
+  // The engine ranks' pools after an acquire: a replacement trainer rank's
+  // setup names them, not the pools of the job's setup.
+  void adopt_descriptors(const Acquire& acquire) {
+    for (Setup& setup : trainer_setups_) {
+      if (setup.engine_rank < acquire.descriptors.size()) setup.descriptor = acquire.descriptors[setup.engine_rank];
+      for (EngineTarget& target : setup.targets) {
+        if (target.engine_rank < acquire.descriptors.size()) target.descriptor = acquire.descriptors[target.engine_rank];
+      }
     }
   }
 

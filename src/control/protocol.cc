@@ -178,6 +178,7 @@ StatusOr<Setup> decode_setup(const Json& m) {
     ASSIGN_OR_RETURN(s.targets, targets_from_json(*it, "'setup' field 'targets'"));
     s.on_demand = boolean(m, "on_demand");
   }
+  s.release_between_refits = boolean(m, "release_between_refits");
   return s;
 }
 
@@ -204,6 +205,7 @@ Json encode_setup(const Setup& s) {
     m["targets"] = targets_to_json(s.targets);
     m["on_demand"] = s.on_demand;
   }
+  if (s.release_between_refits) m["release_between_refits"] = true;
   return m;
 }
 
@@ -320,7 +322,17 @@ Json encode(const RankMessage& message) {
                  m["error"] = status_to_json(f.error);
                  return m;
                },
-               [](const AmaxShare& a) { return amax_message("amax_share", a.version, a.entries); }},
+               [](const AmaxShare& a) { return amax_message("amax_share", a.version, a.entries); },
+               [](const Released& r) {
+                 Json m = versioned("released", r.version);
+                 m["bytes"] = r.bytes;
+                 return m;
+               },
+               [](const Acquired& a) {
+                 Json m = versioned("acquired", a.version);
+                 m["descriptor"] = a.descriptor;
+                 return m;
+               }},
       message);
 }
 
@@ -347,7 +359,13 @@ Json encode(const CoordinatorMessage& message) {
                              },
                              [](const Refusal& r) { return Json{{"type", "error"}, {"error", status_to_json(r.error)}}; },
                              [](const Heartbeat&) { return typed("heartbeat"); },
-                             [](const AmaxTable& a) { return amax_message("amax_table", a.version, a.entries); }},
+                             [](const AmaxTable& a) { return amax_message("amax_table", a.version, a.entries); },
+                             [](const Release& r) { return versioned("release", r.version); },
+                             [](const Acquire& a) {
+                               Json m = versioned("acquire", a.version);
+                               if (!a.descriptors.empty()) m["descriptors"] = a.descriptors;
+                               return m;
+                             }},
                     message);
 }
 
@@ -414,6 +432,8 @@ StatusOr<RankMessage> decode_rank_message(const Json& m) {
     ASSIGN_OR_RETURN(std::vector<AmaxEntry> entries, amax_entries(m, type));
     return RankMessage(AmaxShare{u64(m, "version"), std::move(entries)});
   }
+  if (type == "released") return RankMessage(Released{u64(m, "version"), u64(m, "bytes")});
+  if (type == "acquired") return RankMessage(Acquired{u64(m, "version"), str(m, "descriptor")});
   return unknown(type, "a rank's message");
 }
 
@@ -436,6 +456,14 @@ StatusOr<CoordinatorMessage> decode_coordinator_message(const Json& m) {
   if (type == "amax_table") {
     ASSIGN_OR_RETURN(std::vector<AmaxEntry> entries, amax_entries(m, type));
     return CoordinatorMessage(AmaxTable{u64(m, "version"), std::move(entries)});
+  }
+  if (type == "release") return CoordinatorMessage(Release{u64(m, "version")});
+  if (type == "acquire") {
+    Acquire a{u64(m, "version"), {}};
+    if (auto it = m.find("descriptors"); it != m.end()) {
+      for (const Json& d : *it) a.descriptors.push_back(d.get<std::string>());
+    }
+    return CoordinatorMessage(std::move(a));
   }
   return unknown(type, "a coordinator's message");
 }

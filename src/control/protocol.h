@@ -24,6 +24,12 @@
 //   done(v)                 ->    every rank done: commit decision, v committed
 //                          <-     commit(v)
 //   committed(v)            ->
+//                          <-     release(v)        --release-between-refits: trainers
+//   released(v, bytes)      ->                      first, then engines
+//                          <-     acquire(v+1)      engines first: a new pool
+//   acquired(v+1, descr)    ->
+//                          <-     acquire(v+1, descriptors)  then the trainers
+//   linked                  ->    (every rank) then start(v+1)
 //   failed(v)               ->    a refit that fails before the decision:
 //                          <-     abort(v), relink(v); then linked again
 //                          <-     shutdown (the job's end; with an error
@@ -63,8 +69,10 @@ namespace refit {
 // Version 3 added heartbeat; version 4 setup_failed; version 5 sharded
 // trainers (the join's layout, transfer_digest and feeds; the setup's parts
 // and targets); version 6 shadow weights in direct mode (the engine's join
-// says shadow, start says which arena the trainers write).
-inline constexpr std::uint64_t kControlProtocolVersion = 6;
+// says shadow, start says which arena the trainers write); version 7
+// release between refits (setup's release; release, released, acquire,
+// acquired).
+inline constexpr std::uint64_t kControlProtocolVersion = 7;
 
 // How often a side sends a heartbeat, and how long it waits for a word from
 // its peer before it treats the peer as lost (stalled, dead or cut off).
@@ -208,6 +216,19 @@ struct Failed {
   std::uint64_t version = 0;
   Status error;
 };
+// --release-between-refits, after release(version): what this rank freed
+// (engine: the receive pool and any idle shadow arena, `bytes` as the device
+// reports them returned, or the host bytes; trainer: its staging and
+// mappings, 0 unless it measured device memory returned).
+struct Released {
+  std::uint64_t version = 0, bytes = 0;
+};
+// An engine rank's answer to acquire(version): its receive pool again, and
+// the new pool's descriptor for the trainers that write into it.
+struct Acquired {
+  std::uint64_t version = 0;
+  std::string descriptor;
+};
 struct Request {  // on demand: run refit `version` next
   std::uint64_t version = 0;
 };
@@ -233,7 +254,7 @@ struct AmaxShare {
 };
 
 using RankMessage = std::variant<Join, Linked, Ready, Progress, Sent, Done, Committed, Failed, Request, Finish,
-                                 Heartbeat, SetupFailed, AmaxShare>;
+                                 Heartbeat, SetupFailed, AmaxShare, Released, Acquired>;
 
 // ---- coordinator -> rank -------------------------------------------------------
 
@@ -255,6 +276,9 @@ struct Setup {
   // it feeds (its feeds, in order), in place of engine_rank .. feeder_count.
   std::vector<std::vector<Part>> parts;
   std::vector<EngineTarget> targets;
+  // --release-between-refits: after each commit the coordinator sends
+  // release, before the next start acquire. Absent on the wire: false.
+  bool release_between_refits = false;
 };
 struct Start {
   std::uint64_t version = 0;
@@ -277,6 +301,20 @@ struct Abort {
 struct Relink {
   std::uint64_t version = 0;
 };
+// --release-between-refits, once every rank committed `version`: free what
+// the next refit will allocate again (trainers first, then engines), answer
+// released.
+struct Release {
+  std::uint64_t version = 0;
+};
+// Before refit `version` (after a release): to the engine ranks, allocate
+// the receive pool again and answer acquired; then to the trainer ranks with
+// every engine rank's new descriptor (by engine rank), to open and link as
+// at setup. Every rank then says linked, and start(version) follows.
+struct Acquire {
+  std::uint64_t version = 0;
+  std::vector<std::string> descriptors;  // empty for the engine ranks
+};
 // The job is over. `error`: it ended with an error after refit
 // `committed_version` was committed (a rank lost or stalled since); the
 // ranks keep that version and exit with the error.
@@ -293,7 +331,7 @@ struct AmaxTable {
 };
 
 using CoordinatorMessage =
-    std::variant<Setup, Start, Go, Commit, Abort, Relink, Shutdown, Refusal, Heartbeat, AmaxTable>;
+    std::variant<Setup, Start, Go, Commit, Abort, Relink, Shutdown, Refusal, Heartbeat, AmaxTable, Release, Acquire>;
 using AuthMessage = std::variant<AuthChallenge, AuthResponse, AuthOk, Refusal>;
 
 // ---- encode / decode -----------------------------------------------------------

@@ -81,6 +81,8 @@ const std::vector<Schema>& schemas() {
     s.push_back({"progress", {version, {"bytes", kUint}}});
     s.push_back({"failed", {version, error}});
     s.push_back({"finish", {}});
+    s.push_back({"released", {version, {"bytes", kUint, true}}});
+    s.push_back({"acquired", {version, {"descriptor", kStr, true, kMaxDescriptorBytes}}});
     s.push_back({"heartbeat", {}});  // both directions
     for (const char* t : {"amax_share", "amax_table"}) {  // the second direction below; protocol.cc checks each entry
       s.push_back({t, {version, {"entries", kArr, false, 0, kArr}}});
@@ -104,7 +106,10 @@ const std::vector<Schema>& schemas() {
                   {"feeder_count", kUint, false, kMaxRanks},
                   {"on_demand", kBool},
                   {"parts", kArr, false, 0, kArr},            // per bucket; shard_json.cc checks each
-                  {"targets", kArr, false, kMaxRanks, kObj}}});
+                  {"targets", kArr, false, kMaxRanks, kObj},
+                  {"release_between_refits", kBool}}});
+    s.push_back({"release", {version}});
+    s.push_back({"acquire", {version, {"descriptors", kArr, false, kMaxRanks, kStr}}});
     s.push_back({"start", {version, {"arena", kUint, false, 1}}});
     for (const char* t : {"go", "commit", "relink"}) s.push_back({t, {version}});
     s.push_back({"abort", {version, error}});

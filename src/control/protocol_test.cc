@@ -307,6 +307,37 @@ TEST(Protocol, AShadowEnginesJoinAndAStartsArenaRoundTrip) {
   EXPECT_FALSE(decode_coordinator_message(bad).ok());
 }
 
+// Release between refits: the setup's flag and the four messages keep
+// every field; a descriptor that is not a string is refused. Catches: the
+// flag dropped by encode (no rank would release), descriptors lost or
+// reordered, a released without its bytes accepted as 0.
+TEST(Protocol, ReleaseAndAcquireMessagesRoundTrip) {
+  refit::Setup setup;
+  setup.release_between_refits = true;
+  auto s = decode_coordinator_message(encode(CoordinatorMessage(setup)));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(std::get<refit::Setup>(*s).release_between_refits);
+  EXPECT_FALSE(encode(CoordinatorMessage(refit::Setup{})).contains("release_between_refits"));
+  auto release = decode_coordinator_message(encode(CoordinatorMessage(Release{3})));
+  ASSERT_TRUE(release.ok()) << release.status().ToString();
+  EXPECT_EQ(std::get<Release>(*release).version, 3u);
+  auto acquire = decode_coordinator_message(encode(CoordinatorMessage(Acquire{4, {"cuda_ipc:b", "cuda_ipc:a"}})));
+  ASSERT_TRUE(acquire.ok()) << acquire.status().ToString();
+  EXPECT_EQ(std::get<Acquire>(*acquire).descriptors, (std::vector<std::string>{"cuda_ipc:b", "cuda_ipc:a"}));
+  auto released = decode_rank_message(encode(RankMessage(Released{3, std::uint64_t{1} << 40})));
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  EXPECT_EQ(std::get<Released>(*released).bytes, std::uint64_t{1} << 40);
+  auto acquired = decode_rank_message(encode(RankMessage(Acquired{4, "shm:@pool"})));
+  ASSERT_TRUE(acquired.ok()) << acquired.status().ToString();
+  EXPECT_EQ(std::get<Acquired>(*acquired).descriptor, "shm:@pool");
+  Json bad = encode(CoordinatorMessage(Acquire{4, {"x"}}));
+  bad["descriptors"] = Json::array({7});
+  EXPECT_FALSE(decode_coordinator_message(bad).ok());
+  Json no_bytes = encode(RankMessage(Released{3, 9}));
+  no_bytes.erase("bytes");
+  EXPECT_FALSE(decode_rank_message(no_bytes).ok());
+}
+
 // The amax exchange's messages keep every entry exactly (bits included:
 // 0x7F7FFFFF is FLT_MAX); an entry that is not [tensor, block, bits] of
 // integers >= 0, or bits above a finite amax, is refused naming the entry.

@@ -81,7 +81,18 @@ void RefitPhases::advance(PhaseTime now) {
         if (all_reached(Step::kDone)) decide_commit(now);
         break;
       case Phase::kCommit:
-        if (all_reached(Step::kCommitted)) next_refit(now);
+        if (!all_reached(Step::kCommitted)) break;
+        if (options_.release_between_refits) {
+          begin_release(now);
+        } else {
+          next_refit(now);
+        }
+        break;
+      case Phase::kRelease:
+        advance_release(now);
+        break;
+      case Phase::kAcquire:
+        advance_acquire(now);
         break;
       case Phase::kRecovery:
         if (all_reached(Step::kLinked)) {
@@ -128,6 +139,10 @@ void RefitPhases::on_message(int member, const RankMessage& message, PhaseTime n
     on_report(member, Step::kDone, message, now);
   } else if (std::holds_alternative<Committed>(message)) {
     on_report(member, Step::kCommitted, message, now);
+  } else if (std::holds_alternative<Released>(message)) {
+    on_report(member, Step::kReleased, message, now);
+  } else if (std::holds_alternative<Acquired>(message)) {
+    on_report(member, Step::kAcquired, message, now);
   } else {
     fail(InvalidArgument("protocol error: " + member_name(member) + " sent '" + message_name(message) + "' during " +
                          phase_name() + " (expected '" + awaited_name() + "')"),
@@ -142,6 +157,8 @@ std::uint64_t version_of(const RankMessage& message) {
   if (const auto* m = std::get_if<Sent>(&message)) return m->version;
   if (const auto* m = std::get_if<Done>(&message)) return m->version;
   if (const auto* m = std::get_if<Committed>(&message)) return m->version;
+  if (const auto* m = std::get_if<Released>(&message)) return m->version;
+  if (const auto* m = std::get_if<Acquired>(&message)) return m->version;
   return 0;
 }
 
@@ -156,23 +173,24 @@ void RefitPhases::on_report(int member, Step step, const RankMessage& message, P
   // Recovery drops what the aborted refit still had in flight; a cause is
   // sought only in lost connections.
   if (phase_ == Phase::kBlame || (phase_ == Phase::kRecovery && step != Step::kLinked)) return;
-  const bool linking = phase_ == Phase::kSetup || phase_ == Phase::kRecovery;
-  const Step furthest = linking                      ? Step::kLinked
-                        : phase_ == Phase::kPrepare  ? Step::kReady
-                        : phase_ == Phase::kCommit   ? Step::kCommitted
-                        : phase_ == Phase::kIdle     ? Step::kNone
-                                                     : Step::kDone;
   const std::string what = "'" + message_name(message) + "'";
   if (m.step == step) {
     return fail(InvalidArgument("protocol error: " + member_name(member) + " sent " + what + " twice during " +
                                 phase_name()),
                 now);
   }
-  // Linked follows a (re)start of the links, ready a start: both from kNone.
-  const Step before = step == Step::kLinked || step == Step::kReady ? Step::kNone
-                                                                    : static_cast<Step>(static_cast<int>(step) - 1);
+  // Linked follows a (re)start of the links (after acquired in kAcquire),
+  // ready and acquired a start: all from kNone.
+  const Step before = step == Step::kLinked && phase_ == Phase::kAcquire ? Step::kAcquired
+                      : step == Step::kLinked || step == Step::kReady   ? Step::kNone
+                                                                        : static_cast<Step>(static_cast<int>(step) - 1);
   const bool in_order = m.step == before;
-  if (!in_order || step > furthest || (step == Step::kLinked) != linking) {
+  // Linked only while linking; acquired only while the engines acquire.
+  const bool linking = phase_ == Phase::kSetup || phase_ == Phase::kRecovery ||
+                       (phase_ == Phase::kAcquire && second_stage_);
+  const bool acquiring = phase_ == Phase::kAcquire && !second_stage_;
+  if (!in_order || step > furthest_step(member) || (step == Step::kLinked) != linking ||
+      (step == Step::kAcquired) != acquiring) {
     return fail(InvalidArgument("protocol error: " + member_name(member) + " sent " + what + " during " +
                                 phase_name() + " (expected '" + awaited_name() + "')"),
                 now);
@@ -191,6 +209,8 @@ void RefitPhases::on_report(int member, Step step, const RankMessage& message, P
   if (step == Step::kSent) last_sent_ = std::max(last_sent_, now);
   if (const auto* done = std::get_if<Done>(&message)) m.done = *done;
   if (const auto* linked = std::get_if<Linked>(&message)) m.linked = *linked;
+  if (const auto* released = std::get_if<Released>(&message)) m.released_bytes = released->bytes;
+  if (const auto* acquired = std::get_if<Acquired>(&message)) m.descriptor = acquired->descriptor;
 }
 
 // A rank's own failure. It usually comes from a peer that died: the machine
@@ -222,9 +242,9 @@ void RefitPhases::on_lost(int member, const std::string& why, PhaseTime now) {
     return end(Status(recovering_.code(), recovering_.message() + "; recovery failed: lost " + who + " during " +
                                               phase_name() + ": " + why));
   }
-  if (phase_ == Phase::kCommit) {
-    return end(Aborted("lost " + who + " after refit " + std::to_string(version_) +
-                       " was committed (waiting for 'committed'): " + why));
+  if (phase_ == Phase::kCommit || phase_ == Phase::kRelease) {
+    return end(Aborted("lost " + who + " after refit " + std::to_string(version_) + " was committed (waiting for '" +
+                       awaited_name() + "'): " + why));
   }
   end(Aborted("lost " + who + " during " + phase_name() + ": " + why));
 }
@@ -336,7 +356,7 @@ void RefitPhases::on_deadline(PhaseTime now) {
     }
     return end(Status(recovering_.code(), recovering_.message() + "; recovery failed: " + late));
   }
-  if (phase_ == Phase::kCommit) {
+  if (phase_ == Phase::kCommit || phase_ == Phase::kRelease) {
     return end(DeadlineExceeded("refit " + std::to_string(version_) + " was committed, but " + late));
   }
   fail(DeadlineExceeded(late), now);
@@ -380,9 +400,10 @@ bool RefitPhases::stalled_itself(PhaseTime now) {
                 std::chrono::duration<double>(now - last_beat_).count(),
                 static_cast<double>(options_.heartbeats->timeout.count()) / 1000);
   const std::string v = std::to_string(version_);
-  end(phase_ == Phase::kCommit ? Unavailable("refit " + v + " was committed, but " + text)
-      : in_flight_            ? Unavailable(std::string(text) + "; refit " + v + " aborted")
-                              : Unavailable(text));
+  const bool committed = phase_ == Phase::kCommit || phase_ == Phase::kRelease;
+  end(committed    ? Unavailable("refit " + v + " was committed, but " + text)
+      : in_flight_ ? Unavailable(std::string(text) + "; refit " + v + " aborted")
+                   : Unavailable(text));
   return true;
 }
 
@@ -440,7 +461,13 @@ void RefitPhases::decide_commit(PhaseTime) {
   enter(Phase::kCommit, Step::kCommitted);
 }
 
+// Refit `version` begins: after a release, with acquire (release_phases.cc).
 void RefitPhases::begin_refit(std::uint64_t version, PhaseTime now) {
+  if (released_) return begin_acquire(version, now);
+  start_refit(version, now);
+}
+
+void RefitPhases::start_refit(std::uint64_t version, PhaseTime now) {
   version_ = version;
   in_flight_ = true;
   for (Member& m : members_) m = Member{};
@@ -497,73 +524,6 @@ void RefitPhases::end(const Status& status) {
   out_.push_back(EndJob{status});
   phase_ = Phase::kEnded;
   deadline_ = PhaseTime::max();
-}
-
-// ---- helpers ---------------------------------------------------------------------
-
-void RefitPhases::enter(Phase phase, Step awaited) {
-  phase_ = phase;
-  awaited_ = awaited;
-}
-
-bool RefitPhases::all_reached(Step step) const {
-  return std::all_of(members_.begin(), members_.end(), [&](const Member& m) { return m.step >= step; });
-}
-
-PhaseTime RefitPhases::phase_deadline() const { return phase_ == Phase::kBlame ? blame_until_ : deadline_; }
-
-PhaseTime RefitPhases::wake_at() const {
-  if (phase_ == Phase::kEnded) return PhaseTime::max();
-  PhaseTime at = std::min(phase_deadline(), next_beat_);
-  if (options_.heartbeats) {
-    for (PhaseTime heard : heard_) {
-      if (heard != PhaseTime::max()) at = std::min(at, heard + options_.heartbeats->timeout);
-    }
-  }
-  return at;
-}
-
-std::string RefitPhases::member_name(int member) const {
-  return is_trainer(member) ? "trainer rank " + std::to_string(member)
-                            : "engine rank " + std::to_string(member - options_.trainer_ranks);
-}
-
-std::string RefitPhases::waiting_for() const {
-  std::string names;
-  for (int i = 0; i < static_cast<int>(members_.size()); ++i) {
-    if (members_[static_cast<std::size_t>(i)].step >= awaited_) continue;
-    names += (names.empty() ? "" : ", ") + member_name(i);
-  }
-  return names;
-}
-
-std::string RefitPhases::phase_name() const {
-  const Phase phase = phase_ == Phase::kBlame ? blamed_phase_ : phase_;
-  const char* step = "";
-  switch (phase) {
-    case Phase::kSetup: return "setup";
-    case Phase::kIdle: step = "request"; break;
-    case Phase::kPrepare: step = "prepare"; break;
-    case Phase::kTransfer: step = "transfer"; break;
-    case Phase::kVerify: step = "verify"; break;
-    case Phase::kCommit: step = "commit"; break;
-    case Phase::kRecovery: step = "recovery"; break;
-    case Phase::kBlame:
-    case Phase::kEnded: step = "ended"; break;
-  }
-  return "refit " + std::to_string(version_) + " (" + step + ")";
-}
-
-std::string RefitPhases::awaited_name() const {
-  switch (awaited_) {
-    case Step::kNone: return "request";
-    case Step::kLinked: return "linked";
-    case Step::kReady: return "ready";
-    case Step::kSent: return "sent";
-    case Step::kDone: return "done";
-    case Step::kCommitted: return "committed";
-  }
-  return "?";
 }
 
 }  // namespace refit

@@ -16,6 +16,11 @@
 //   trainer --> amax_table(v) to the trainers)
 //   verify --done x all--> COMMIT DECISION: v committed, recorded now;
 //   commit(v) -> commit --committed x all--> next refit (or shutdown)
+//   (--release-between-refits: commit --committed x all--> release(v) to the
+//   trainers --released x trainers--> release(v) to the engines --released
+//   x all--> next refit, whose start first goes through acquire: acquire(w)
+//   to the engines --acquired x engines--> acquire(w, descriptors) to the
+//   trainers --linked x all--> start(w); release_phases.cc)
 //
 // Before the decision, a failure (a rank's failed, a missed deadline) aborts
 // v on every rank and relinks them (recovery), so the job goes on; a lost
@@ -75,6 +80,10 @@ struct PhaseOptions {
   // Direct mode over shadow weights: each start names the arena the
   // trainers write (Start::arena), 1 first, the other after each commit.
   bool alternate_arenas = false;
+  // After each commit the ranks release refit's memory, and take it again
+  // before the next start (see above). A failure in either phase ends the
+  // job keeping the committed version (nothing of the next refit began).
+  bool release_between_refits = false;
 };
 
 using PhaseClock = std::chrono::steady_clock;
@@ -102,7 +111,7 @@ using PhaseEvent = std::variant<Received, Lost, Tick, Replaced>;
 
 // Send to every rank, or to the trainer ranks only (best effort once the
 // job ended).
-enum class Audience { kEveryRank, kTrainers };
+enum class Audience { kEveryRank, kTrainers, kEngines };
 struct SendAll {
   CoordinatorMessage message;
   Audience audience = Audience::kEveryRank;
@@ -124,6 +133,12 @@ struct RecordRecovery {
   std::uint64_t version = 0;
   std::vector<Linked> engines;  // by rank
 };
+// Every rank released after refit `version` (release_between_refits): what
+// each said it freed, by rank.
+struct RecordRelease {
+  std::uint64_t version = 0;
+  std::vector<std::uint64_t> engine_bytes, trainer_bytes;
+};
 // A rank's progress during transfer: the bytes every rank sent so far.
 struct ShowProgress {
   std::uint64_t version = 0;
@@ -137,11 +152,12 @@ struct Note {
 struct EndJob {
   Status status;
 };
-using PhaseAction = std::variant<SendAll, RecordCommit, RecordFailure, RecordRecovery, ShowProgress, Note, EndJob>;
+using PhaseAction =
+    std::variant<SendAll, RecordCommit, RecordFailure, RecordRecovery, RecordRelease, ShowProgress, Note, EndJob>;
 
 class RefitPhases {
  public:
-  enum class Phase { kSetup, kIdle, kPrepare, kTransfer, kVerify, kCommit, kBlame, kRecovery, kEnded };
+  enum class Phase { kSetup, kIdle, kPrepare, kTransfer, kVerify, kCommit, kRelease, kAcquire, kBlame, kRecovery, kEnded };
 
   explicit RefitPhases(const PhaseOptions& options);
 
@@ -162,8 +178,9 @@ class RefitPhases {
   std::string member_name(int member) const;
 
  private:
-  // How far one rank got in the current step sequence.
-  enum class Step { kNone, kLinked, kReady, kSent, kDone, kCommitted };
+  // How far one rank got in the current step sequence. kAcquired comes
+  // before kLinked (acquire, then link), kReleased after kCommitted.
+  enum class Step { kNone, kAcquired, kLinked, kReady, kSent, kDone, kCommitted, kReleased };
   struct Member {
     Step step = Step::kNone;
     bool reported_failure = false;  // sent "failed" in the current refit
@@ -171,6 +188,8 @@ class RefitPhases {
     std::optional<Done> done;
     std::optional<Linked> linked;
     std::optional<std::vector<AmaxEntry>> amax;  // its amax_share of the refit
+    std::uint64_t released_bytes = 0;            // its released
+    std::string descriptor;                      // an engine rank's acquired
     std::uint64_t progress = 0;
     // Its connection closed while that did not end the job (it had
     // reported its failure): it cannot relink.
@@ -196,11 +215,21 @@ class RefitPhases {
   void decide_idle(PhaseTime now);
   void decide_commit(PhaseTime now);
   void begin_refit(std::uint64_t version, PhaseTime now);
+  void start_refit(std::uint64_t version, PhaseTime now);
+  // release_between_refits (release_phases.cc).
+  void begin_release(PhaseTime now);
+  void advance_release(PhaseTime now);
+  void begin_acquire(std::uint64_t version, PhaseTime now);
+  void advance_acquire(PhaseTime now);
+  bool awaits(int member) const;
+  Step furthest_step(int member) const;
   void next_refit(PhaseTime now);
   void fail(const Status& failure, PhaseTime now);
   void end(const Status& status);
   void enter(Phase phase, Step awaited);
+  void send_to(CoordinatorMessage message, Audience audience);
   bool all_reached(Step step) const;
+  bool all_trainers_reached(Step step) const;
   std::string waiting_for() const;
   std::string phase_name() const;
   std::string awaited_name() const;
@@ -214,6 +243,8 @@ class RefitPhases {
   std::uint64_t decided_ = 0;   // the last version decided committed
   std::uint64_t landing_ = 1;   // alternate_arenas: the arena the next start names
   bool in_flight_ = true;       // setup or refit version_ undecided: a failure aborts it
+  bool released_ = false;       // the ranks released after the last commit: acquire before a start
+  bool second_stage_ = false;   // kRelease: the engines were asked; kAcquire: the trainers were
   PhaseTime deadline_ = PhaseTime::max();
   PhaseTime go_time_{}, last_sent_{};
   // kBlame: the failure that stands unless a lost rank explains it, and the

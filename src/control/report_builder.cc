@@ -140,6 +140,12 @@ void ReportBuilder::record_recovery(const RecordRecovery& recovery) {
   report_["failures"].back()["engines_after"] = engines;
 }
 
+void ReportBuilder::record_release(const RecordRelease& release) {
+  for (Json& refit : report_["refits"]) {
+    if (refit["version"].get<std::uint64_t>() == release.version) refit["released_bytes"] = release.engine_bytes;
+  }
+}
+
 std::uint64_t ReportBuilder::committed_version() const { return report_["committed_version"].get<std::uint64_t>(); }
 
 Status ReportBuilder::persist_running(const std::string& when) const {

@@ -38,6 +38,9 @@ class ReportBuilder {
   void record_commit(const RecordCommit& commit);
   void record_failure(const RecordFailure& failure);
   void record_recovery(const RecordRecovery& recovery);
+  // --release-between-refits: the bytes each engine rank returned after the
+  // refit, in its `refits` entry (`released_bytes`, by engine rank).
+  void record_release(const RecordRelease& release);
   // go(version) went out: engines serving live weights are written from now
   // on (engine_holdings.h; the report's `engines_at_end`).
   void record_go(std::uint64_t version);

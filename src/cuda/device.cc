@@ -376,6 +376,14 @@ bool is_sticky(cudaError_t e) {
 }
 }  // namespace
 
+StatusOr<std::uint64_t> device_free_bytes(int device) {
+  ScopedDevice scope(device);
+  RETURN_IF_ERROR(scope.status().WithContext("device_free_bytes"));
+  std::size_t free_b = 0, total_b = 0;
+  RETURN_IF_ERROR(cuda_check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo on device " + std::to_string(device)));
+  return static_cast<std::uint64_t>(free_b);
+}
+
 Status cuda_context_health(int device) {
   // A sticky error is returned by every call, whichever is asked first: the
   // device switch, or the query of the default stream (which reports the
@@ -428,6 +436,7 @@ Status copy_host_to_device(std::byte*, std::span<const std::byte>) { return no_c
 Status copy_device_to_device(std::byte*, const std::byte*, std::uint64_t) { return no_cuda("copy_device_to_device"); }
 Status device_memset(std::byte*, int, std::uint64_t) { return no_cuda("device_memset"); }
 Status copy_async(std::byte*, const std::byte*, std::uint64_t, void*) { return no_cuda("copy_async"); }
+StatusOr<std::uint64_t> device_free_bytes(int) { return no_cuda("device_free_bytes"); }
 Status cuda_context_health(int) { return Status::Ok(); }  // no CUDA context to break
 StatusOr<HostRegistration> HostRegistration::Register(const void*, std::uint64_t) {
   return no_cuda("HostRegistration::Register");

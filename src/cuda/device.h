@@ -191,6 +191,10 @@ class HostRegistration {
 // before it allocates or measures anything.
 Status require_cuda_device();
 
+// The bytes free on `device` as the driver reports them (cudaMemGetInfo):
+// what a release returned to the device shows as their growth.
+StatusOr<std::uint64_t> device_free_bytes(int device);
+
 // OK while `device`'s CUDA context in this process still works. After a
 // sticky error (an illegal address, a failed launch, a hardware exception,
 // an uncorrectable ECC error) every later CUDA call of the process fails the

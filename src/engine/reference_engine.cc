@@ -208,6 +208,40 @@ Status check_hosted(const std::string& where, const AlignedBatch& batch,
 
 ReferenceEngine::~ReferenceEngine() = default;
 
+Status ReferenceEngine::allocate_arena(Arena& arena) const {
+  if (options_.memory == MemoryKind::kCuda) {
+    ASSIGN_OR_RETURN(arena.device, DeviceBuffer::Allocate(options_.device, std::max<std::uint64_t>(arena.bytes, 1)));
+  } else {
+    arena.host.assign(arena.bytes, std::byte{0});
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::uint64_t> ReferenceEngine::release_idle() {
+  if (!options_.shadow || !options_.releasable_shadow || idle_released_) return std::uint64_t{0};
+  if (in_refit_) return FailedPrecondition("reference engine: release_idle() while refit " +
+                                           std::to_string(pending_version_) + " is open");
+  std::uint64_t freed = 0;
+  for (auto& arena : arenas_[landing()]) {
+    if (!arena) continue;
+    arena->device = DeviceBuffer();
+    std::vector<std::byte>().swap(arena->host);
+    freed += arena->bytes;
+  }
+  prepared_.clear();  // their copies wrote into the freed arena
+  idle_released_ = true;
+  return freed;
+}
+
+Status ReferenceEngine::acquire_idle() {
+  if (!idle_released_) return Status::Ok();
+  for (auto& arena : arenas_[landing()]) {
+    if (arena) RETURN_IF_ERROR(allocate_arena(*arena));
+  }
+  idle_released_ = false;
+  return Status::Ok();
+}
+
 // Weights are allocated once, here; apply() only copies into them. Hosted
 // ranks outside [0, ranks) are reported by begin().
 Status ReferenceEngine::allocate() {
@@ -219,18 +253,20 @@ Status ReferenceEngine::allocate() {
     std::uint64_t bytes = 0;
     std::vector<std::uint64_t> offsets = weight_arena_offsets(streams_[r], &bytes);
     for (std::size_t i = 0; i < streams_[r].size(); ++i) offsets_[r][streams_[r][i].name] = offsets[i];
-    const std::uint64_t region = (options_.shadow ? 2 : 1) * bytes;
+    // Shadow weights in one region (arena 1 a view into it), unless each must be freed on its own.
+    const bool one_region = options_.shadow && !options_.releasable_shadow;
     auto arena = std::make_unique<Arena>();
+    arena->bytes = (one_region ? 2 : 1) * bytes;
+    RETURN_IF_ERROR(allocate_arena(*arena));
     arena->bytes = bytes;
-    if (options_.memory == MemoryKind::kCuda) {
-      ASSIGN_OR_RETURN(arena->device, DeviceBuffer::Allocate(options_.device, std::max<std::uint64_t>(region, 1)));
-    } else {
-      arena->host.resize(region);
-    }
     if (options_.shadow) {
       arenas_[1][r] = std::make_unique<Arena>();
-      arenas_[1][r]->view = arena->data() + bytes;
       arenas_[1][r]->bytes = bytes;
+      if (one_region) {
+        arenas_[1][r]->view = arena->data() + bytes;
+      } else {
+        RETURN_IF_ERROR(allocate_arena(*arenas_[1][r]));
+      }
     }
     arenas_[0][r] = std::move(arena);
     if (options_.memory == MemoryKind::kCuda && !copier_) {
@@ -249,6 +285,10 @@ Status ReferenceEngine::begin(std::uint64_t version) {
       return FailedPrecondition("reference engine: hosted rank " + std::to_string(r) + " is outside the engine's " +
                                 std::to_string(streams_.size()) + " TP ranks");
     }
+  }
+  if (idle_released_) {
+    return FailedPrecondition("reference engine: begin(" + std::to_string(version) +
+                              ") while the shadow arena is released (acquire_idle() first)");
   }
   if (in_refit_) {
     return FailedPrecondition("reference engine: begin(" + std::to_string(version) + ") while refit " +
@@ -394,7 +434,8 @@ const std::byte* ReferenceEngine::weight_in(int arena, int rank, const std::stri
   const auto& arenas = arenas_[arena];
   if (rank < 0 || rank >= static_cast<int>(arenas.size()) || !arenas[rank]) return nullptr;
   auto it = offsets_[rank].find(name);
-  return it == offsets_[rank].end() ? nullptr : arenas[rank]->data() + it->second;
+  std::byte* data = arenas[rank]->data();  // null while released (release_idle)
+  return it == offsets_[rank].end() || data == nullptr ? nullptr : data + it->second;
 }
 
 const std::byte* ReferenceEngine::landed_weight(int rank, const std::string& name) const {
@@ -416,7 +457,7 @@ std::byte* ReferenceEngine::arena(int rank) {
 
 std::uint64_t ReferenceEngine::arena_bytes(int rank) const {
   if (rank < 0 || rank >= static_cast<int>(arenas_[0].size()) || !arenas_[0][rank]) return 0;
-  return (options_.shadow ? 2 : 1) * arenas_[0][rank]->bytes;
+  return (options_.shadow && !options_.releasable_shadow ? 2 : 1) * arenas_[0][rank]->bytes;
 }
 
 std::uint64_t ReferenceEngine::weight_memory_bytes() const {

@@ -179,5 +179,44 @@ TEST(ShadowWeights, ConcurrentReadersNeverSeeAMixture) {
   EXPECT_TRUE(serves(*engine, 41));
 }
 
+// Release between refits (releasable_shadow, staged mode): release_idle()
+// frees the arena not served and returns its bytes, the served version stays
+// whole and readable, begin() is refused until acquire_idle(), and the next
+// refit lands and flips as before. Without releasable_shadow (direct mode's
+// one region) nothing is freed. Catches: the served arena freed instead
+// (serves() fails), a release that frees nothing (landed_weight stays
+// readable), a begin() into freed memory accepted. Tried once: freeing
+// arenas_[active_] failed here.
+TEST(ShadowWeights, ReleaseIdleFreesOnlyTheArenaNotServedUntilAcquired) {
+  Versions v;
+  ReferenceEngineOptions options;
+  options.shadow = true;
+  options.releasable_shadow = true;
+  auto created = ReferenceEngine::Create(v.streams, {0}, options);
+  ASSERT_OK(created.status());
+  ReferenceEngine& engine = **created;
+  const std::uint64_t stride = shadow_arena_stride(engine.stream(0));
+  EXPECT_EQ(engine.arena_bytes(0), stride) << "each arena is its own allocation";
+  v.refit(engine, 1);
+  v.refit(engine, 2);
+  auto freed = engine.release_idle();
+  ASSERT_OK(freed.status());
+  EXPECT_EQ(*freed, stride);
+  EXPECT_TRUE(serves(engine, 2)) << "the release touched the served version";
+  EXPECT_EQ(engine.landed_weight(0, Versions::name(0)), nullptr) << "the arena not served is still held";
+  EXPECT_FALSE(engine.begin(3).ok()) << "a refit began into a released arena";
+  ASSERT_OK(engine.acquire_idle());
+  v.refit(engine, 3);
+  EXPECT_TRUE(serves(engine, 3));
+  EXPECT_TRUE(landed(engine, 2));
+
+  auto one_region = make_engine(v, /*shadow=*/true);
+  v.refit(*one_region, 1);
+  auto none = one_region->release_idle();
+  ASSERT_OK(none.status());
+  EXPECT_EQ(*none, 0u);
+  EXPECT_NE(one_region->landed_weight(0, Versions::name(0)), nullptr) << "one region: nothing may be freed";
+}
+
 }  // namespace
 }  // namespace refit

@@ -52,10 +52,13 @@ class EngineRank::Impl {
 
   StatusOr<std::optional<std::uint64_t>> next() {
     recovered_ = false;
-    ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start_while_alive());
+    ASSIGN_OR_RETURN(std::optional<Start> start,
+                     client_->wait_for_start_while_alive([this](const Acquire& a) { return acquire(a); }));
     if (!start) return std::optional<std::uint64_t>();
     const std::uint64_t version = start->version;
     Status status = refit(version);
+    // Committed: a failed release ends the job (the coordinator's verdict), never aborts the version.
+    if (status.ok() && release_) RETURN_IF_ERROR(release_after(version));
     if (!status.ok()) {
       engine_->abort(version, status);  // the version stays at the last committed one
       // In doubt: the coordinator is lost, nobody to report to or relink with.
@@ -213,12 +216,71 @@ class EngineRank::Impl {
     return join;
   }
 
+  // --release-between-refits, once this rank said committed and the
+  // trainers let go of its memory: the receiver goes with the receive pool
+  // (staged; direct: the weights' exposure) and the links, and the engine
+  // frees what it needs only during a refit (Engine::release_idle: a
+  // shadow arena not served, staged mode). Released says
+  // the bytes returned: on a device as the driver counts them, on the host
+  // the pool's.
+  Status release_after(std::uint64_t version) {
+    ASSIGN_OR_RETURN(Release release, client_->wait_for<Release>(Deadline::AfterSeconds(options_.setup_timeout_s)));
+    if (release.version != version) {
+      return InvalidArgument("protocol error: the coordinator asked to release after refit " +
+                             std::to_string(release.version) + " during refit " + std::to_string(version));
+    }
+    std::uint64_t free_before = 0;
+    if (on_device_) {
+      ASSIGN_OR_RETURN(free_before, device_free_bytes(device_));
+    }
+    std::unique_ptr<Receiver> old;
+    {
+      std::lock_guard<std::mutex> lock(data_mu_);
+      old = std::move(receiver_);
+    }
+    const std::uint64_t pool = direct_ ? 0 : static_cast<std::uint64_t>(old->pool().slots()) * old->pool().slot_bytes();
+    old.reset();
+    ASSIGN_OR_RETURN(const std::uint64_t idle, engine_->release_idle());  // a shadow arena not served
+    std::uint64_t returned = pool + idle;
+    if (on_device_) {
+      ASSIGN_OR_RETURN(const std::uint64_t free_after, device_free_bytes(device_));
+      returned = free_after > free_before ? free_after - free_before : 0;
+    }
+    return client_->send(Released{version, returned});
+  }
+
+  // Before the next start (after a release): the pool again (direct: the
+  // weights exposed again), its descriptor to the coordinator for the
+  // trainers, their links as at setup. A failure is reported.
+  Status acquire(const Acquire& acquire) {
+    Status status = acquire_pool(acquire.version);
+    if (status.ok()) return Status::Ok();
+    status = status.WithContext(name() + ", taking its receive pool again before refit " +
+                                std::to_string(acquire.version));
+    (void)client_->send(Failed{acquire.version, status});
+    return status;
+  }
+
+  Status acquire_pool(std::uint64_t version) {
+    Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
+    RETURN_IF_ERROR(engine_->acquire_idle());
+    ASSIGN_OR_RETURN(std::unique_ptr<TargetMemory> pool, make_pool());
+    if (!pool) return Internal("the receive pool no longer fits --memory-limit");
+    const std::string descriptor = pool->descriptor();
+    RETURN_IF_ERROR(make_receiver(std::move(pool)));
+    RETURN_IF_ERROR(client_->send(Acquired{version, descriptor}));
+    RETURN_IF_ERROR(accept_links(deadline));
+    RETURN_IF_ERROR(receiver_->pool().seal());
+    return client_->send(Linked{});
+  }
+
   // The coordinator's Setup: the seed, every rank's stream as it validated
   // them (the peers' plans replay their batch boundaries so that every rank
   // of the engine computes the same aligned batches without talking to the
   // others) and the trainer ranks that feed this one, in trainer-index order.
   Status adopt_setup(const Setup& setup) {
     seed_ = setup.seed;
+    release_ = setup.release_between_refits;
     if (setup.streams.size() != static_cast<std::size_t>(options_.engine_ranks)) {
       return InvalidArgument("setup: 'streams' must hold one spec list per engine rank");
     }
@@ -436,6 +498,7 @@ class EngineRank::Impl {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Listener> listener_;
   bool on_device_ = false, direct_ = false;
+  bool release_ = false;  // --release-between-refits (the setup says)
   int device_ = -1;  // local CUDA index
   Engine* engine_ = nullptr;  // binding_.engine
   std::vector<std::uint64_t> feeders_;  // trainer ranks feeding this rank, in trainer-index order

@@ -113,6 +113,7 @@ Status make_local_engine(const EngineOptions& options, LocalEngine& local) {
   engine_options.memory = local.on_device ? MemoryKind::kCuda : MemoryKind::kHost;
   engine_options.device = local.device;
   engine_options.shadow = options.shadow;
+  engine_options.releasable_shadow = options.shadow && options.mode == "staged";
   auto engine = ReferenceEngine::Create(local.streams, std::vector<int>{options.rank}, engine_options);
   if (!engine.ok()) return engine.status().WithContext(name);
   local.engine = std::move(*engine);

@@ -15,6 +15,8 @@
 #include "refit/reference_engine.h"
 #include "refit/secret.h"
 #include "refit/transfer_defaults.h"
+#include "runtime/bucket_faults.h"
+#include "runtime/data_connect.h"
 
 namespace refit {
 
@@ -22,26 +24,8 @@ ShardChannel::ShardChannel(const RankOptions& options, ShardedPlan::Fed* fed, st
                            ControlClient* client)
     : options_(options), fed_(fed), address_(std::move(address)), client_(client) {}
 
-// As the full-weight trainer connects (trainer_rank.cc): refused connections
-// retried in short rounds until `deadline`, stopping at an abort; then the
-// data handshake in the engine rank's context.
 StatusOr<std::unique_ptr<Link>> ShardChannel::connect(Deadline deadline) {
-  const std::string peer = "engine rank " + std::to_string(engine_rank()) + " at " + address_;
-  StatusOr<std::unique_ptr<Link>> connected = Unavailable("never tried to connect to " + peer);
-  do {
-    if (std::optional<Status> abort = client_->abort_reason()) {
-      return Status(abort->code(), abort->message() + " (while connecting to " + peer + ")");
-    }
-    connected = Link::Connect(address_, peer, deadline.min(Deadline::After(std::chrono::milliseconds(100))));
-  } while (!connected.ok() && connected.status().code() == StatusCode::kUnavailable && !deadline.expired());
-  if (!connected.ok()) {
-    return connected.status().WithContext("retried until the setup deadline (" +
-                                          format_seconds(options_.setup_timeout_s) + ")");
-  }
-  std::unique_ptr<Link> link = std::move(*connected);
-  RETURN_IF_ERROR(authenticate_as_client(*link, Secret(options_.secret), data_auth_context(engine_rank()), deadline)
-                      .WithContext("authenticating the data link"));
-  return link;
+  return connect_data_link(options_, engine_rank(), address_, *client_, deadline);
 }
 
 Status ShardChannel::send_hello(Deadline deadline) {
@@ -88,7 +72,10 @@ StatusOr<std::uint64_t> ShardChannel::send_all(std::uint64_t version, bool first
     if (share == nullptr) continue;
     RETURN_IF_ERROR(inject_delays());
     RETURN_IF_ERROR(sender_->send(version, j, deadline));
-    if (first && bytes == 0) RETURN_IF_ERROR(inject_faults(version, j));
+    if (first && bytes == 0) {
+      const std::string what = "its part of bucket " + std::to_string(j) + " of refit " + std::to_string(version);
+      RETURN_IF_ERROR(after_bucket_faults(options_, name(), version, what, false, true, nullptr));
+    }
     bytes += share->bytes;
   }
   RETURN_IF_ERROR(sender_->finish(version, deadline));
@@ -109,19 +96,6 @@ Status ShardChannel::inject_delays() {
 
 // As the full-weight trainer's send_bucket does after its first bucket of
 // the refit: the lines are the tests' proof that the refit is under way.
-Status ShardChannel::inject_faults(std::uint64_t version, std::uint64_t bucket) {
-  const std::string where = "bucket " + std::to_string(bucket) + " of refit " + std::to_string(version);
-  if (version == options_.debug_stop_after_bucket) {
-    log(LogLevel::kWarning, name(),
-        "stopping by SIGSTOP after sending its part of " + where + " (--debug-stop-after-bucket)");
-    ::raise(SIGSTOP);
-  }
-  if (version == options_.debug_fail_refit) {
-    return Internal(name() + ": injected fault in refit " + std::to_string(version) + " (--debug-fail-refit)");
-  }
-  return Status::Ok();
-}
-
 void ShardChannel::land_in(std::uint64_t arena) { landing_ = arena * shadow_arena_stride(fed_->plan.specs); }
 
 Status ShardChannel::relink(Deadline deadline) {

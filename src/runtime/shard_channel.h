@@ -74,7 +74,6 @@ class ShardChannel final : public BucketProtocol {
  private:
   StatusOr<std::unique_ptr<Link>> connect(Deadline deadline);
   Status send_hello(Deadline deadline);
-  Status inject_faults(std::uint64_t version, std::uint64_t bucket);
   Status inject_delays();
   std::string name() const { return "trainer rank " + std::to_string(options_.rank); }
 

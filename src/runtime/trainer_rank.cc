@@ -20,7 +20,9 @@
 #include "refit/plan.h"
 #include "refit/reference_engine.h"
 #include "refit/trainer_layout.h"
+#include "runtime/bucket_faults.h"
 #include "runtime/bucket_sender.h"
+#include "runtime/data_connect.h"
 #include "runtime/expert_source.h"
 #include "runtime/quantized_shards.h"
 #include "runtime/quantized_source.h"
@@ -55,7 +57,7 @@ class TrainerRank::Impl : public BucketProtocol {
     }
     for (;;) {
       recovered_ = false;
-      ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start_while_alive());
+      ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start_while_alive(on_acquire()));
       if (!start) {
         log(LogLevel::kInfo, name(), tally_.summary("sent", "committed"));  // the job ended well
         return Status::Ok();
@@ -83,7 +85,7 @@ class TrainerRank::Impl : public BucketProtocol {
     if (Status asked = client_->send(Request{version}); !asked.ok()) {
       return client_->await_abort_reason(std::chrono::milliseconds(500)).value_or(asked);
     }
-    ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start_while_alive());
+    ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start_while_alive(on_acquire()));
     if (!start) return Aborted(name() + ": the coordinator shut the job down");
     const std::uint64_t started = start->version;
     if (started != version) {
@@ -111,6 +113,9 @@ class TrainerRank::Impl : public BucketProtocol {
   bool recovered() const { return recovered_; }
 
   std::string name() const { return "trainer rank " + std::to_string(options_.rank); }
+  ControlClient::OnAcquire on_acquire() {
+    return [this](const Acquire& a) { return acquire(a); };
+  }
 
   // Direct mode over shadow weights: the arena the coming refit writes
   // (Start::arena; 0 otherwise), in the engine rank's region or each fed one's.
@@ -172,6 +177,7 @@ class TrainerRank::Impl : public BucketProtocol {
       for (auto& c : channels_) c->shutdown_link();
     });
     seed_ = setup.seed;
+    release_ = setup.release_between_refits;
     if (sharded_) return link_sharded(setup, deadline);
     const std::string address = setup.engine_address, descriptor = setup.descriptor;
     if (setup.feeder_count == 0 || setup.trainer_index >= setup.feeder_count) {
@@ -187,6 +193,13 @@ class TrainerRank::Impl : public BucketProtocol {
     }
 
     engine_address_ = address;
+    RETURN_IF_ERROR(link_engine(descriptor, deadline));
+    return client_->send(Linked{});
+  }
+
+  // The data link to the engine rank, its transport target from
+  // `descriptor` and the sender over them (setup, and after an acquire).
+  Status link_engine(const std::string& descriptor, Deadline deadline) {
     ASSIGN_OR_RETURN(auto link, connect_to_engine(deadline));
     {
       std::lock_guard<std::mutex> lock(link_mu_);  // the control reader may shut it down
@@ -198,50 +211,75 @@ class TrainerRank::Impl : public BucketProtocol {
     const int writer = source_on_device_ ? source_->device() : (target_on_device_ ? options_.gpu : -1);
     ASSIGN_OR_RETURN(target_, transport_->open_target_on(descriptor, link_.get(), writer));
     RETURN_IF_ERROR(send_hello(deadline));
-
-    RETURN_IF_ERROR(make_sender(writer));
-    return client_->send(Linked{});
+    return make_sender(writer);
   }
 
   // A sharded rank's links: one channel per engine rank it feeds.
   Status link_sharded(const Setup& setup, Deadline deadline) {
     on_demand_ = setup.on_demand;
-    ASSIGN_OR_RETURN(auto channels, link_shard_channels(options_, *sharded_, setup.targets, client_.get(),
-                                                        source_.get(), deadline));
+    targets_ = setup.targets;
+    RETURN_IF_ERROR(link_channels(deadline));
+    return client_->send(Linked{});
+  }
+
+  Status link_channels(Deadline deadline) {
+    ASSIGN_OR_RETURN(auto channels,
+                     link_shard_channels(options_, *sharded_, targets_, client_.get(), source_.get(), deadline));
     {
       std::lock_guard<std::mutex> lock(link_mu_);  // the control reader shuts them down
       channels_ = std::move(channels);
+    }
+    return Status::Ok();
+  }
+
+  // --release-between-refits, once this rank said committed: on the
+  // coordinator's release the sender (its staging), the transport targets
+  // (the mappings of the engine ranks' pools) and the data links go, so
+  // that the engines' pools can return to the device.
+  Status release_after(std::uint64_t version) {
+    ASSIGN_OR_RETURN(Release release, client_->wait_for<Release>(Deadline::AfterSeconds(options_.setup_timeout_s)));
+    if (release.version != version) {
+      return InvalidArgument("protocol error: the coordinator asked to release after refit " +
+                             std::to_string(release.version) + " during refit " + std::to_string(version));
+    }
+    gpu_span_.reset();
+    sender_.reset();
+    target_.reset();
+    {
+      std::lock_guard<std::mutex> lock(link_mu_);
+      channels_.clear();
+      link_.reset();
+    }
+    return client_->send(Released{version, 0});
+  }
+
+  // Before the next start (after a release): the engine ranks' new pools,
+  // opened and linked as at setup; a failure is reported to the coordinator.
+  Status acquire(const Acquire& acquire) {
+    Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
+    Status linked = Status::Ok();
+    for (EngineTarget& target : targets_) {
+      if (target.engine_rank < acquire.descriptors.size()) target.descriptor = acquire.descriptors[target.engine_rank];
+    }
+    if (!sharded_ && static_cast<std::size_t>(engine_rank_) >= acquire.descriptors.size()) {
+      linked = InvalidArgument("protocol error: 'acquire' names no pool of engine rank " + std::to_string(engine_rank_));
+    } else {
+      linked = sharded_ ? link_channels(deadline)
+                        : link_engine(acquire.descriptors[static_cast<std::size_t>(engine_rank_)], deadline);
+    }
+    if (!linked.ok()) {
+      linked = linked.WithContext(name() + ", opening the engine ranks' pools again before refit " +
+                                  std::to_string(acquire.version));
+      (void)client_->send(Failed{acquire.version, linked});
+      return linked;
     }
     return client_->send(Linked{});
   }
 
  private:
-  // A data-plane connection to the engine rank (setup and recovery),
-  // authenticated both ways with the job's secret in the data context of
-  // that engine rank (auth.h); then the caller sends the hello. An engine
-  // that refuses this side, or cannot prove it knows the secret, fails the
-  // call naming it. Refused connections are retried in short rounds until
-  // `deadline`, and stop as soon as the coordinator aborted (a dead
-  // engine's port refuses for good; the abort says why).
+  // A data-plane connection to the engine rank (setup, recovery, acquire).
   StatusOr<std::unique_ptr<Link>> connect_to_engine(Deadline deadline) {
-    const std::string peer = "engine rank " + std::to_string(engine_rank_) + " at " + engine_address_;
-    StatusOr<std::unique_ptr<Link>> connected = Unavailable("never tried to connect to " + peer);
-    do {
-      if (std::optional<Status> abort = client_->abort_reason()) {
-        return Status(abort->code(), abort->message() + " (while connecting to " + peer + ")");
-      }
-      const Deadline round = deadline.min(Deadline::After(std::chrono::milliseconds(100)));
-      connected = Link::Connect(engine_address_, peer, round);
-    } while (!connected.ok() && connected.status().code() == StatusCode::kUnavailable && !deadline.expired());
-    if (!connected.ok()) {
-      return connected.status().WithContext("retried until the setup deadline (" +
-                                            format_seconds(options_.setup_timeout_s) + ")");
-    }
-    std::unique_ptr<Link> link = std::move(*connected);
-    const Secret secret(options_.debug_data_secret.empty() ? options_.secret : options_.debug_data_secret);
-    RETURN_IF_ERROR(authenticate_as_client(*link, secret, data_auth_context(engine_rank_), deadline)
-                        .WithContext("authenticating the data link"));
-    return link;
+    return connect_data_link(options_, engine_rank_, engine_address_, *client_, deadline);
   }
 
   Status send_hello(Deadline deadline) {
@@ -371,7 +409,8 @@ class TrainerRank::Impl : public BucketProtocol {
     report.wait_credits_s = credit_wait_s_;
     last_refit_ = report;
     fire_fault_hook(options_.debug_fault, ProtocolStep::kCommitted, version, name());
-    return client_->send(Committed{version});
+    RETURN_IF_ERROR(client_->send(Committed{version}));
+    return release_ ? release_after(version) : Status::Ok();
   }
 
   // What this rank sent of one refit.
@@ -426,35 +465,13 @@ class TrainerRank::Impl : public BucketProtocol {
   }
 
   // Bucket j of refit `version`, and the per-bucket fault injections for
-  // tests (roles.h: --debug-die-after-announce, --debug-stop-after-bucket,
-  // --debug-fail-refit, --debug-cuda-fault-refit).
+  // tests (bucket_faults.h).
   Status send_bucket(std::uint64_t version, std::uint64_t j, Deadline deadline) {
     CudaStream* stream = sender_->stream();
-    const bool die_after_this = version == options_.debug_die_after_announce && stream != nullptr;
-    if (die_after_this) RETURN_IF_ERROR(inject_gpu_delay(stream->device(), stream->handle(), 30000));
+    ASSIGN_OR_RETURN(const bool die, before_bucket_faults(options_, version, stream));
     RETURN_IF_ERROR(sender_->send(version, j, deadline));
-    if (die_after_this) {
-      log(LogLevel::kInfo, name(),
-          "bucket " + std::to_string(j) + " of refit " + std::to_string(version) +
-              " sent behind a 30 s GPU delay; dying by SIGKILL (--debug-die-after-announce)");
-      ::raise(SIGKILL);
-    }
-    if (version == options_.debug_stop_after_bucket && j == trainer_index_) {
-      // The line is the tests' proof that this refit is under way.
-      log(LogLevel::kWarning, name(),
-          "stopping by SIGSTOP after sending bucket " + std::to_string(j) + " of refit " + std::to_string(version) +
-              " (--debug-stop-after-bucket)");
-      ::raise(SIGSTOP);
-    }
-    if (version == options_.debug_fail_refit) {
-      return Internal(name() + ": injected fault in refit " + std::to_string(version) + " (--debug-fail-refit)");
-    }
-    if (version == options_.debug_cuda_fault_refit && stream != nullptr) {
-      RETURN_IF_ERROR(inject_illegal_address(stream->device(), stream->handle()));
-      RETURN_IF_ERROR(stream->synchronize().WithContext(name() + ", refit " + std::to_string(version) +
-                                                        " (--debug-cuda-fault-refit)"));
-    }
-    return Status::Ok();
+    const std::string what = "bucket " + std::to_string(j) + " of refit " + std::to_string(version);
+    return after_bucket_faults(options_, name(), version, what, die, j == trainer_index_, stream);
   }
 
   // The Done's stats of what this rank sent; with device weights, the GPU
@@ -528,6 +545,7 @@ class TrainerRank::Impl : public BucketProtocol {
   std::uint64_t seed_ = 0, trainer_index_ = 0, feeders_ = 1;
   bool source_on_device_ = false, target_on_device_ = false, direct_ = false;
   bool on_demand_ = false, finished_ = false;
+  bool release_ = false;  // --release-between-refits (the setup says)
   bool recovered_ = false;  // the last failed refit was recovered from
   bool in_doubt_ = false;   // done sent, then the coordinator lost before its commit
   SetupStage stage_ = SetupStage::kLocal;
@@ -544,6 +562,7 @@ class TrainerRank::Impl : public BucketProtocol {
   TrainerLayout layout_;
   std::optional<ShardedPlan> sharded_;
   std::vector<std::unique_ptr<ShardChannel>> channels_;
+  std::vector<EngineTarget> targets_;  // the setup's, with each acquire's descriptors
 
   // Timing events on the sender's stream (device weights only): the refit's GPU span.
   std::optional<std::pair<CudaEvent, CudaEvent>> gpu_span_;

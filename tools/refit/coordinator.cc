@@ -78,6 +78,7 @@ void add_coordinator_command(CLI::App& app, CommandTable& table) {
                   "after its process was lost during a refit (the refit is aborted; the engines keep their version; "
                   "the next refit commits); 0: a lost rank ends the job")
       ->capture_default_str();
+  add_release_flag(*cmd, o.release_between_refits);
   cmd->add_option("--port-file", f->port_file,
                   "Write the listening port to this file (default: none, say it on stderr)");
   cmd->add_option("--report", o.report_path,

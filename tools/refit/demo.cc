@@ -270,6 +270,7 @@ std::string start_coordinator(const DemoOptions& o, DemoJob& job) {
                                    "--refits", std::to_string(o.refits), "--seed", std::to_string(o.seed),
                                    "--port-file", "/dev/fd/3"};
   if (!o.debug_log_processes) args.push_back("--quiet");
+  if (o.release_between_refits) args.push_back("--release-between-refits");
   args.insert(args.end(), job.common.begin(), job.common.end());
   if (!o.json && ::isatty(2)) args.push_back("--progress");
   job.children.push_back(start_child("coordinator", args, {{port_pipe[1], 3}, {report_pipe[1], 1}}, job.env));

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "refit/status.h"
+#include "refit/coordinator.h"
 #include "refit/roles.h"
 
 namespace refit::cli {
@@ -47,6 +48,7 @@ struct DemoOptions {
   bool poison_recycled = false;
   bool shadow = EngineOptions{}.shadow;
   int readers = EngineOptions{}.readers;
+  bool release_between_refits = CoordinatorOptions{}.release_between_refits;
   double setup_timeout_s = RankOptions{}.setup_timeout_s;
   double refit_timeout_s = RankOptions{}.refit_timeout_s;
   std::string secret_file;  // passed to every process as --secret-file; "": REFIT_SECRET or none

@@ -318,6 +318,13 @@ void add_shadow_flags(CLI::App& cmd, bool& shadow, int& readers) {
       ->capture_default_str();
 }
 
+void add_release_flag(CLI::App& cmd, bool& release) {
+  cmd.add_flag("--release-between-refits", release,
+               "Colocated jobs: after each commit the trainers close their mappings and free their staging, then the "
+               "engines free their receive pools; both take them again before the next refit (the report gives "
+               "the bytes each engine rank returned)");
+}
+
 void add_engine_experts_flag(CLI::App& cmd, std::string& experts) {
   cmd.add_option("--engine-experts", experts,
                  "How engine ranks hold MoE experts: tp (each rank a TP slice of every expert) or ep (expert "

@@ -114,6 +114,8 @@ void add_trainer_layout_flags(CLI::App& cmd, std::string& layout, std::string& n
 // --engine-experts (trainer, engine, demo, bench): tp or ep (expert_parallel.h).
 // --shadow and --readers (EngineOptions::shadow, readers; issue 21).
 void add_shadow_flags(CLI::App& cmd, bool& shadow, int& readers);
+// --release-between-refits (coordinator, demo, bench): CoordinatorOptions::release_between_refits.
+void add_release_flag(CLI::App& cmd, bool& release);
 
 void add_engine_experts_flag(CLI::App& cmd, std::string& experts);
 // --quantize (trainer, engine, demo, bench): none or fp8-block128[:GLOB,...] (quantize.h).
