@@ -64,7 +64,10 @@ class PyEngine {
     binding.memory = memory_;
     binding.device = device_;
     if (options.shadow) {
-      shadow_ = value_or_throw(ShadowEngine::Create(options.rank, stream_, memory_, device_));
+      // Direct mode exposes both arenas as one region; staged mode keeps two, so that a job that releases
+      // memory between refits frees the one not served (ShadowEngine::release_idle).
+      shadow_ = value_or_throw(ShadowEngine::Create(options.rank, stream_, memory_, device_,
+                                                    direct_ ? ShadowArenas::kOneRegion : ShadowArenas::kSeparate));
       binding.engine = shadow_.get();
       binding.shadow = true;
       binding.weight_memory_bytes = shadow_->weight_memory_bytes();

@@ -2,7 +2,9 @@
 // Python binding's refit.Engine(shadow=True); a C++ server can use it as is).
 //
 // Two WeightArenas (target_engine.h) of the engine rank's stream, in one
-// allocation (region()). One is served (`served()`); each refit lands in the
+// allocation (region(); ShadowArenas::kOneRegion, what direct mode exposes)
+// or two (kSeparate, staged mode: release_idle() frees the one not served
+// between refits of a colocated job, acquire_idle() allocates it again). One is served (`served()`); each refit lands in the
 // other: staged, a TargetEngine in copy mode underneath copies into it;
 // direct, the trainers write it. commit(v) makes that one the served arena
 // and then calls the flip hook with v. A refit that aborts leaves the served
@@ -33,6 +35,8 @@
 
 namespace refit {
 
+enum class ShadowArenas { kOneRegion, kSeparate };
+
 class ShadowEngine : public Engine {
  public:
   // Called inside commit(v), after the flip: served() holds version v.
@@ -41,7 +45,7 @@ class ShadowEngine : public Engine {
   // `rank`: the engine TP rank; `stream`: its shard specs; both arenas on
   // `memory` (device `device`), zero-filled.
   static StatusOr<std::unique_ptr<ShadowEngine>> Create(int rank, std::vector<TensorSpec> stream, MemoryKind memory,
-                                                        int device);
+                                                        int device, ShadowArenas arenas = ShadowArenas::kOneRegion);
 
   void set_flip_hook(FlipHook hook) { on_flip_ = std::move(hook); }
 
@@ -51,12 +55,18 @@ class ShadowEngine : public Engine {
   void abort(std::uint64_t version, const Status& why) override;
   std::uint64_t weight_version() const override { return copies_.weight_version(); }
   bool weights_complete() const override { return true; }  // the served arena is never written
+  // kSeparate: drops the arena not served (views a server still holds keep
+  // it alive until they go) and returns its bytes; begin() is refused until
+  // acquire_idle() allocated a fresh one. kOneRegion: nothing (0).
+  StatusOr<std::uint64_t> release_idle() override;
+  Status acquire_idle() override;
 
-  // The arena served now, and the one the next refit lands in.
+  // The arena served now, and the one the next refit lands in (null while
+  // released).
   const std::shared_ptr<WeightArena>& served() const { return arenas_[served_]; }
   const std::shared_ptr<WeightArena>& landing() const { return arenas_[1 - served_]; }
   // Both arenas' bytes (what shadow weights cost).
-  std::uint64_t weight_memory_bytes() const { return arenas_[0]->bytes() + arenas_[1]->bytes(); }
+  std::uint64_t weight_memory_bytes() const { return 2 * served()->bytes(); }
   // Direct mode: both arenas as one region (arena 1 at shadow_arena_stride),
   // what the engine rank exposes; the trainers write the arena each start
   // names, which is landing() (arena 1 before the first commit).
@@ -65,10 +75,14 @@ class ShadowEngine : public Engine {
   std::uint64_t posts() const { return copies_.posts(); }
 
  private:
-  ShadowEngine(int rank, std::vector<TensorSpec> stream, MemoryKind memory, int device);
+  ShadowEngine(int rank, std::vector<TensorSpec> stream, MemoryKind memory, int device, ShadowArenas arenas);
 
   TargetEngine copies_;  // copy mode into landing()
   std::vector<TensorSpec> stream_;
+  MemoryKind memory_;
+  int device_;
+  ShadowArenas layout_;
+  bool released_ = false;  // release_idle() dropped landing()
   std::shared_ptr<WeightArena> arenas_[2];
   int served_ = 0;
   FlipHook on_flip_;

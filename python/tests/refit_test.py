@@ -207,10 +207,12 @@ class RefitAcrossProcesses(unittest.TestCase):
     # trainer that keeps its target (its mapping stays), an engine that keeps its pool, an acquire
     # that does not open the new pool (the next refit fails). Tried once: the trainer's
     # target_.reset() left out kept 1 mapping per trainer rank after every refit.
+    # With shadow weights (staged) each engine rank also returns its arena not served: more bytes.
     def test_release_between_refits_unmaps_every_pool_between_refits(self):
         versions = [1, 2, 3]
-        for release in (True, False):
-            j = self.run_job(2, 2, versions, release=release)
+        returned = {}
+        for release, shadow in ((True, False), (True, True), (False, False)):
+            j = self.run_job(2, 2, versions, release=release, shadow=shadow)
             self.check_bytes(j, 2, 2, versions)
             for name in ("trainer0", "trainer1", "engine0", "engine1"):
                 maps = j.result(name)["pool_maps"]
@@ -223,8 +225,11 @@ class RefitAcrossProcesses(unittest.TestCase):
             if release:
                 self.assertEqual([len(r["released_bytes"]) for r in refits], [2] * len(versions))
                 self.assertTrue(all(b > 0 for r in refits for b in r["released_bytes"]))
+                returned[shadow] = refits[-1]["released_bytes"]
             else:
                 self.assertTrue(all("released_bytes" not in r for r in refits))
+        for e in range(2):
+            self.assertGreater(returned[True][e], returned[False][e], "the shadow arena not served was kept")
 
     # Mutations caught (set_targets, for refit.adapters' LoaderCapture): set_targets keeping the old
     # targets or writing none (versions 2 and 3 would stay 0xEE in the fused slices: tried once by

@@ -3,19 +3,46 @@
 
 namespace refit {
 
-ShadowEngine::ShadowEngine(int rank, std::vector<TensorSpec> stream, MemoryKind memory, int device)
-    : copies_(rank, stream, memory, device), stream_(std::move(stream)) {}
+ShadowEngine::ShadowEngine(int rank, std::vector<TensorSpec> stream, MemoryKind memory, int device,
+                           ShadowArenas arenas)
+    : copies_(rank, stream, memory, device), stream_(std::move(stream)), memory_(memory), device_(device),
+      layout_(arenas) {}
 
 StatusOr<std::unique_ptr<ShadowEngine>> ShadowEngine::Create(int rank, std::vector<TensorSpec> stream,
-                                                             MemoryKind memory, int device) {
-  std::unique_ptr<ShadowEngine> engine(new ShadowEngine(rank, std::move(stream), memory, device));
-  ASSIGN_OR_RETURN(auto pair, WeightArena::AllocatePair(engine->stream_, memory, device));
-  engine->arenas_[0] = std::move(pair[0]);
-  engine->arenas_[1] = std::move(pair[1]);
+                                                             MemoryKind memory, int device, ShadowArenas arenas) {
+  std::unique_ptr<ShadowEngine> engine(new ShadowEngine(rank, std::move(stream), memory, device, arenas));
+  if (arenas == ShadowArenas::kOneRegion) {
+    ASSIGN_OR_RETURN(auto pair, WeightArena::AllocatePair(engine->stream_, memory, device));
+    engine->arenas_[0] = std::move(pair[0]);
+    engine->arenas_[1] = std::move(pair[1]);
+  } else {
+    for (auto& arena : engine->arenas_) {
+      ASSIGN_OR_RETURN(arena, WeightArena::Allocate(engine->stream_, memory, device));
+    }
+  }
   return engine;
 }
 
+StatusOr<std::uint64_t> ShadowEngine::release_idle() {
+  if (layout_ != ShadowArenas::kSeparate || released_) return std::uint64_t{0};
+  const std::uint64_t bytes = landing()->bytes();
+  arenas_[1 - served_].reset();
+  released_ = true;
+  return bytes;
+}
+
+Status ShadowEngine::acquire_idle() {
+  if (!released_) return Status::Ok();
+  ASSIGN_OR_RETURN(arenas_[1 - served_], WeightArena::Allocate(stream_, memory_, device_));
+  released_ = false;
+  return Status::Ok();
+}
+
 Status ShadowEngine::begin(std::uint64_t version) {
+  if (released_) {
+    return FailedPrecondition("shadow engine: begin(" + std::to_string(version) +
+                              ") while the arena not served is released (acquire_idle() first)");
+  }
   std::vector<std::byte*> targets;
   targets.reserve(stream_.size());
   for (std::size_t i = 0; i < stream_.size(); ++i) targets.push_back(landing()->tensor(i));

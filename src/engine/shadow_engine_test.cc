@@ -94,5 +94,46 @@ TEST_F(ShadowEngineTest, AFlipHookErrorFailsTheCommitWithTheNewVersionServed) {
   EXPECT_TRUE(holds(*engine->served(), 1));
 }
 
+// Release between refits (kSeparate, staged mode): release_idle() drops the
+// arena not served and returns its bytes, a view of it kept by a server
+// stays valid (the shared_ptr), begin() is refused until acquire_idle(), and
+// refits go on alternating; kOneRegion releases nothing. Catches: the
+// served arena dropped (holds() of served() fails), a begin() into a
+// released arena accepted. Tried once: resetting arenas_[served_] failed
+// here.
+TEST(ShadowEngineRelease, ReleaseIdleDropsOnlyTheArenaNotServedUntilAcquired) {
+  testing::VersionedTensors v{kTensors, 96};
+  ASSERT_OK_AND_ASSIGN(auto engine, ShadowEngine::Create(0, v.streams[0], MemoryKind::kHost, -1,
+                                                         ShadowArenas::kSeparate));
+  auto refit = [&](std::uint64_t version) {
+    ASSERT_OK(engine->begin(version));
+    for (int i = 0; i < kTensors; i += 2) ASSERT_OK(engine->apply(v.batch(version, i, i + 2)));
+    ASSERT_OK(engine->commit(version));
+  };
+  auto holds = [&](const WeightArena& arena, std::uint64_t version) {
+    for (std::size_t i = 0; i < kTensors; ++i) {
+      if (!v.holds(arena.tensor(i), version, i)) return false;
+    }
+    return true;
+  };
+  refit(1);
+  refit(2);
+  const std::shared_ptr<WeightArena> kept = engine->landing();  // a server's view of version 1
+  ASSERT_OK_AND_ASSIGN(const std::uint64_t freed, engine->release_idle());
+  EXPECT_EQ(freed, engine->served()->bytes());
+  EXPECT_EQ(engine->landing(), nullptr);
+  EXPECT_TRUE(holds(*engine->served(), 2));
+  EXPECT_TRUE(holds(*kept, 1)) << "a view a server holds must stay valid";
+  EXPECT_FALSE(engine->begin(3).ok());
+  ASSERT_OK(engine->acquire_idle());
+  refit(3);
+  EXPECT_TRUE(holds(*engine->served(), 3));
+
+  ASSERT_OK_AND_ASSIGN(auto one_region, ShadowEngine::Create(0, v.streams[0], MemoryKind::kHost, -1));
+  ASSERT_OK_AND_ASSIGN(const std::uint64_t none, one_region->release_idle());
+  EXPECT_EQ(none, 0u);
+  EXPECT_NE(one_region->landing(), nullptr);
+}
+
 }  // namespace
 }  // namespace refit
