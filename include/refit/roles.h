@@ -82,6 +82,11 @@ struct RankOptions {
   // "staged" (receive pool) or "direct" (into the engine's weights).
   // Default: "staged".
   std::string mode = "staged";
+  // Synthetic weights (a preset model): the fraction of each tensor's
+  // elements that changes from one version to the next, like an optimizer
+  // step (refit/content.h ContentKey); 1: every element. Every rank of a job
+  // must agree (the coordinator refuses one that differs). Default: 1.
+  double change_fraction = 1;
   // Seconds for joining, validation and linking. Default: 60.
   double setup_timeout_s = 60;
   // Seconds for one whole refit; suits multi-GB refits. Default: 300.

@@ -29,6 +29,7 @@
 #include "refit/layout.h"
 #include "refit/model.h"
 #include "refit/quantize.h"
+#include "refit/content.h"
 #include "refit/status.h"
 #include "refit/tensor.h"
 
@@ -82,9 +83,13 @@ class WeightSource {
 // memory == kCuda, allocated once here. The weights `quantize` selects
 // (quantize.h `quantizes`; none by default) hold finite content
 // (content.h make_finite_content), as an FP8 engine verifies them.
+// `change`: the parts of 2^32 of each tensor's elements that change per
+// version (content.h ContentKey, --change-fraction); every element by
+// default.
 StatusOr<std::unique_ptr<WeightSource>> make_synthetic_source(const std::string& preset, int layers,
                                                               MemoryKind memory, int device,
-                                                              const QuantizeSpec& quantize = {});
+                                                              const QuantizeSpec& quantize = {},
+                                                              std::uint64_t change = kEveryElement);
 
 // The preset's weights as trainer rank `rank` of `layouts` holds them (one
 // layout per weight, model order; trainer_layouts() returns them): data(i)
@@ -97,7 +102,8 @@ StatusOr<std::unique_ptr<WeightSource>> make_synthetic_source(const std::string&
 StatusOr<std::unique_ptr<WeightSource>> make_synthetic_shard_source(const std::string& preset, int layers,
                                                                     std::vector<Layout> layouts, int rank,
                                                                     MemoryKind memory, int device,
-                                                                    const QuantizeSpec& quantize = {});
+                                                                    const QuantizeSpec& quantize = {},
+                                                                    std::uint64_t change = kEveryElement);
 // The caller's tensors: data[i] holds model.weights[i]'s full bytes, in
 // `memory` (on `device` for kCuda). Checks that the counts match and that no
 // pointer is null (unless the tensor is empty).

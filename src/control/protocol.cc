@@ -102,6 +102,7 @@ StatusOr<Join> decode_join(const Json& m) {
   j.quantize = str(m, "quantize", "none");
   j.quantized_tensors = u64(m, "quantized_tensors");
   if (auto it = m.find("shadow"); it != m.end()) j.shadow = it->get<bool>();
+  if (auto it = m.find("change"); it != m.end()) j.change = it->get<std::uint64_t>();
   ASSIGN_OR_RETURN(j.specs, specs_field(m, "join", "specs"));
   ASSIGN_OR_RETURN(j.rules, rules_field(m, j.specs.size()));
   j.layout = str(m, "layout", "full");
@@ -118,6 +119,7 @@ Json encode_join(const Join& j) {
          {"mode", j.mode},          {"trainer_ranks", j.trainer_ranks}, {"engine_ranks", j.engine_ranks},
          {"bucket_size", j.bucket_size}, {"transport", j.transport},  {"plan_digest", j.plan_digest}};
   if (!j.gpu.empty()) m["gpu"] = j.gpu;
+  if (j.change != (std::uint64_t{1} << 32)) m["change"] = j.change;
   if (j.role == Role::kTrainer) {
     m["engine_rank"] = j.engine_rank;
     m["stream_dtypes"] = j.stream_dtypes;

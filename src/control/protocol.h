@@ -71,7 +71,7 @@ namespace refit {
 // and targets); version 6 shadow weights in direct mode (the engine's join
 // says shadow, start says which arena the trainers write); version 7
 // release between refits (setup's release; release, released, acquire,
-// acquired).
+// acquired) and the join's change (--change-fraction).
 inline constexpr std::uint64_t kControlProtocolVersion = 7;
 
 // How often a side sends a heartbeat, and how long it waits for a word from
@@ -164,6 +164,9 @@ struct Join {
   // of its weights that converts, for the report. Absent on the wire: none.
   std::string quantize = "none";
   std::uint64_t quantized_tensors = 0;
+  // Either role with synthetic weights: --change-fraction as parts of 2^32
+  // (content.h change_parts). Absent on the wire: every element (2^32).
+  std::uint64_t change = std::uint64_t{1} << 32;
   // Engine: it holds shadow weights (--shadow); in direct mode its exposed
   // memory is both arenas (shadow_arena_stride) and the trainers write the
   // one each start names. Absent on the wire: false.

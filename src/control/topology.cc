@@ -1,5 +1,7 @@
 #include "control/topology.h"
 
+#include <cstdio>
+
 #include "control/gpu_sharing.h"
 #include "control/spec_diff.h"
 #include "control/sharded_topology.h"
@@ -46,6 +48,14 @@ Status check_agreement(const std::vector<Join>& trainers, const std::vector<Join
       }
       if (j.engine_ranks != first.engine_ranks) {
         return differs("engine_ranks", std::to_string(first.engine_ranks), std::to_string(j.engine_ranks));
+      }
+      if (j.change != first.change) {  // parts of 2^32, shown as the fraction given
+        auto fraction = [](std::uint64_t parts) {
+          char text[48];
+          std::snprintf(text, sizeof text, "--change-fraction %g", static_cast<double>(parts) / 4294967296.0);
+          return std::string(text);
+        };
+        return differs("change_fraction", fraction(first.change), fraction(j.change));
       }
     }
   }

@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_check.h"
+#include "model/content_change.h"
 
 namespace refit {
 namespace {
@@ -155,9 +156,14 @@ StatusOr<unsigned> grid_for(int device, Split sp) {
   return static_cast<unsigned>(std::min<std::uint64_t>(wanted, static_cast<std::uint64_t>(sms) * 8));
 }
 
-std::string describe(std::string_view fn, std::uint64_t key, std::uint64_t offset, std::uint64_t bytes, int device) {
+// "fn(key K, offset O, B bytes)": what a call was asked, for its errors.
+std::string asked(std::string_view fn, std::uint64_t key, std::uint64_t offset, std::uint64_t bytes) {
   return std::string(fn) + "(key " + std::to_string(key) + ", offset " + std::to_string(offset) + ", " +
-         std::to_string(bytes) + " bytes) on device " + std::to_string(device);
+         std::to_string(bytes) + " bytes)";
+}
+
+std::string describe(std::string_view fn, std::uint64_t key, std::uint64_t offset, std::uint64_t bytes, int device) {
+  return asked(fn, key, offset, bytes) + " on device " + std::to_string(device);
 }
 
 }  // namespace
@@ -181,12 +187,17 @@ StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t key, std::uin
   return first_content_mismatch_device(key, ContentRows{offset, bytes, bytes, 1}, src, stream);
 }
 
-StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t key, const ContentRows& rows, const std::byte* src,
-                                                     void* stream) {
+namespace {
+
+// Runs `launch(first, across, down, stream)` with `first` in stream-ordered
+// scratch set to "no mismatch", and returns the answer it left there.
+template <class Launch>
+StatusOr<std::int64_t> find_first(const ContentRows& rows, const std::byte* src, void* stream, std::string what,
+                                  Launch launch) {
   if (rows.run == 0 || rows.count == 0) return std::int64_t{-1};
   if (src == nullptr) return InvalidArgument("first_content_mismatch_device: null src");
   ASSIGN_OR_RETURN(const int device, launch_device(stream, src, "first_content_mismatch_device"));
-  std::string what = describe("first_content_mismatch_device", key, rows.offset, rows.run * rows.count, device);
+  what += " on device " + std::to_string(device);
   if (rows.count > 1) {
     what += " in " + std::to_string(rows.count) + " rows of " + std::to_string(rows.run) + " bytes, stride " +
             std::to_string(rows.stride);
@@ -209,8 +220,7 @@ StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t key, const Co
   auto* first = static_cast<unsigned long long*>(scratch);
   Status status = cuda_check(cudaMemsetAsync(first, 0xFF, sizeof(unsigned long long), s), what + ": cudaMemsetAsync");
   if (status.ok()) {
-    mismatch_kernel<<<dim3(across, down), kThreads, 0, s>>>(key, rows.offset, rows.stride, rows.run, rows.count, src,
-                                                           first);
+    launch(first, dim3(across, down), s);
     status = cuda_check_launch(what);
   }
   unsigned long long host = kNoMismatch;
@@ -223,6 +233,65 @@ StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t key, const Co
   RETURN_IF_ERROR(freed);
   if (host == kNoMismatch) return std::int64_t{-1};
   return static_cast<std::int64_t>(host);
+}
+
+// Content that changes (ContentKey): one thread per byte, grid-striding.
+__global__ void __launch_bounds__(kThreads) fill_change_kernel(ContentKey key, std::uint64_t offset, std::byte* dst,
+                                                               std::uint64_t bytes) {
+  const std::uint64_t step = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < bytes; i += step) {
+    dst[i] = static_cast<std::byte>(content_math::content_byte(key, offset + i));
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) mismatch_change_kernel(ContentKey key, ContentRows rows,
+                                                                   const std::byte* src, unsigned long long* first) {
+  const std::uint64_t step = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t r = blockIdx.y; r < rows.count; r += gridDim.y) {
+    for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < rows.run; i += step) {
+      const unsigned char want = content_math::content_byte(key, rows.offset + r * rows.stride + i);
+      if (static_cast<unsigned char>(src[r * rows.run + i]) != want) {
+        atomicMin(first, static_cast<unsigned long long>(r * rows.run + i));
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t key, const ContentRows& rows, const std::byte* src,
+                                                     void* stream) {
+  return find_first(rows, src, stream, asked("first_content_mismatch_device", key, rows.offset, rows.run * rows.count),
+                    [&](unsigned long long* first, dim3 grid, cudaStream_t s) {
+                      mismatch_kernel<<<grid, kThreads, 0, s>>>(key, rows.offset, rows.stride, rows.run, rows.count,
+                                                                src, first);
+                    });
+}
+
+StatusOr<std::int64_t> first_content_mismatch_device(const ContentKey& key, const ContentRows& rows,
+                                                     const std::byte* src, void* stream) {
+  if (key.change >= kEveryElement) return first_content_mismatch_device(key.key, rows, src, stream);
+  return find_first(rows, src, stream,
+                    asked("first_content_mismatch_device", key.key, rows.offset, rows.run * rows.count) +
+                        " (changing content)",
+                    [&](unsigned long long* first, dim3 grid, cudaStream_t s) {
+                      mismatch_change_kernel<<<grid, kThreads, 0, s>>>(key, rows, src, first);
+                    });
+}
+
+Status fill_content_device(const ContentKey& key, std::uint64_t offset, std::byte* dst, std::uint64_t bytes,
+                           void* stream) {
+  if (key.change >= kEveryElement) return fill_content_device(key.key, offset, dst, bytes, stream);
+  if (bytes == 0) return Status::Ok();
+  if (dst == nullptr) return InvalidArgument("fill_content_device: null dst");
+  ASSIGN_OR_RETURN(const int device, launch_device(stream, dst, "fill_content_device"));
+  const std::string what = describe("fill_content_device", key.key, offset, bytes, device) + " (changing content)";
+  ScopedDevice scope(device);
+  RETURN_IF_ERROR(scope.status().WithContext(what));
+  ASSIGN_OR_RETURN(const unsigned blocks, grid_for(device, Split{0, 0, bytes}));
+  fill_change_kernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(key, offset, dst, bytes);
+  return cuda_check_launch(what);
 }
 
 namespace {

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "refit/content.h"
 #include "refit/dtype.h"
 #include "refit/status.h"
 
@@ -46,6 +47,15 @@ struct ContentRows {
 // every row (a row-sharded tensor has thousands). SYNCHRONOUS, as above.
 StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t key, const ContentRows& rows, const std::byte* src,
                                                      void* stream);
+
+// The same for content that changes like an optimizer step (refit/content.h
+// ContentKey): equal to fill_content(key, ...) and first_content_mismatch(key,
+// ...) on the host. With key.change == kEveryElement, the calls above on
+// key.key; otherwise one thread per byte.
+Status fill_content_device(const ContentKey& key, std::uint64_t offset, std::byte* dst, std::uint64_t bytes,
+                           void* stream);
+StatusOr<std::int64_t> first_content_mismatch_device(const ContentKey& key, const ContentRows& rows,
+                                                     const std::byte* src, void* stream);
 
 // make_finite_content (refit/content.h) on `bytes` bytes at dst, which
 // start at an element. ASYNCHRONOUS, as fill_content_device.

@@ -195,5 +195,36 @@ TEST_F(DeviceContentGpuTest, RowsAreCheckedInOneCallAndTheFirstWrongByteIsExact)
   }
 }
 
+// Content that changes like an optimizer step (ContentKey, 5% per
+// version): the device fill equals the host fill byte for byte (offsets
+// not at element boundaries included), and the row search finds a flipped
+// byte. Catches: the device and host rules disagreeing (the 128-bit step
+// count, the phase, the element index), a row offset not carried in.
+TEST_F(DeviceContentGpuTest, ChangingContentMatchesTheHostAndIsSearchedByRows) {
+  REFIT_ASSERT_OK_AND_ASSIGN(DeviceBuffer buf, DeviceBuffer::Allocate(0, 1 << 20));
+  REFIT_ASSERT_OK_AND_ASSIGN(CudaStream stream, CudaStream::Create(0));
+  const ContentKey key = make_content_key(9, 7, "layers.0.w", *change_parts(0.05), 2);
+  for (std::uint64_t offset : {0ull, 3ull, 4096ull + 1}) {
+    const std::uint64_t len = 300000;
+    REFIT_ASSERT_OK(fill_content_device(key, offset, buf.data(), len, stream.handle()));
+    REFIT_ASSERT_OK(stream.synchronize());
+    std::vector<std::byte> got(len), want(len);
+    REFIT_ASSERT_OK(copy_device_to_host(got, buf.data()));
+    fill_content(key, offset, want);
+    ASSERT_EQ(got, want) << "offset " << offset;
+  }
+  // Rows: 4 rows of 1000 bytes, stride 3000, from offset 10.
+  const ContentRows rows{10, 3000, 1000, 4};
+  std::vector<std::byte> shard(4000);
+  for (std::uint64_t r = 0; r < 4; ++r) fill_content(key, 10 + r * 3000, std::span<std::byte>(&shard[r * 1000], 1000));
+  REFIT_ASSERT_OK(copy_host_to_device(buf.data(), shard));
+  REFIT_ASSERT_OK_AND_ASSIGN(std::int64_t none, first_content_mismatch_device(key, rows, buf.data(), stream.handle()));
+  EXPECT_EQ(none, -1);
+  shard[2345] ^= std::byte{1};
+  REFIT_ASSERT_OK(copy_host_to_device(buf.data(), shard));
+  REFIT_ASSERT_OK_AND_ASSIGN(std::int64_t at, first_content_mismatch_device(key, rows, buf.data(), stream.handle()));
+  EXPECT_EQ(at, 2345);
+}
+
 }  // namespace
 }  // namespace refit

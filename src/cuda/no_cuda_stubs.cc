@@ -56,6 +56,12 @@ Status make_finite_content_device(DType, std::byte*, std::uint64_t, void*) {
 StatusOr<std::int64_t> first_content_mismatch_device(std::uint64_t, const ContentRows&, const std::byte*, void*) {
   return no_cuda("first_content_mismatch_device");
 }
+Status fill_content_device(const ContentKey&, std::uint64_t, std::byte*, std::uint64_t, void*) {
+  return no_cuda("fill_content_device");
+}
+StatusOr<std::int64_t> first_content_mismatch_device(const ContentKey&, const ContentRows&, const std::byte*, void*) {
+  return no_cuda("first_content_mismatch_device");
+}
 Status inject_illegal_address(int, void*) { return no_cuda("inject_illegal_address"); }
 Status inject_gpu_delay(int, void*, std::uint32_t) { return no_cuda("inject_gpu_delay"); }
 

@@ -9,19 +9,18 @@
 
 #include "refit/content.h"
 
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "model/content_change.h"
+
 namespace refit {
 namespace {
 
-constexpr std::uint64_t kGolden = 0x9E3779B97F4A7C15ULL;
-
-// splitmix64's finalizer (Steele, Lea, Flood 2014).
-inline std::uint64_t mix64(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-inline std::uint64_t content_word(std::uint64_t key, std::uint64_t w) { return mix64(key + (w + 1) * kGolden); }
+using content_math::content_word;
+using content_math::kGolden;
+using content_math::mix64;
 
 inline std::uint64_t to_le(std::uint64_t v) {
   if constexpr (std::endian::native == std::endian::big) return __builtin_bswap64(v);
@@ -45,9 +44,7 @@ inline int first_diff_byte(std::uint64_t a, std::uint64_t b) { return std::count
 }  // namespace
 
 std::uint64_t content_key(std::uint64_t seed, std::uint64_t version, std::string_view name) {
-  std::uint64_t k = mix64(seed + kGolden);
-  k = mix64(k ^ (version * kGolden + 1));
-  return mix64(k ^ XXH3_64bits(name.data(), name.size()));
+  return content_math::key_at(mix64(seed + kGolden), XXH3_64bits(name.data(), name.size()), version);
 }
 
 void fill_content(std::uint64_t key, std::uint64_t offset, std::span<std::byte> out) {
@@ -97,6 +94,50 @@ std::int64_t first_content_mismatch(std::uint64_t key, std::uint64_t offset, std
     store_le(word, content_word(key, w));
     for (std::uint64_t j = 0; i + j < n; ++j) {
       if (p[i + j] != word[j]) return static_cast<std::int64_t>(i + j);
+    }
+  }
+  return -1;
+}
+
+StatusOr<std::uint64_t> change_parts(double fraction) {
+  if (!(fraction > 0 && fraction <= 1)) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", fraction);
+    return InvalidArgument("--change-fraction " + std::string(text) + " is not a fraction of the elements in (0, 1]");
+  }
+  const double parts = std::nearbyint(fraction * static_cast<double>(kEveryElement));
+  return std::max<std::uint64_t>(1, static_cast<std::uint64_t>(parts));
+}
+
+ContentKey make_content_key(std::uint64_t seed, std::uint64_t version, std::string_view name, std::uint64_t change,
+                            std::uint32_t element_bytes) {
+  ContentKey k;
+  k.seed_key = mix64(seed + kGolden);
+  k.name_hash = XXH3_64bits(name.data(), name.size());
+  k.key = content_math::key_at(k.seed_key, k.name_hash, version);
+  k.version = version;
+  k.change = std::min(change, kEveryElement);
+  k.phase_key = mix64(content_math::key_at(k.seed_key, k.name_hash, 0) ^ 0xD1B54A32D192ED03ULL);
+  k.element_bytes = element_bytes == 0 ? 1 : element_bytes;
+  return k;
+}
+
+ContentKey ContentSeed::key(std::uint64_t version, std::string_view name, DType dtype) const {
+  return make_content_key(seed, version, name, change, static_cast<std::uint32_t>(dtype_size(dtype)));
+}
+
+void fill_content(const ContentKey& key, std::uint64_t offset, std::span<std::byte> out) {
+  if (key.change >= kEveryElement) return fill_content(key.key, offset, out);
+  for (std::uint64_t i = 0; i < out.size(); ++i) {
+    out[i] = static_cast<std::byte>(content_math::content_byte(key, offset + i));
+  }
+}
+
+std::int64_t first_content_mismatch(const ContentKey& key, std::uint64_t offset, std::span<const std::byte> bytes) {
+  if (key.change >= kEveryElement) return first_content_mismatch(key.key, offset, bytes);
+  for (std::uint64_t i = 0; i < bytes.size(); ++i) {
+    if (bytes[i] != static_cast<std::byte>(content_math::content_byte(key, offset + i))) {
+      return static_cast<std::int64_t>(i);
     }
   }
   return -1;

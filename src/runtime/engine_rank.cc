@@ -15,6 +15,7 @@
 
 #include "control/auth.h"
 #include "control/control_client.h"
+#include "refit/content.h"
 #include "refit/coordinator.h"
 #include "control/spec_json.h"
 #include "net/frames.h"
@@ -197,6 +198,8 @@ class EngineRank::Impl {
     join.transport = options_.transport;
     join.plan_digest = plan_.digest_hex();
     join.quantize = options_.quantize;
+    const StatusOr<std::uint64_t> change = change_parts(options_.change_fraction);  // checked in check_binding
+    join.change = change.ok() ? *change : kEveryElement;
     join.quantized_tensors = binding_.quantized_tensors;
     join.shadow = binding_.shadow;
     join.data_address = listener_->address();

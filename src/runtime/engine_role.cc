@@ -120,6 +120,13 @@ Status make_local_engine(const EngineOptions& options, LocalEngine& local) {
   return Status::Ok();
 }
 
+// The job's synthetic content as this engine rank checks it: the
+// coordinator's seed and --change-fraction (validated at setup).
+ContentSeed content_seed(const EngineOptions& options, std::uint64_t seed) {
+  const StatusOr<std::uint64_t> change = change_parts(options.change_fraction);
+  return ContentSeed(seed, change.ok() ? *change : kEveryElement);
+}
+
 EngineBinding bind_local_engine(const EngineOptions& options, const LocalEngine& local) {
   EngineBinding binding;
   binding.stream = local.streams[static_cast<std::size_t>(options.rank)];
@@ -139,7 +146,7 @@ EngineBinding bind_local_engine(const EngineOptions& options, const LocalEngine&
   if (options.verify) {
     binding.verify = [&options, &local](std::uint64_t version, std::uint64_t seed) {
       return verify_engine_weights(local.choice, *local.engine, options.rank, options.engine_ranks, local.on_device,
-                                   version, seed);
+                                   version, content_seed(options, seed));
     };
   }
   return binding;
@@ -157,7 +164,7 @@ void say_what_is_served(const EngineOptions& options, const LocalEngine& local, 
     return log(LogLevel::kInfo, name, serving + ", complete (not checked again)");
   }
   const Status served = verify_served_synthetic(local.choice.model, *local.engine, options.rank, options.engine_ranks,
-                                                local.on_device, version, seed);
+                                                local.on_device, version, content_seed(options, seed));
   log(LogLevel::kInfo, name,
       served.ok() ? serving + ", complete and verified again (the failed refit was never served)"
                   : serving + ", but its check failed: " + served.message());
@@ -182,7 +189,8 @@ Status run_engine(const EngineOptions& options) {
   if (options.readers > 0) {  // from setup on: the content's seed is the job's
     local.readers = std::make_unique<WeightReaders>(
         *local.engine, options.readers, local.choice.model.weights.size(),
-        [&options, &local, seed = rank->seed()](std::size_t index, std::uint64_t version) -> StatusOr<bool> {
+        [&options, &local, seed = content_seed(options, rank->seed())](std::size_t index,
+                                                                       std::uint64_t version) -> StatusOr<bool> {
           const ModelChoice& c = local.choice;
           if (c.quantized.sources.empty()) {
             return served_weight_is_version(c.model, index, *local.engine, options.rank, options.engine_ranks,

@@ -4,6 +4,7 @@
 
 #include "cuda/device.h"
 #include "transport/transport.h"
+#include "refit/content.h"
 #include "refit/roles.h"
 
 namespace refit {
@@ -31,6 +32,9 @@ Status validate_rank_settings(const RankOptions& o, bool engine) {
   }
   if (o.mode != "staged" && o.mode != "direct") {
     return InvalidArgument(who + ": --mode " + o.mode + " is not one of staged, direct");
+  }
+  if (Status change = change_parts(o.change_fraction).status(); !change.ok()) {
+    return Status(change.code(), who + ": " + change.message());
   }
   ASSIGN_OR_RETURN(auto transport, make_transport(o.transport));
   const TransportCapabilities caps = transport->capabilities();

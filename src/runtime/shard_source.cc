@@ -106,6 +106,9 @@ class ShardSource : public WeightSource {
   void make_finite(const QuantizeSpec& quantize) {
     for (std::size_t i = 0; i < model_.weights.size(); ++i) finite_[i] = quantizes(quantize, model_.weights[i]);
   }
+  // The parts of 2^32 of each tensor's elements that change per version
+  // (content.h ContentKey); every element unless set.
+  void set_change(std::uint64_t change) { change_ = change; }
 
   // Works out rank `rank`'s boxes and pieces and allocates the arena of its
   // local shards. REQUIRES: check_layouts passed.
@@ -136,12 +139,12 @@ class ShardSource : public WeightSource {
   Status prepare(std::uint64_t version, std::uint64_t seed) override {
     for (std::size_t i = 0; i < model_.weights.size(); ++i) {
       // The full tensor's key: a piece holds the full tensor's bytes.
-      const std::uint64_t key = content_key(seed, version, model_.weights[i].spec.name);
+      const ContentKey key = content_of(seed, version, model_.weights[i].spec.name, model_.weights[i].spec.dtype);
       std::byte* shard = arena() + offsets_[i];
       const std::uint64_t bytes = pieces_[i].bytes;
       RETURN_IF_ERROR(for_each_piece(pieces_[i], [&](std::uint64_t full, std::uint64_t local) {
         if (content_.empty()) return fill(key, full, shard + local, bytes);
-        return fill_segments(content_[i], seed, version, full, shard + local, bytes);
+        return fill_segments(content_[i], model_.weights[i].spec.dtype, seed, version, full, shard + local, bytes);
       }));
       if (!finite_[i]) continue;
       const TensorSpec& spec = model_.weights[i].spec;
@@ -168,22 +171,26 @@ class ShardSource : public WeightSource {
  private:
   // Content bytes [full, full + bytes) of the tensor with `key` at dst: one
   // launch on the device (asynchronous; prepare synchronizes).
-  Status fill(std::uint64_t key, std::uint64_t full, std::byte* dst, std::uint64_t bytes) {
+  ContentKey content_of(std::uint64_t seed, std::uint64_t version, const std::string& name, DType dtype) const {
+    return make_content_key(seed, version, name, change_, static_cast<std::uint32_t>(dtype_size(dtype)));
+  }
+  Status fill(const ContentKey& key, std::uint64_t full, std::byte* dst, std::uint64_t bytes) {
     if (memory_ == MemoryKind::kCuda) return fill_content_device(key, full, dst, bytes, stream_.handle());
     fill_content(key, full, std::span<std::byte>(dst, bytes));
     return Status::Ok();
   }
   // The bytes [full, full + bytes) of a tensor made of `segments`: each
   // part from the tensor whose content its segment holds.
-  Status fill_segments(const std::vector<ContentSegment>& segments, std::uint64_t seed, std::uint64_t version,
-                       std::uint64_t full, std::byte* dst, std::uint64_t bytes) {
+  Status fill_segments(const std::vector<ContentSegment>& segments, DType dtype, std::uint64_t seed,
+                       std::uint64_t version, std::uint64_t full, std::byte* dst, std::uint64_t bytes) {
     // The last segment that begins at or before `full`: the segments tile the tensor from 0.
     auto it = std::upper_bound(segments.begin(), segments.end(), full,
                                [](std::uint64_t at, const ContentSegment& s) { return at < s.begin; });
     for (--it; it != segments.end() && it->begin < full + bytes; ++it) {
       const std::uint64_t from = std::max(full, it->begin);
       const std::uint64_t to = std::min(full + bytes, it->begin + it->bytes);
-      RETURN_IF_ERROR(fill(content_key(seed, version, it->source), it->source_offset + (from - it->begin),
+      // The source tensor's elements: the fused tensor's dtype is the source's.
+      RETURN_IF_ERROR(fill(content_of(seed, version, it->source, dtype), it->source_offset + (from - it->begin),
                            dst + (from - full), to - from));
     }
     return Status::Ok();
@@ -198,6 +205,7 @@ class ShardSource : public WeightSource {
   int device_;
   std::vector<BoxPieces> pieces_;       // of each weight's box, for this rank
   std::vector<bool> finite_;            // per weight: make_finite_content after filling
+  std::uint64_t change_ = kEveryElement;  // set_change
   std::vector<std::uint64_t> offsets_;  // of each local shard in the arena
   std::vector<std::uint64_t> shard_bytes_;  // of each local shard
   std::vector<std::byte> host_arena_;
@@ -242,21 +250,23 @@ Status check_layouts(const Model& model, const std::vector<Layout>& layouts, int
 StatusOr<std::unique_ptr<WeightSource>> make_synthetic_shard_source(const std::string& preset, int layers,
                                                                     std::vector<Layout> layouts, int rank,
                                                                     MemoryKind memory, int device,
-                                                                    const QuantizeSpec& quantize) {
+                                                                    const QuantizeSpec& quantize, std::uint64_t change) {
   ASSIGN_OR_RETURN(Model model, make_model(preset, layers));
   RETURN_IF_ERROR(check_layouts(model, layouts, rank));
   auto source = std::make_unique<ShardSource>(std::move(model), std::move(layouts),
                                               std::vector<std::vector<ContentSegment>>{}, memory, device);
   source->make_finite(quantize);
+  source->set_change(change);
   RETURN_IF_ERROR(source->allocate(rank));
   return std::unique_ptr<WeightSource>(std::move(source));
 }
 
 StatusOr<std::unique_ptr<WeightSource>> make_megatron_shard_source(const MegatronModel& model,
                                                                    std::vector<Layout> layouts, int rank,
-                                                                   MemoryKind memory, int device) {
+                                                                   MemoryKind memory, int device, std::uint64_t change) {
   RETURN_IF_ERROR(check_layouts(model.trainer, layouts, rank));
   auto source = std::make_unique<ShardSource>(model.trainer, std::move(layouts), model.content, memory, device);
+  source->set_change(change);
   RETURN_IF_ERROR(source->allocate(rank));
   return std::unique_ptr<WeightSource>(std::move(source));
 }

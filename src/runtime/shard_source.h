@@ -22,6 +22,7 @@ namespace refit {
 // make_synthetic_shard_source's.
 StatusOr<std::unique_ptr<WeightSource>> make_megatron_shard_source(const MegatronModel& model,
                                                                    std::vector<Layout> layouts, int rank,
-                                                                   MemoryKind memory, int device);
+                                                                   MemoryKind memory, int device,
+                                                                   std::uint64_t change = kEveryElement);
 
 }  // namespace refit

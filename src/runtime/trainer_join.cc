@@ -1,6 +1,8 @@
 // A trainer rank's join: see trainer_join.h.
 #include "runtime/trainer_join.h"
 
+#include "refit/content.h"
+
 #include <unistd.h>
 
 #include <string>
@@ -21,6 +23,8 @@ Join trainer_join(const RankOptions& options, const TrainerJoinFacts& facts) {
   join.engine_ranks = static_cast<std::uint64_t>(options.engine_ranks);
   join.bucket_size = options.bucket_size;
   join.transport = options.transport;
+  const StatusOr<std::uint64_t> change = change_parts(options.change_fraction);  // checked at setup
+  join.change = change.ok() ? *change : kEveryElement;
   if (facts.sharded != nullptr) {
     // The caller's own layouts: their transfer digest says the rest.
     join.layout = facts.layout->full ? "per-tensor:" + std::to_string(options.trainer_ranks) : facts.layout->ToString();

@@ -26,9 +26,11 @@ StatusOr<std::unique_ptr<WeightSource>> megatron_source(const RankOptions& optio
                            "[gate_r; up_r], not one box of the tensor)");
   }
   ASSIGN_OR_RETURN(const MegatronModel model, megatron_model(options.model, options.layers));
+  ASSIGN_OR_RETURN(const std::uint64_t change, change_parts(options.change_fraction));
   ASSIGN_OR_RETURN(std::vector<Layout> layouts, trainer_layouts(layout, model.trainer));
   return make_megatron_shard_source(model, std::move(layouts), options.rank,
-                                    options.device == "cuda" ? MemoryKind::kCuda : MemoryKind::kHost, options.gpu);
+                                    options.device == "cuda" ? MemoryKind::kCuda : MemoryKind::kHost, options.gpu,
+                                    change);
 }
 
 }  // namespace
@@ -41,14 +43,16 @@ StatusOr<std::unique_ptr<WeightSource>> make_rank_source(const RankOptions& opti
     ASSIGN_OR_RETURN(const TrainerNames names, parse_trainer_names(options.trainer_names));
     if (names == TrainerNames::kMegatron) return megatron_source(options, layout);
     ASSIGN_OR_RETURN(const QuantizeSpec quantize, parse_quantize(options.quantize));  // finite where quantized
+    ASSIGN_OR_RETURN(const std::uint64_t change, change_parts(options.change_fraction));
     if (!layout.full) {
       ASSIGN_OR_RETURN(Model model, make_model(options.model, options.layers));
       ASSIGN_OR_RETURN(std::vector<Layout> layouts, trainer_layouts(layout, model));
       return make_synthetic_shard_source(options.model, options.layers, std::move(layouts), options.rank,
-                                         on_device ? MemoryKind::kCuda : MemoryKind::kHost, options.gpu, quantize);
+                                         on_device ? MemoryKind::kCuda : MemoryKind::kHost, options.gpu, quantize,
+                                         change);
     }
     return make_synthetic_source(options.model, options.layers, on_device ? MemoryKind::kCuda : MemoryKind::kHost,
-                                 options.gpu, quantize);
+                                 options.gpu, quantize, change);
   }
   if (options.trainer_names != "hf") {
     return InvalidArgument("--trainer-names " + options.trainer_names + ": Megatron names are generated for a "

@@ -11,8 +11,8 @@ namespace {
 
 class SyntheticSource : public WeightSource {
  public:
-  SyntheticSource(Model model, MemoryKind memory, int device, std::vector<bool> finite)
-      : model_(std::move(model)), memory_(memory), device_(device), finite_(std::move(finite)) {}
+  SyntheticSource(Model model, MemoryKind memory, int device, std::vector<bool> finite, std::uint64_t change)
+      : model_(std::move(model)), memory_(memory), device_(device), finite_(std::move(finite)), change_(change) {}
 
   Status allocate() {
     std::vector<TensorSpec> full;
@@ -35,7 +35,8 @@ class SyntheticSource : public WeightSource {
   Status prepare(std::uint64_t version, std::uint64_t seed) override {
     for (std::size_t i = 0; i < model_.weights.size(); ++i) {
       const TensorSpec& spec = model_.weights[i].spec;
-      const std::uint64_t key = content_key(seed, version, spec.name);
+      const ContentKey key =
+          make_content_key(seed, version, spec.name, change_, static_cast<std::uint32_t>(dtype_size(spec.dtype)));
       std::byte* dst = arena() + offsets_[i];
       if (memory_ == MemoryKind::kCuda) {
         RETURN_IF_ERROR(fill_content_device(key, 0, dst, spec.nbytes(), stream_.handle()));
@@ -66,6 +67,7 @@ class SyntheticSource : public WeightSource {
   MemoryKind memory_;
   int device_;
   std::vector<bool> finite_;            // per weight: make_finite_content after filling
+  std::uint64_t change_;  // parts of 2^32 of the elements that change per version
   std::vector<std::uint64_t> offsets_;  // of each weight in the arena
   std::vector<std::byte> host_arena_;
   DeviceBuffer device_arena_;
@@ -123,11 +125,11 @@ Status check_external_layouts(const Model& model, const std::vector<Layout>& lay
 
 StatusOr<std::unique_ptr<WeightSource>> make_synthetic_source(const std::string& preset, int layers,
                                                               MemoryKind memory, int device,
-                                                              const QuantizeSpec& quantize) {
+                                                              const QuantizeSpec& quantize, std::uint64_t change) {
   ASSIGN_OR_RETURN(Model model, make_model(preset, layers));
   std::vector<bool> finite;
   for (const Weight& w : model.weights) finite.push_back(quantizes(quantize, w));
-  auto source = std::make_unique<SyntheticSource>(std::move(model), memory, device, std::move(finite));
+  auto source = std::make_unique<SyntheticSource>(std::move(model), memory, device, std::move(finite), change);
   RETURN_IF_ERROR(source->allocate());
   return std::unique_ptr<WeightSource>(std::move(source));
 }

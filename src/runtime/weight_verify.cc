@@ -21,7 +21,7 @@ namespace {
 // The first byte of `got` (rank's shard of `w`, on the device when
 // `on_device`) that differs from the content of `key`, or -1.
 StatusOr<std::int64_t> synthetic_mismatch(const Weight& w, const std::byte* got, int rank, int ranks, bool on_device,
-                                          std::uint64_t key) {
+                                          const ContentKey& key) {
   ShardRunLayout l = shard_run_layout(w, rank, ranks);
   if (l.count > 1 && l.run == l.stride) {  // contiguous in the full tensor: one check
     l.run *= l.count;
@@ -41,13 +41,13 @@ StatusOr<std::int64_t> synthetic_mismatch(const Weight& w, const std::byte* got,
 }  // namespace
 
 Status verify_synthetic(const Model& model, const ReferenceEngine& engine, int rank, int ranks, bool on_device,
-                        std::uint64_t version, std::uint64_t seed) {
+                        std::uint64_t version, const ContentSeed& seed) {
   const std::string name = "engine rank " + std::to_string(rank);
   for (const Weight& w : model.weights) {
     const std::byte* got = engine.landed_weight(rank, w.spec.name);
     if (got == nullptr) return Internal(name + " holds no weight '" + w.spec.name + "'");
     ASSIGN_OR_RETURN(const std::int64_t at,
-                     synthetic_mismatch(w, got, rank, ranks, on_device, content_key(seed, version, w.spec.name)));
+                     synthetic_mismatch(w, got, rank, ranks, on_device, seed.key(version, w.spec.name, w.spec.dtype)));
     if (at >= 0) {
       return DataLoss(name + ": tensor '" + w.spec.name + "' is wrong at byte " + std::to_string(at) +
                       " of its shard after refit " + std::to_string(version) + " (stale, misplaced or corrupted bytes)");
@@ -58,17 +58,17 @@ Status verify_synthetic(const Model& model, const ReferenceEngine& engine, int r
 
 StatusOr<bool> served_weight_is_version(const Model& model, std::size_t index, const ReferenceEngine& engine,
                                         int rank, int ranks, bool on_device, std::uint64_t version,
-                                        std::uint64_t seed) {
+                                        const ContentSeed& seed) {
   const Weight& w = model.weights.at(index);
   const std::byte* got = engine.weight(rank, w.spec.name);
   if (got == nullptr) return Internal("engine rank " + std::to_string(rank) + " holds no weight '" + w.spec.name + "'");
   ASSIGN_OR_RETURN(const std::int64_t at,
-                   synthetic_mismatch(w, got, rank, ranks, on_device, content_key(seed, version, w.spec.name)));
+                   synthetic_mismatch(w, got, rank, ranks, on_device, seed.key(version, w.spec.name, w.spec.dtype)));
   return at < 0;
 }
 
 Status verify_served_synthetic(const Model& model, const ReferenceEngine& engine, int rank, int ranks,
-                               bool on_device, std::uint64_t version, std::uint64_t seed) {
+                               bool on_device, std::uint64_t version, const ContentSeed& seed) {
   for (std::size_t i = 0; i < model.weights.size(); ++i) {
     ASSIGN_OR_RETURN(const bool whole,
                      served_weight_is_version(model, i, engine, rank, ranks, on_device, version, seed));
@@ -118,7 +118,7 @@ enum class HeldWeights { kLanded, kServed };
 // Weight i of an FP8 engine rank against its source's expected bytes.
 Status verify_quantized_weight(const Model& unquantized, const QuantizedModel& quantized, std::size_t i,
                                const Checkpoint* checkpoint, const ReferenceEngine& engine, int rank, int ranks,
-                               bool on_device, std::uint64_t version, std::uint64_t seed, HeldWeights which) {
+                               bool on_device, std::uint64_t version, const ContentSeed& seed, HeldWeights which) {
   const std::string name = "engine rank " + std::to_string(rank);
   const QuantSource& q = quantized.sources[i];
   const Weight& source = unquantized.weights[q.source];
@@ -133,7 +133,7 @@ Status verify_quantized_weight(const Model& unquantized, const QuantizedModel& q
     expected = checkpoint->data(q.source).data();
   } else {
     full.resize(source.spec.nbytes());
-    fill_content(content_key(seed, version, source.spec.name), 0, full);
+    fill_content(seed.key(version, source.spec.name, source.spec.dtype), 0, full);
     if (q.part != QuantPart::kCopy) make_finite_content(source.spec.dtype, full);
     expected = full.data();
   }
@@ -162,7 +162,7 @@ Status verify_quantized_weight(const Model& unquantized, const QuantizedModel& q
 
 Status verify_quantized(const Model& unquantized, const QuantizedModel& quantized, const Checkpoint* checkpoint,
                         const ReferenceEngine& engine, int rank, int ranks, bool on_device, std::uint64_t version,
-                        std::uint64_t seed) {
+                        const ContentSeed& seed) {
   const std::size_t n = quantized.engine.weights.size();
   const unsigned threads =
       static_cast<unsigned>(std::min<std::size_t>({n, 16, std::max(std::thread::hardware_concurrency(), 1u)}));
@@ -185,7 +185,7 @@ Status verify_quantized(const Model& unquantized, const QuantizedModel& quantize
 StatusOr<bool> served_quantized_weight_is_version(const Model& unquantized, const QuantizedModel& quantized,
                                                   std::size_t index, const ReferenceEngine& engine, int rank,
                                                   int ranks, bool on_device, std::uint64_t version,
-                                                  std::uint64_t seed) {
+                                                  const ContentSeed& seed) {
   const Status same = verify_quantized_weight(unquantized, quantized, index, nullptr, engine, rank, ranks, on_device,
                                               version, seed, HeldWeights::kServed);
   if (same.code() == StatusCode::kDataLoss) return false;
@@ -194,7 +194,7 @@ StatusOr<bool> served_quantized_weight_is_version(const Model& unquantized, cons
 }
 
 Status verify_engine_weights(const ModelChoice& choice, const ReferenceEngine& engine, int rank, int ranks,
-                             bool on_device, std::uint64_t version, std::uint64_t seed) {
+                             bool on_device, std::uint64_t version, const ContentSeed& seed) {
   if (!choice.quantized.sources.empty()) {
     return verify_quantized(choice.unquantized, choice.quantized, choice.checkpoint.get(), engine, rank, ranks,
                             on_device, version, seed);

@@ -20,7 +20,7 @@ namespace refit {
 // over `ranks` ranks, on the device when `on_device`) against the content
 // `version` must have for `seed`. DataLoss names the tensor and the byte.
 Status verify_synthetic(const Model& model, const ReferenceEngine& engine, int rank, int ranks, bool on_device,
-                        std::uint64_t version, std::uint64_t seed);
+                        std::uint64_t version, const ContentSeed& seed);
 
 // A reader's check (--readers, runtime/weight_readers.h): whether weight
 // `index` of `model` as `rank` serves it (ReferenceEngine::weight) holds
@@ -29,7 +29,7 @@ Status verify_synthetic(const Model& model, const ReferenceEngine& engine, int r
 // device copy failed).
 StatusOr<bool> served_weight_is_version(const Model& model, std::size_t index, const ReferenceEngine& engine,
                                         int rank, int ranks, bool on_device, std::uint64_t version,
-                                        std::uint64_t seed);
+                                        const ContentSeed& seed);
 
 // served_weight_is_version for an FP8 engine (--quantize; arguments as
 // verify_quantized's, without a checkpoint): whether weight `index` of
@@ -38,13 +38,13 @@ StatusOr<bool> served_weight_is_version(const Model& model, std::size_t index, c
 StatusOr<bool> served_quantized_weight_is_version(const Model& unquantized, const QuantizedModel& quantized,
                                                   std::size_t index, const ReferenceEngine& engine, int rank,
                                                   int ranks, bool on_device, std::uint64_t version,
-                                                  std::uint64_t seed);
+                                                  const ContentSeed& seed);
 
 // Every weight of `rank` as served (ReferenceEngine::weight) holds the
 // synthetic content of `version` for `seed`: DataLoss names the first that
 // does not. What a shadow engine checks after a failed refit.
 Status verify_served_synthetic(const Model& model, const ReferenceEngine& engine, int rank, int ranks,
-                               bool on_device, std::uint64_t version, std::uint64_t seed);
+                               bool on_device, std::uint64_t version, const ContentSeed& seed);
 
 // Checks every byte of `rank`'s weights against its shard of the checkpoint's
 // tensors (the bytes a push of that checkpoint must deliver). DataLoss names
@@ -64,11 +64,11 @@ Status verify_checkpoint(const Model& model, const Checkpoint& checkpoint, const
 // refusal.
 Status verify_quantized(const Model& unquantized, const QuantizedModel& quantized, const Checkpoint* checkpoint,
                         const ReferenceEngine& engine, int rank, int ranks, bool on_device, std::uint64_t version,
-                        std::uint64_t seed);
+                        const ContentSeed& seed);
 
 // The check of an engine that verifies (EngineOptions::verify), as its
 // model calls for: verify_quantized, verify_checkpoint or verify_synthetic.
 Status verify_engine_weights(const ModelChoice& choice, const ReferenceEngine& engine, int rank, int ranks,
-                             bool on_device, std::uint64_t version, std::uint64_t seed);
+                             bool on_device, std::uint64_t version, const ContentSeed& seed);
 
 }  // namespace refit

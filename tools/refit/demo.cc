@@ -316,6 +316,7 @@ void start_ranks(const DemoOptions& o, int trainers, const std::string& port, De
                                           "--layers", std::to_string(o.layers), "--transport", o.transport,
                                           "--mode", o.mode, "--engine-experts", o.engine_experts,
                                           "--quantize", o.quantize,
+                                          "--change-fraction", fmt(o.change_fraction),
                                           "--bucket-size", flag_value(o.bucket_size, kAutoBucketSize)};
   rank_common.insert(rank_common.end(), job.common.begin(), job.common.end());
   for (int e = 0; e < o.engine_ranks; ++e) {

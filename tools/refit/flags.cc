@@ -1,5 +1,7 @@
 #include "flags.h"
 
+#include "refit/content.h"
+
 #include <charconv>
 #include <climits>
 #include <cmath>
@@ -261,6 +263,7 @@ void add_rank_flags(CLI::App& cmd, RankOptions& o) {
                  "rules (repeatable; default: none)");
   add_engine_experts_flag(cmd, o.engine_experts);
   add_quantize_flag(cmd, o.quantize);
+  add_change_fraction_flag(cmd, o.change_fraction);
   add_bucket_size_flag(cmd, o.bucket_size);
   add_transport_flag(cmd, o.transport);
   add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
@@ -330,6 +333,22 @@ void add_engine_experts_flag(CLI::App& cmd, std::string& experts) {
                  "How engine ranks hold MoE experts: tp (each rank a TP slice of every expert) or ep (expert "
                  "parallel: whole experts, about E/N per rank)")
       ->check(CLI::IsMember({"tp", "ep"}))
+      ->capture_default_str();
+}
+
+void add_change_fraction_flag(CLI::App& cmd, double& fraction) {
+  cmd.add_option("--change-fraction", fraction,
+                 "Synthetic weights: the fraction of each tensor's elements that changes from one version to the "
+                 "next, like an optimizer step (1: every element)")
+      ->check([](const std::string& text) {
+        double f = 0;
+        try {
+          f = std::stod(text);
+        } catch (const std::exception&) {
+          return std::string("not a number");
+        }
+        return change_parts(f).ok() ? std::string() : std::string("not a fraction of the elements in (0, 1]");
+      })
       ->capture_default_str();
 }
 
