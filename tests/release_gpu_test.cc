@@ -37,9 +37,12 @@ TEST(ReleaseGpu, TheDeviceGetsThePoolAndTheShadowArenaBackEveryRefit) {
     const std::uint64_t pool = 4 * (std::uint64_t{4} << 20);  // 4 slots of (at most) the 4 MiB bucket
     for (const json& refit : report["refits"]) {
       const std::uint64_t returned = refit["released_bytes"][0].get<std::uint64_t>();
-      // The driver counts in pages of 2 MiB: within that of the pool (and the arena).
+      // The driver counts in pages of 2 MiB. What returns with the pool (and
+      // the arena) also includes what refit held beside them for the refit
+      // (the pool's landing events, the prepared copies' descriptors): about
+      // 32 MiB more on an H100 for tiny.
       EXPECT_GE(returned + (std::uint64_t{2} << 20), (shadow ? arena : 0) + pool / 2) << refit.dump();
-      EXPECT_LE(returned, (shadow ? arena : 0) + pool + (std::uint64_t{8} << 20)) << refit.dump();
+      EXPECT_LE(returned, (shadow ? arena : 0) + pool + (std::uint64_t{64} << 20)) << refit.dump();
     }
   }
 }

@@ -54,7 +54,8 @@ void fill_content(const ContentKey& key, std::uint64_t offset, std::span<std::by
 // of the elements that change per version. Built from a seed alone (every
 // element changes), as the checks that take one were called before.
 struct ContentSeed {
-  ContentSeed(std::uint64_t s, std::uint64_t c = kEveryElement) : seed(s), change(c) {}  // NOLINT(google-explicit-constructor)
+  // NOLINTNEXTLINE(google-explicit-constructor): a seed alone is every element changing
+  ContentSeed(std::uint64_t s, std::uint64_t c = kEveryElement) : seed(s), change(c) {}
   std::uint64_t seed;
   std::uint64_t change;
   ContentKey key(std::uint64_t version, std::string_view name, DType dtype) const;

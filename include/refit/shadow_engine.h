@@ -4,8 +4,8 @@
 // Two WeightArenas (target_engine.h) of the engine rank's stream, in one
 // allocation (region(); ShadowArenas::kOneRegion, what direct mode exposes)
 // or two (kSeparate, staged mode: release_idle() frees the one not served
-// between refits of a colocated job, acquire_idle() allocates it again). One is served (`served()`); each refit lands in the
-// other: staged, a TargetEngine in copy mode underneath copies into it;
+// between refits of a colocated job, acquire_idle() allocates it again).
+// One is served (`served()`); each refit lands in the other: staged, a TargetEngine in copy mode underneath copies into it;
 // direct, the trainers write it. commit(v) makes that one the served arena
 // and then calls the flip hook with v. A refit that aborts leaves the served
 // arena untouched and whole: weights_complete() stays true, and the next

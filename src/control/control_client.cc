@@ -106,7 +106,8 @@ void ControlClient::read_loop(HeartbeatTiming heartbeats) {
     // Until the next heartbeat is due or the coordinator's silence is too
     // long, whichever comes first; then check both again.
     pollfd fd{link_->fd(), POLLIN, 0};
-    const int ready = poll_until(std::span<pollfd>(&fd, 1), Deadline::After(std::chrono::ceil<std::chrono::milliseconds>(std::min(next_beat, silent_at) - now)));
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(std::min(next_beat, silent_at) - now);
+    const int ready = poll_until(std::span<pollfd>(&fd, 1), Deadline::After(wait));
     if (ready < 0) return lose(Unavailable("lost the coordinator: " + ErrnoStatus("poll", -ready).message()));
     if (ready == 0) continue;
     // A frame started: the rest of it is due within the heartbeat deadline.

@@ -511,7 +511,8 @@ class Coordinator {
     for (Setup& setup : trainer_setups_) {
       if (setup.engine_rank < acquire.descriptors.size()) setup.descriptor = acquire.descriptors[setup.engine_rank];
       for (EngineTarget& target : setup.targets) {
-        if (target.engine_rank < acquire.descriptors.size()) target.descriptor = acquire.descriptors[target.engine_rank];
+        if (target.engine_rank >= acquire.descriptors.size()) continue;
+        target.descriptor = acquire.descriptors[target.engine_rank];
       }
     }
   }

@@ -3,6 +3,7 @@
 // catches.
 #include "control/refit_phases.h"
 #include "testing/expect_has.h"
+#include "testing/phase_actions.h"
 
 #include <gtest/gtest.h>
 
@@ -59,43 +60,28 @@ class Job {
   // The messages sent to every rank, by name, in order.
   std::vector<std::string> Names() const {
     std::vector<std::string> out;
-    for (const PhaseAction& a : actions_) {
+    for (const PhaseAction& a : actions_.all()) {
       if (const auto* s = std::get_if<SendAll>(&a)) out.push_back(message_name(s->message));
     }
     return out;
   }
   template <class T>
   std::vector<T> Of() const {
-    std::vector<T> out;
-    for (const PhaseAction& a : actions_) {
-      if (const auto* x = std::get_if<T>(&a)) out.push_back(*x);
-    }
-    return out;
+    return actions_.of<T>();
   }
   // The last message of type T sent to every rank.
   template <class T>
   std::optional<T> LastSent() const {
-    std::optional<T> out;
-    for (const PhaseAction& a : actions_) {
-      if (const auto* s = std::get_if<SendAll>(&a); s && std::holds_alternative<T>(s->message)) {
-        out = std::get<T>(s->message);
-      }
-    }
-    return out;
+    return actions_.last_sent<T>();
   }
-  std::optional<Status> Ended() const {
-    auto ends = Of<EndJob>();
-    return ends.empty() ? std::nullopt : std::optional<Status>(ends.back().status);
-  }
+  std::optional<Status> Ended() const { return actions_.ended(); }
   RefitPhases& phases() { return phases_; }
 
  private:
-  void Take(std::vector<PhaseAction> actions) {
-    for (auto& a : actions) actions_.push_back(std::move(a));
-  }
+  void Take(std::vector<PhaseAction> actions) { actions_.take(std::move(actions)); }
   PhaseTime now_ = PhaseTime() + 1000s;
   RefitPhases phases_;
-  std::vector<PhaseAction> actions_;
+  testing::PhaseActions actions_;
 };
 
 // Catches: a phase that moves on before every rank reported (go after one

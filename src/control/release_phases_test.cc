@@ -11,6 +11,7 @@
 
 #include "control/refit_phases.h"
 #include "testing/expect_has.h"
+#include "testing/phase_actions.h"
 
 namespace refit {
 namespace {
@@ -52,7 +53,7 @@ class ReleaseJob {
   // Each message sent, as "name>audience" (all, trainers, engines).
   std::vector<std::string> Sends() const {
     std::vector<std::string> out;
-    for (const PhaseAction& a : actions_) {
+    for (const PhaseAction& a : actions_.all()) {
       const auto* s = std::get_if<SendAll>(&a);
       if (s == nullptr || std::holds_alternative<Heartbeat>(s->message)) continue;
       const char* to = s->audience == Audience::kTrainers ? "trainers" : s->audience == Audience::kEngines ? "engines"
@@ -63,32 +64,20 @@ class ReleaseJob {
   }
   template <class T>
   std::vector<T> Of() const {
-    std::vector<T> out;
-    for (const PhaseAction& a : actions_) {
-      if (const auto* x = std::get_if<T>(&a)) out.push_back(*x);
-    }
-    return out;
+    return actions_.of<T>();
   }
   template <class T>
   std::optional<T> LastSent() const {
-    std::optional<T> out;
-    for (const PhaseAction& a : actions_) {
-      if (const auto* s = std::get_if<SendAll>(&a); s && std::holds_alternative<T>(s->message)) {
-        out = std::get<T>(s->message);
-      }
-    }
-    return out;
+    return actions_.last_sent<T>();
   }
   void Clear() { actions_.clear(); }
   RefitPhases& phases() { return phases_; }
 
  private:
-  void Take(std::vector<PhaseAction> actions) {
-    for (auto& a : actions) actions_.push_back(std::move(a));
-  }
+  void Take(std::vector<PhaseAction> actions) { actions_.take(std::move(actions)); }
   PhaseTime now_ = PhaseTime() + 1000s;
   RefitPhases phases_;
-  std::vector<PhaseAction> actions_;
+  testing::PhaseActions actions_;
 };
 
 // The whole cycle between refit 1 and refit 2, in order. Catches: release
