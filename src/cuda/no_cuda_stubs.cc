@@ -9,6 +9,7 @@
 #include "cuda/device_content.h"
 #include "cuda/fp8_block.h"
 #include "cuda/fp8_part.h"
+#include "cuda/word_delta_device.h"
 
 namespace refit {
 namespace {
@@ -61,6 +62,15 @@ Status fill_content_device(const ContentKey&, std::uint64_t, std::byte*, std::ui
 }
 StatusOr<std::int64_t> first_content_mismatch_device(const ContentKey&, const ContentRows&, const std::byte*, void*) {
   return no_cuda("first_content_mismatch_device");
+}
+StatusOr<DeviceDeltaCodec> DeviceDeltaCodec::Create(int, std::uint64_t) { return no_cuda("DeviceDeltaCodec::Create"); }
+StatusOr<EncodedDelta> DeviceDeltaCodec::encode(const std::byte*, const std::byte*, std::uint64_t, std::uint64_t,
+                                                std::byte*, void*) {
+  return no_cuda("DeviceDeltaCodec::encode");
+}
+Status DeviceDeltaCodec::decode(const std::byte*, std::uint64_t, const std::byte*, std::uint64_t, std::byte*,
+                                std::uint64_t, void*) {
+  return no_cuda("DeviceDeltaCodec::decode");
 }
 Status inject_illegal_address(int, void*) { return no_cuda("inject_illegal_address"); }
 Status inject_gpu_delay(int, void*, std::uint32_t) { return no_cuda("inject_gpu_delay"); }
