@@ -1,0 +1,58 @@
+// BucketBases: what a trainer rank diffs its buckets against (issue 22;
+// not yet wired into a refit: see docs/notes/delta_wiring.md). For each
+// bucket it sends, the bytes the engines committed (the base, at
+// base_version()), and what it sent of the refit in flight (its encoding,
+// delta/word_delta.h, header included). The commit turns every pending
+// encoding into its bucket's new base (a words encoding decoded over the
+// old base in place); a failed refit drops them, keeping the bases.
+//
+// Memory: the bases are this rank's share of the stream (the bytes of the
+// buckets it sends); the pending encodings at most as much again (about
+// 0.1x at 1% of bf16 elements changed). bytes_held() says how much.
+//
+// Thread safety: one thread (the trainer rank's refit thread).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "refit/status.h"
+
+namespace refit {
+
+class BucketBases {
+ public:
+  // One entry per bucket of the plan: its bytes (0 for a bucket this rank
+  // does not send).
+  explicit BucketBases(std::vector<std::uint64_t> bucket_bytes);
+
+  // The version every base holds (0: none yet).
+  std::uint64_t base_version() const { return base_version_; }
+  // Bucket j's base, or empty when there is none (never sent, or lost).
+  std::span<const std::byte> base(std::size_t j) const;
+
+  // What was sent of bucket j in the refit in flight, as encode_delta wrote
+  // it (against base(j) at base_version(), or full). Replaces an earlier one.
+  Status set_pending(std::size_t j, std::vector<std::byte> encoded);
+  // The refit in flight was committed as `version`: each pending encoding
+  // becomes its bucket's base; a bucket sent nothing this refit loses its
+  // base (it would be stale). A pending encoding that does not decode
+  // clears every base (the next refit sends full bytes) and is returned.
+  Status commit(std::uint64_t version);
+  // The refit in flight failed: its pending encodings go, the bases stay.
+  void drop_pending();
+  // Bytes held: bases and pending encodings.
+  std::uint64_t bytes_held() const;
+
+ private:
+  void clear_bases();
+
+  std::vector<std::uint64_t> bucket_bytes_;
+  std::vector<std::vector<std::byte>> bases_, pending_;
+  std::vector<bool> has_pending_;
+  std::uint64_t base_version_ = 0;
+};
+
+}  // namespace refit
