@@ -41,88 +41,106 @@ constexpr std::uint64_t kMaxAddressBytes = 512;  // host:port
 constexpr std::uint64_t kMaxDescriptorBytes = 4096;
 constexpr std::uint64_t kMaxHexBytes = 256;      // auth nonces and MACs
 
+const Field kVersion{"version", kUint};
+const Field kError{"error", kObj};
+
+// Rank -> coordinator: the join.
+void add_join(std::vector<Schema>& s) {
+  s.push_back({"join",
+               {{"protocol", kUint},
+                {"role", kStr, true, kMaxNameBytes},
+                {"rank", kUint, true, kMaxRanks},
+                {"pid", kInt},
+                {"device", kStr, false, kMaxNameBytes},
+                {"gpu", kStr, false, kMaxNameBytes},
+                {"mode", kStr, false, kMaxNameBytes},
+                {"trainer_ranks", kUint, false, kMaxRanks},
+                {"engine_ranks", kUint, false, kMaxRanks},
+                {"bucket_size", kUint, false, kMaxBucketSize},
+                {"transport", kStr, false, kMaxNameBytes},
+                {"engine_rank", kUint, false, kMaxRanks},
+                {"plan_digest", kStr, false, kMaxNameBytes},
+                {"stream_dtypes", kObj, false, 64, kStr},
+                {"data_address", kStr, false, kMaxAddressBytes},
+                {"descriptor", kStr, false, kMaxDescriptorBytes},
+                {"pool_slots", kUint, false, kMaxPoolSlots},
+                {"memory_limit", kUint},
+                {"supported_dtypes", kArr, false, 64, kStr},
+                {"quantize", kStr, false, kMaxDescriptorBytes},
+                {"quantized_tensors", kUint},
+                {"shadow", kBool},
+                {"change", kUint, false, std::uint64_t{1} << 32},
+                {"specs", kArr},
+                {"rules", kArr, false, 0, kStr},  // one per spec: decode_join checks the count and names
+                {"layout", kStr, false, kMaxNameBytes},
+                {"transfer_digest", kStr, false, kMaxNameBytes},
+                {"feeds", kArr, false, kMaxRanks, kObj}}});  // shard_json.cc checks each
+}
+
+// Rank -> coordinator: every message after the join.
+void add_rank_messages(std::vector<Schema>& s) {
+  s.push_back({"linked", {{"version", kUint}, {"weights_complete", kBool}}});
+  for (const char* t : {"ready", "sent", "committed", "request"}) s.push_back({t, {kVersion}});
+  s.push_back({"done", {kVersion, {"verified", kBool}, {"stats", kObj}}});
+  s.push_back({"progress", {kVersion, {"bytes", kUint}}});
+  s.push_back({"failed", {kVersion, kError}});
+  s.push_back({"finish", {}});
+  s.push_back({"released", {kVersion, {"bytes", kUint, true}}});
+  s.push_back({"acquired", {kVersion, {"descriptor", kStr, true, kMaxDescriptorBytes}}});
+  s.push_back({"heartbeat", {}});  // both directions
+  for (const char* t : {"amax_share", "amax_table"}) {  // the second direction below; protocol.cc checks each entry
+    s.push_back({t, {kVersion, {"entries", kArr, false, 0, kArr}}});
+  }
+  s.push_back({"setup_failed",
+               {{"protocol", kUint},
+                {"role", kStr, true, kMaxNameBytes},
+                {"rank", kUint, true, kMaxRanks},
+                {"pid", kInt},
+                {"error", kObj, true}}});
+}
+
+// Coordinator -> rank.
+void add_coordinator_messages(std::vector<Schema>& s) {
+  s.push_back({"setup",
+               {{"seed", kUint, true},
+                {"feeders", kArr, false, kMaxRanks, kUint},
+                {"streams", kArr, false, kMaxRanks, kArr},
+                {"engine_rank", kUint, false, kMaxRanks},
+                {"engine_address", kStr, false, kMaxAddressBytes},
+                {"descriptor", kStr, false, kMaxDescriptorBytes},
+                {"engine_device", kStr, false, kMaxNameBytes},
+                {"trainer_index", kUint, false, kMaxRanks},
+                {"feeder_count", kUint, false, kMaxRanks},
+                {"on_demand", kBool},
+                {"parts", kArr, false, 0, kArr},            // per bucket; shard_json.cc checks each
+                {"targets", kArr, false, kMaxRanks, kObj},
+                {"release_between_refits", kBool}}});
+  s.push_back({"release", {kVersion}});
+  s.push_back({"acquire", {kVersion, {"descriptors", kArr, false, kMaxRanks, kStr}}});
+  s.push_back({"start", {kVersion, {"arena", kUint, false, 1}}});
+  for (const char* t : {"go", "commit", "relink"}) s.push_back({t, {kVersion}});
+  s.push_back({"abort", {kVersion, kError}});
+  s.push_back({"shutdown", {{"error", kObj}, {"committed_version", kUint}}});
+  s.push_back({"error", {{"error", kObj, true}}});
+}
+
+// Authentication (control/auth.h), both directions.
+void add_auth_messages(std::vector<Schema>& s) {
+  s.push_back({"auth_challenge",
+               {{"protocol", kUint, true}, {"auth", kStr, true, kMaxNameBytes}, {"nonce", kStr, false, kMaxHexBytes}}});
+  s.push_back({"auth_response",
+               {{"auth", kStr, true, kMaxNameBytes}, {"nonce", kStr, false, kMaxHexBytes},
+                {"mac", kStr, false, kMaxHexBytes}}});
+  s.push_back({"auth_ok", {{"mac", kStr, false, kMaxHexBytes}}});
+}
+
 const std::vector<Schema>& schemas() {
   static const std::vector<Schema> all = [] {
-    const Field version{"version", kUint};
-    const Field error{"error", kObj};
     std::vector<Schema> s;
-    // Rank -> coordinator.
-    s.push_back({"join",
-                 {{"protocol", kUint},
-                  {"role", kStr, true, kMaxNameBytes},
-                  {"rank", kUint, true, kMaxRanks},
-                  {"pid", kInt},
-                  {"device", kStr, false, kMaxNameBytes},
-                  {"gpu", kStr, false, kMaxNameBytes},
-                  {"mode", kStr, false, kMaxNameBytes},
-                  {"trainer_ranks", kUint, false, kMaxRanks},
-                  {"engine_ranks", kUint, false, kMaxRanks},
-                  {"bucket_size", kUint, false, kMaxBucketSize},
-                  {"transport", kStr, false, kMaxNameBytes},
-                  {"engine_rank", kUint, false, kMaxRanks},
-                  {"plan_digest", kStr, false, kMaxNameBytes},
-                  {"stream_dtypes", kObj, false, 64, kStr},
-                  {"data_address", kStr, false, kMaxAddressBytes},
-                  {"descriptor", kStr, false, kMaxDescriptorBytes},
-                  {"pool_slots", kUint, false, kMaxPoolSlots},
-                  {"memory_limit", kUint},
-                  {"supported_dtypes", kArr, false, 64, kStr},
-                  {"quantize", kStr, false, kMaxDescriptorBytes},
-                  {"quantized_tensors", kUint},
-                  {"shadow", kBool},
-                  {"change", kUint, false, std::uint64_t{1} << 32},
-                  {"specs", kArr},
-                  {"rules", kArr, false, 0, kStr},  // one per spec: decode_join checks the count and names
-                  {"layout", kStr, false, kMaxNameBytes},
-                  {"transfer_digest", kStr, false, kMaxNameBytes},
-                  {"feeds", kArr, false, kMaxRanks, kObj}}});  // shard_json.cc checks each
-    s.push_back({"linked", {{"version", kUint}, {"weights_complete", kBool}}});
-    for (const char* t : {"ready", "sent", "committed", "request"}) s.push_back({t, {version}});
-    s.push_back({"done", {version, {"verified", kBool}, {"stats", kObj}}});
-    s.push_back({"progress", {version, {"bytes", kUint}}});
-    s.push_back({"failed", {version, error}});
-    s.push_back({"finish", {}});
-    s.push_back({"released", {version, {"bytes", kUint, true}}});
-    s.push_back({"acquired", {version, {"descriptor", kStr, true, kMaxDescriptorBytes}}});
-    s.push_back({"heartbeat", {}});  // both directions
-    for (const char* t : {"amax_share", "amax_table"}) {  // the second direction below; protocol.cc checks each entry
-      s.push_back({t, {version, {"entries", kArr, false, 0, kArr}}});
-    }
-    s.push_back({"setup_failed",
-                 {{"protocol", kUint},
-                  {"role", kStr, true, kMaxNameBytes},
-                  {"rank", kUint, true, kMaxRanks},
-                  {"pid", kInt},
-                  {"error", kObj, true}}});
-    // Coordinator -> rank.
-    s.push_back({"setup",
-                 {{"seed", kUint, true},
-                  {"feeders", kArr, false, kMaxRanks, kUint},
-                  {"streams", kArr, false, kMaxRanks, kArr},
-                  {"engine_rank", kUint, false, kMaxRanks},
-                  {"engine_address", kStr, false, kMaxAddressBytes},
-                  {"descriptor", kStr, false, kMaxDescriptorBytes},
-                  {"engine_device", kStr, false, kMaxNameBytes},
-                  {"trainer_index", kUint, false, kMaxRanks},
-                  {"feeder_count", kUint, false, kMaxRanks},
-                  {"on_demand", kBool},
-                  {"parts", kArr, false, 0, kArr},            // per bucket; shard_json.cc checks each
-                  {"targets", kArr, false, kMaxRanks, kObj},
-                  {"release_between_refits", kBool}}});
-    s.push_back({"release", {version}});
-    s.push_back({"acquire", {version, {"descriptors", kArr, false, kMaxRanks, kStr}}});
-    s.push_back({"start", {version, {"arena", kUint, false, 1}}});
-    for (const char* t : {"go", "commit", "relink"}) s.push_back({t, {version}});
-    s.push_back({"abort", {version, error}});
-    s.push_back({"shutdown", {{"error", kObj}, {"committed_version", kUint}}});
-    s.push_back({"error", {{"error", kObj, true}}});
-    // Authentication (control/auth.h), both directions.
-    s.push_back({"auth_challenge",
-                 {{"protocol", kUint, true}, {"auth", kStr, true, kMaxNameBytes}, {"nonce", kStr, false, kMaxHexBytes}}});
-    s.push_back({"auth_response",
-                 {{"auth", kStr, true, kMaxNameBytes}, {"nonce", kStr, false, kMaxHexBytes},
-                  {"mac", kStr, false, kMaxHexBytes}}});
-    s.push_back({"auth_ok", {{"mac", kStr, false, kMaxHexBytes}}});
+    add_join(s);
+    add_rank_messages(s);
+    add_coordinator_messages(s);
+    add_auth_messages(s);
     return s;
   }();
   return all;
@@ -160,7 +178,9 @@ bool fits(const Json& j, unsigned kinds, std::uint64_t max) {
 std::string expected(unsigned kinds, std::uint64_t max) {
   std::vector<std::string> parts;
   std::string bound = max ? " of at most " + std::to_string(max) : std::string();
-  if (kinds & kStr) parts.push_back("a string" + (max ? " of at most " + std::to_string(max) + " bytes" : std::string()));
+  if (kinds & kStr) {
+    parts.push_back("a string" + (max ? " of at most " + std::to_string(max) + " bytes" : std::string()));
+  }
   if (kinds & kUint) parts.push_back("an integer in 0.." + (max ? std::to_string(max) : std::string("2^64-1")));
   if (kinds & kInt) parts.push_back("an integer");
   if (kinds & kBool) parts.push_back("a boolean");
