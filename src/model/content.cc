@@ -126,19 +126,44 @@ ContentKey ContentSeed::key(std::uint64_t version, std::string_view name, DType 
   return make_content_key(seed, version, name, change, static_cast<std::uint32_t>(dtype_size(dtype)));
 }
 
+namespace {
+
+// The bytes of changing content one after another: each element's version
+// and word are worked out once (an element of at most 8 bytes lies in one
+// word), not once per byte.
+class ChangingBytes {
+ public:
+  explicit ChangingBytes(const ContentKey& key) : key_(key) {}
+  std::byte at(std::uint64_t b) {
+    const std::uint64_t e = b / key_.element_bytes;
+    if (e != element_) {
+      element_ = e;
+      const std::uint64_t u = content_math::element_version(key_, e);
+      const std::uint64_t k = u == key_.version ? key_.key : content_math::key_at(key_.seed_key, key_.name_hash, u);
+      word_ = content_word(k, b / 8);
+    }
+    return static_cast<std::byte>(word_ >> (8 * (b % 8)));
+  }
+
+ private:
+  const ContentKey& key_;
+  std::uint64_t element_ = ~std::uint64_t{0};
+  std::uint64_t word_ = 0;
+};
+
+}  // namespace
+
 void fill_content(const ContentKey& key, std::uint64_t offset, std::span<std::byte> out) {
   if (key.change >= kEveryElement) return fill_content(key.key, offset, out);
-  for (std::uint64_t i = 0; i < out.size(); ++i) {
-    out[i] = static_cast<std::byte>(content_math::content_byte(key, offset + i));
-  }
+  ChangingBytes content(key);
+  for (std::uint64_t i = 0; i < out.size(); ++i) out[i] = content.at(offset + i);
 }
 
 std::int64_t first_content_mismatch(const ContentKey& key, std::uint64_t offset, std::span<const std::byte> bytes) {
   if (key.change >= kEveryElement) return first_content_mismatch(key.key, offset, bytes);
+  ChangingBytes content(key);
   for (std::uint64_t i = 0; i < bytes.size(); ++i) {
-    if (bytes[i] != static_cast<std::byte>(content_math::content_byte(key, offset + i))) {
-      return static_cast<std::int64_t>(i);
-    }
+    if (bytes[i] != content.at(offset + i)) return static_cast<std::int64_t>(i);
   }
   return -1;
 }
