@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "refit/engine.h"
@@ -79,6 +80,12 @@ struct EngineBinding {
   // The weight memory the engine holds (both arenas with --shadow), for the
   // report; 0: not said.
   std::uint64_t weight_memory_bytes = 0;
+  // Delta refits (--delta, host weights): copies into `out` the served
+  // bytes of tensor `tensor` of `stream` from byte `offset` (the version
+  // Engine::weight_version() names; not called unless weights_complete()).
+  // Encoded buckets are decoded over them. Empty: the engine cannot say,
+  // so its trainers send every bucket's bytes.
+  std::function<Status(std::uint32_t tensor, std::uint64_t offset, std::span<std::byte> out)> read_committed;
 };
 
 class EngineRank {

@@ -87,6 +87,15 @@ struct RankOptions {
   // step (refit/content.h ContentKey); 1: every element. Every rank of a job
   // must agree (the coordinator refuses one that differs). Default: 1.
   double change_fraction = 1;
+  // Delta refits (issue 22): each bucket goes as the smaller of its bytes
+  // and a bitmap of its changed 8-byte words with their new bytes, against
+  // the version the engine rank holds committed (delta/word_delta.h); an
+  // engine rank without it (a new, restarted or failed one) gets the bytes.
+  // The trainer keeps what it sent of each bucket (up to twice its share
+  // of the stream). Host weights into host pools, staged, over shm or tcp,
+  // full-weight trainers, no --quantize (refused otherwise). Trainers and
+  // engines of a job must agree. Default: false.
+  bool delta = false;
   // Seconds for joining, validation and linking. Default: 60.
   double setup_timeout_s = 60;
   // Seconds for one whole refit; suits multi-GB refits. Default: 300.

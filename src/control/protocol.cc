@@ -103,6 +103,7 @@ StatusOr<Join> decode_join(const Json& m) {
   j.quantized_tensors = u64(m, "quantized_tensors");
   if (auto it = m.find("shadow"); it != m.end()) j.shadow = it->get<bool>();
   if (auto it = m.find("change"); it != m.end()) j.change = it->get<std::uint64_t>();
+  if (auto it = m.find("delta"); it != m.end()) j.delta = it->get<bool>();
   ASSIGN_OR_RETURN(j.specs, specs_field(m, "join", "specs"));
   ASSIGN_OR_RETURN(j.rules, rules_field(m, j.specs.size()));
   j.layout = str(m, "layout", "full");
@@ -120,6 +121,7 @@ Json encode_join(const Join& j) {
          {"bucket_size", j.bucket_size}, {"transport", j.transport},  {"plan_digest", j.plan_digest}};
   if (!j.gpu.empty()) m["gpu"] = j.gpu;
   if (j.change != (std::uint64_t{1} << 32)) m["change"] = j.change;
+  if (j.delta) m["delta"] = true;
   if (j.role == Role::kTrainer) {
     m["engine_rank"] = j.engine_rank;
     m["stream_dtypes"] = j.stream_dtypes;

@@ -71,8 +71,10 @@ namespace refit {
 // and targets); version 6 shadow weights in direct mode (the engine's join
 // says shadow, start says which arena the trainers write); version 7
 // release between refits (setup's release; release, released, acquire,
-// acquired) and the join's change (--change-fraction).
-inline constexpr std::uint64_t kControlProtocolVersion = 7;
+// acquired) and the join's change (--change-fraction); version 8 the join's
+// delta (--delta) with the data plane's credit base and encoded kLanded
+// (net/frames.h).
+inline constexpr std::uint64_t kControlProtocolVersion = 8;
 
 // How often a side sends a heartbeat, and how long it waits for a word from
 // its peer before it treats the peer as lost (stalled, dead or cut off).
@@ -167,6 +169,9 @@ struct Join {
   // Either role with synthetic weights: --change-fraction as parts of 2^32
   // (content.h change_parts). Absent on the wire: every element (2^32).
   std::uint64_t change = std::uint64_t{1} << 32;
+  // Either role: --delta (delta refits; every rank must agree). Absent on
+  // the wire: false.
+  bool delta = false;
   // Engine: it holds shadow weights (--shadow); in direct mode its exposed
   // memory is both arenas (shadow_arena_stride) and the trainers write the
   // one each start names. Absent on the wire: false.

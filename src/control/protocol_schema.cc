@@ -70,6 +70,7 @@ void add_join(std::vector<Schema>& s) {
                 {"quantized_tensors", kUint},
                 {"shadow", kBool},
                 {"change", kUint, false, std::uint64_t{1} << 32},
+                {"delta", kBool},
                 {"specs", kArr},
                 {"rules", kArr, false, 0, kStr},  // one per spec: decode_join checks the count and names
                 {"layout", kStr, false, kMaxNameBytes},

@@ -1,6 +1,7 @@
 #include "control/report_builder.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "core/atomic_file.h"
@@ -77,6 +78,32 @@ std::uint64_t duplicate_bytes(const std::vector<Done>& trainers, std::uint64_t s
   return sent > stream_bytes ? sent - stream_bytes : 0;
 }
 
+// What crossed the links: every trainer rank's `wire_bytes` under --delta
+// (encoded buckets count their encodings), its `bytes` otherwise.
+std::uint64_t wire_bytes(const std::vector<Done>& trainers) {
+  std::uint64_t wire = 0;
+  for (const Done& done : trainers) {
+    const bool delta = done.stats.is_object() && done.stats.contains("wire_bytes");
+    wire += stat_u64(done.stats, delta ? "wire_bytes" : "bytes");
+  }
+  return wire;
+}
+
+// --delta: the buckets sent as they are and delta-encoded, summed over the
+// trainer ranks (their `encodings`); nullopt without --delta.
+std::optional<Json> delta_encodings(const std::vector<Done>& trainers) {
+  std::uint64_t full = 0, words = 0;
+  bool any = false;
+  for (const Done& done : trainers) {
+    if (!done.stats.is_object() || !done.stats.contains("encodings")) continue;
+    any = true;
+    full += stat_u64(done.stats["encodings"], "full");
+    words += stat_u64(done.stats["encodings"], "words");
+  }
+  if (!any) return std::nullopt;
+  return Json{{"full", full}, {"words", words}};
+}
+
 }  // namespace
 
 void ReportBuilder::record_commit(const RecordCommit& commit) {
@@ -91,15 +118,14 @@ void ReportBuilder::record_commit(const RecordCommit& commit) {
   if (memory_path_field_ != nullptr) report_[memory_path_field_] = memory_path(commit);
   record_reads(commit.engines);
   const double seconds = commit.seconds;
-  std::uint64_t wire = 0;  // every trainer rank's bytes sent: what crossed the links
-  for (const Done& done : commit.trainers) wire += stat_u64(done.stats, "bytes");
-  report_["refits"].push_back(
-      Json{{"version", commit.version},
-           {"bytes", bytes_per_refit_},
-           {"wire_bytes", wire},
-           {"seconds", seconds},
-           {"gbps", seconds > 0 ? static_cast<double>(bytes_per_refit_) / seconds / 1e9 : 0.0},
-           {"verified", commit.verified}});
+  Json refit{{"version", commit.version},
+             {"bytes", bytes_per_refit_},
+             {"wire_bytes", wire_bytes(commit.trainers)},
+             {"seconds", seconds},
+             {"gbps", seconds > 0 ? static_cast<double>(bytes_per_refit_) / seconds / 1e9 : 0.0},
+             {"verified", commit.verified}};
+  if (std::optional<Json> encodings = delta_encodings(commit.trainers)) refit["encodings"] = std::move(*encodings);
+  report_["refits"].push_back(std::move(refit));
   report_["committed_version"] = commit.version;
   if (!commit.verified) all_verified_ = false;
 }

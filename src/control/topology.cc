@@ -57,6 +57,9 @@ Status check_agreement(const std::vector<Join>& trainers, const std::vector<Join
         };
         return differs("change_fraction", fraction(first.change), fraction(j.change));
       }
+      if (j.delta != first.delta) {
+        return differs("delta", first.delta ? "--delta" : "no --delta", j.delta ? "--delta" : "no --delta");
+      }
     }
   }
   // Direct mode writes into whichever arena start names: every engine rank

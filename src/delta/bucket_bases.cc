@@ -12,14 +12,15 @@ BucketBases::BucketBases(std::vector<std::uint64_t> bucket_bytes)
     : bucket_bytes_(std::move(bucket_bytes)),
       bases_(bucket_bytes_.size()),
       pending_(bucket_bytes_.size()),
-      has_pending_(bucket_bytes_.size(), false) {}
+      has_pending_(bucket_bytes_.size(), false),
+      pending_raw_(bucket_bytes_.size(), false) {}
 
 std::span<const std::byte> BucketBases::base(std::size_t j) const {
   if (j >= bases_.size()) return {};
   return bases_[j];
 }
 
-Status BucketBases::set_pending(std::size_t j, std::vector<std::byte> encoded) {
+Status BucketBases::check_bucket(std::size_t j) const {
   if (j >= pending_.size()) {
     return InvalidArgument("delta bases: bucket " + std::to_string(j) + " of a plan of " +
                            std::to_string(pending_.size()));
@@ -27,8 +28,26 @@ Status BucketBases::set_pending(std::size_t j, std::vector<std::byte> encoded) {
   if (bucket_bytes_[j] == 0) {
     return InvalidArgument("delta bases: bucket " + std::to_string(j) + " is not one this rank sends");
   }
+  return Status::Ok();
+}
+
+Status BucketBases::set_pending(std::size_t j, std::vector<std::byte> encoded) {
+  RETURN_IF_ERROR(check_bucket(j));
   pending_[j] = std::move(encoded);
   has_pending_[j] = true;
+  pending_raw_[j] = false;
+  return Status::Ok();
+}
+
+Status BucketBases::set_pending_raw(std::size_t j, std::vector<std::byte> bytes) {
+  RETURN_IF_ERROR(check_bucket(j));
+  if (bytes.size() != bucket_bytes_[j]) {
+    return InvalidArgument("delta bases: " + std::to_string(bytes.size()) + " raw bytes for bucket " +
+                           std::to_string(j) + " of " + std::to_string(bucket_bytes_[j]));
+  }
+  pending_[j] = std::move(bytes);
+  has_pending_[j] = true;
+  pending_raw_[j] = true;
   return Status::Ok();
 }
 
@@ -40,6 +59,10 @@ Status BucketBases::commit(std::uint64_t version) {
       continue;
     }
     std::vector<std::byte>& base = bases_[j];
+    if (pending_raw_[j]) {
+      base.swap(pending_[j]);
+      continue;
+    }
     const bool had = base.size() == bucket_bytes_[j];
     if (!had) base.assign(bucket_bytes_[j], std::byte{0});
     // In place: a words encoding over the old base, a full one over anything.
@@ -62,6 +85,7 @@ void BucketBases::drop_pending() {
   for (std::size_t j = 0; j < pending_.size(); ++j) {
     std::vector<std::byte>().swap(pending_[j]);
     has_pending_[j] = false;
+    pending_raw_[j] = false;
   }
 }
 

@@ -1,14 +1,16 @@
-// BucketBases: what a trainer rank diffs its buckets against (issue 22;
-// not yet wired into a refit: see docs/notes/delta_wiring.md). For each
-// bucket it sends, the bytes the engines committed (the base, at
-// base_version()), and what it sent of the refit in flight (its encoding,
-// delta/word_delta.h, header included). The commit turns every pending
-// encoding into its bucket's new base (a words encoding decoded over the
-// old base in place); a failed refit drops them, keeping the bases.
+// BucketBases: what a trainer rank diffs its buckets against (issue 22,
+// delta refits: runtime/senders/host_delta_sender.cc). For each bucket it
+// sends, the bytes the engines committed (the base, at base_version()), and
+// what it sent of the refit in flight: its encoding (delta/word_delta.h,
+// header included), or its bytes as they are. The commit turns every
+// pending one into its bucket's new base (a words encoding decoded over
+// the old base in place, raw bytes swapped in); a failed refit drops them,
+// keeping the bases.
 //
 // Memory: the bases are this rank's share of the stream (the bytes of the
-// buckets it sends); the pending encodings at most as much again (about
-// 0.1x at 1% of bf16 elements changed). bytes_held() says how much.
+// buckets it sends); the pending ones at most as much again (about 0.1x at
+// 1% of bf16 elements changed, 1x when every bucket goes raw): at most
+// twice the share. bytes_held() says how much.
 //
 // Thread safety: one thread (the trainer rank's refit thread).
 #pragma once
@@ -36,6 +38,9 @@ class BucketBases {
   // What was sent of bucket j in the refit in flight, as encode_delta wrote
   // it (against base(j) at base_version(), or full). Replaces an earlier one.
   Status set_pending(std::size_t j, std::vector<std::byte> encoded);
+  // Bucket j was sent as it is: `bytes` (its whole size) become its base at
+  // the commit. Replaces an earlier pending one.
+  Status set_pending_raw(std::size_t j, std::vector<std::byte> bytes);
   // The refit in flight was committed as `version`: each pending encoding
   // becomes its bucket's base; a bucket sent nothing this refit loses its
   // base (it would be stale). A pending encoding that does not decode
@@ -48,10 +53,11 @@ class BucketBases {
 
  private:
   void clear_bases();
+  Status check_bucket(std::size_t j) const;
 
   std::vector<std::uint64_t> bucket_bytes_;
   std::vector<std::vector<std::byte>> bases_, pending_;
-  std::vector<bool> has_pending_;
+  std::vector<bool> has_pending_, pending_raw_;
   std::uint64_t base_version_ = 0;
 };
 

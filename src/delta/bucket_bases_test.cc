@@ -77,5 +77,27 @@ TEST(BucketBases, FailuresNeverLeaveAStaleBase) {
   EXPECT_EQ(bases.base_version(), 0u);
 }
 
+// Raw pending bytes (a bucket sent as it is) become the base at the commit,
+// mixed with words encodings of other buckets; a raw pending of the wrong
+// size is refused. Catches: a raw pending decoded as an encoding (no RFD1
+// magic: the commit fails), the swap forgotten (the base stays the old
+// bytes). Tried once: decoding raw pendings failed the commit.
+TEST(BucketBases, RawPendingBytesBecomeTheBase) {
+  BucketBases bases({96, 96});
+  std::vector<std::byte> x(96, std::byte{1}), y(96, std::byte{2});
+  ASSERT_OK(bases.set_pending_raw(0, x));
+  ASSERT_OK(bases.set_pending(1, encoded(y, {}, 0)));
+  ASSERT_OK(bases.commit(1));
+  x[40] = std::byte{5};
+  y[41] = std::byte{6};
+  ASSERT_OK(bases.set_pending_raw(0, x));
+  ASSERT_OK(bases.set_pending(1, encoded(y, bases.base(1), 1)));
+  ASSERT_OK(bases.commit(2));
+  EXPECT_EQ(std::vector<std::byte>(bases.base(0).begin(), bases.base(0).end()), x);
+  EXPECT_EQ(std::vector<std::byte>(bases.base(1).begin(), bases.base(1).end()), y);
+  EXPECT_EQ(bases.base_version(), 2u);
+  EXPECT_FALSE(bases.set_pending_raw(0, std::vector<std::byte>(95)).ok()) << "95 bytes for a bucket of 96";
+}
+
 }  // namespace
 }  // namespace refit

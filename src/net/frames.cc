@@ -4,6 +4,8 @@
 namespace refit {
 namespace {
 
+constexpr std::uint16_t kLandedEncoded = 1;  // kLanded flags bit 0
+
 FrameHeader header(FrameType type, std::uint64_t a, std::uint64_t b, std::uint64_t c, std::uint64_t d) {
   FrameHeader h;
   h.type = type;
@@ -32,8 +34,12 @@ Status expect(const FrameHeader& h, FrameType want, bool payload_allowed, const 
 FrameHeader encode(const HelloFrame& f) {
   return header(FrameType::kHello, f.trainer_rank, f.engine_rank, f.plan_digest, 0);
 }
-FrameHeader encode(const CreditFrame& f) { return header(FrameType::kCredit, f.version, f.bucket, f.slot, 0); }
-FrameHeader encode(const LandedFrame& f) { return header(FrameType::kLanded, f.version, f.bucket, f.slot, f.bytes); }
+FrameHeader encode(const CreditFrame& f) { return header(FrameType::kCredit, f.version, f.bucket, f.slot, f.base); }
+FrameHeader encode(const LandedFrame& f) {
+  FrameHeader h = header(FrameType::kLanded, f.version, f.bucket, f.slot, f.bytes);
+  h.flags = f.encoded ? kLandedEncoded : 0;
+  return h;
+}
 FrameHeader encode(const DataFrame& f) {
   FrameHeader h = header(FrameType::kData, f.version, f.slot, f.offset, f.length);
   h.flags = f.flags;
@@ -48,12 +54,16 @@ StatusOr<HelloFrame> decode_hello(const FrameHeader& h, const std::string& peer)
 
 StatusOr<CreditFrame> decode_credit(const FrameHeader& h, const std::string& peer) {
   RETURN_IF_ERROR(expect(h, FrameType::kCredit, false, peer));
-  return CreditFrame{h.a, h.b, h.c};
+  return CreditFrame{h.a, h.b, h.c, h.d};
 }
 
 StatusOr<LandedFrame> decode_landed(const FrameHeader& h, const std::string& peer) {
   RETURN_IF_ERROR(expect(h, FrameType::kLanded, false, peer));
-  return LandedFrame{h.a, h.b, h.c, h.d};
+  if ((h.flags & ~kLandedEncoded) != 0) {
+    return DataLoss("protocol error from " + peer + ": kLanded with flags " + std::to_string(h.flags) +
+                    " (only bit 0, delta-encoded, is defined)");
+  }
+  return LandedFrame{h.a, h.b, h.c, h.d, (h.flags & kLandedEncoded) != 0};
 }
 
 StatusOr<DataFrame> decode_data(const FrameHeader& h, const std::string& peer) {

@@ -8,8 +8,8 @@
 //
 //   type     a              b            c              d        payload
 //   kHello   trainer rank   engine rank  plan digest    -        none
-//   kCredit  version        bucket       slot           -        none
-//   kLanded  version        bucket       slot           bytes    none
+//   kCredit  version        bucket       slot           base     none
+//   kLanded  version        bucket       slot           bytes    none (flags bit 0: delta-encoded)
 //   kData    version        slot         offset         length   the bytes (tcp); none (nccl: d says how
 //                                                                many follow through NCCL); or an
 //                                                                in-band announcement (flags != 0)
@@ -36,19 +36,27 @@ struct HelloFrame {
 };
 
 // engine -> trainer: "write bucket `bucket` of refit `version` into slot `slot`".
+// `base` (delta refits, issue 22): the version the engine rank holds
+// committed and whole, which the trainer may encode the bucket against; 0:
+// none, send the bucket's bytes as they are.
 struct CreditFrame {
   std::uint64_t version = 0;
   std::uint64_t bucket = 0;
   std::uint64_t slot = 0;
+  std::uint64_t base = 0;
 };
 
 // trainer -> engine: bucket `bucket` (`bytes` bytes) of refit `version` is in
 // slot `slot` (0 in direct mode: the engine's weights are one slot).
+// `encoded` (delta refits): the slot holds, at [0, bytes), the bucket
+// delta-encoded (delta/word_delta.h) against the credit's base, not its
+// bytes. On the wire: bit 0 of the header's flags; other bits are refused.
 struct LandedFrame {
   std::uint64_t version = 0;
   std::uint64_t bucket = 0;
   std::uint64_t slot = 0;
   std::uint64_t bytes = 0;
+  bool encoded = false;
 };
 
 // trainer -> engine, two-sided transports: a write into `slot` at `offset`.
@@ -68,7 +76,7 @@ FrameHeader encode(const DataFrame& f);
 
 // Each fails with kDataLoss naming `peer`, the frame type expected and the
 // one received when `h` is of another type, or carries a payload where the
-// type has none. (kDataLoss: a peer's frame out of protocol means the bytes
+// type has none, or flags the type does not define. (kDataLoss: a peer's frame out of protocol means the bytes
 // it announces cannot be trusted; status.h.)
 StatusOr<HelloFrame> decode_hello(const FrameHeader& h, const std::string& peer);
 StatusOr<CreditFrame> decode_credit(const FrameHeader& h, const std::string& peer);

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "delta/word_delta.h"
+
 namespace refit {
 
 BucketFeeders round_robin_feeders(const Plan& plan, std::size_t links) {
@@ -12,7 +14,11 @@ BucketFeeders round_robin_feeders(const Plan& plan, std::size_t links) {
 }
 
 LandingLedger::LandingLedger(const Plan* plan, std::string owner)
-    : plan_(plan), owner_(std::move(owner)), slot_(plan->buckets.size(), -1), owed_(plan->buckets.size(), 0) {}
+    : plan_(plan),
+      owner_(std::move(owner)),
+      encoded_(plan->buckets.size(), 0),
+      slot_(plan->buckets.size(), -1),
+      owed_(plan->buckets.size(), 0) {}
 
 void LandingLedger::set_links(std::vector<std::string> names, BucketFeeders feeders) {
   links_ = std::move(names);
@@ -29,9 +35,11 @@ std::string LandingLedger::feeders_of(std::uint64_t bucket) const {
   return out;
 }
 
-void LandingLedger::begin(std::uint64_t version, bool direct) {
+void LandingLedger::begin(std::uint64_t version, bool direct, std::uint64_t delta_base) {
   version_ = version;
   active_ = true;
+  delta_base_ = delta_base;
+  std::fill(encoded_.begin(), encoded_.end(), 0);
   std::fill(slot_.begin(), slot_.end(), direct ? 0 : -1);
   landed_count_ = 0;
   for (std::size_t j = 0; j < feeders_.size(); ++j) {
@@ -90,16 +98,34 @@ StatusOr<LandingLedger::Landing> LandingLedger::land(std::size_t i, const FrameH
   }
   const auto part = static_cast<std::size_t>(k);
   if (part_landed_[f.bucket][part]) return DataLoss(who + " twice");
+  RETURN_IF_ERROR(check_bytes(f, part, who));
+  part_landed_[f.bucket][part] = 1;
+  if (f.encoded) encoded_[f.bucket] = f.bytes;
+  const bool complete = --owed_[f.bucket] == 0;
+  if (complete) ++landed_count_;
+  return Landing{f.bucket, complete, f.bytes, f.encoded};
+}
+
+Status LandingLedger::check_bytes(const LandedFrame& f, std::size_t part, const std::string& who) const {
   const std::uint64_t expected = feeders_[f.bucket][part].bytes;
+  const bool whole = feeders_[f.bucket].size() == 1;
+  if (f.encoded) {
+    if (delta_base_ == 0) {
+      return DataLoss(who + " delta-encoded, but no base was offered in refit " + std::to_string(version_));
+    }
+    if (!whole) return DataLoss(who + " delta-encoded, but the bucket is written in parts");
+    if (f.bytes < kDeltaHeaderBytes || f.bytes >= expected) {
+      return DataLoss(who + " delta-encoded in " + std::to_string(f.bytes) + " bytes; an encoding takes " +
+                      std::to_string(kDeltaHeaderBytes) + " to " + std::to_string(expected) +
+                      " bytes (fewer than the bucket's)");
+    }
+    return Status::Ok();
+  }
   if (f.bytes != expected) {
-    const bool whole = feeders_[f.bucket].size() == 1;
     return DataLoss(who + " with " + std::to_string(f.bytes) + " bytes; " +
                     (whole ? "the plan's bucket holds " : "its part of the bucket holds ") + std::to_string(expected));
   }
-  part_landed_[f.bucket][part] = 1;
-  const bool complete = --owed_[f.bucket] == 0;
-  if (complete) ++landed_count_;
-  return Landing{f.bucket, complete};
+  return Status::Ok();
 }
 
 Status LandingLedger::check_data(std::size_t i, const FrameHeader& h, std::uint64_t slot_bytes) const {

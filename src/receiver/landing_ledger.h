@@ -60,7 +60,9 @@ class LandingLedger {
 
   // Refit `version` begins: nothing granted (staged) or every bucket granted
   // slot 0 (direct), nothing landed but the buckets no link writes.
-  void begin(std::uint64_t version, bool direct);
+  // `delta_base` (delta refits): the base version this refit's credits
+  // offer; 0: none, and an encoded kLanded is out of protocol.
+  void begin(std::uint64_t version, bool direct, std::uint64_t delta_base = 0);
   // The refit's stream ended: every later frame is out of protocol.
   void end() { active_ = false; }
   bool active() const { return active_; }
@@ -70,6 +72,9 @@ class LandingLedger {
   int slot_of(std::uint64_t bucket) const { return slot_[bucket]; }
   // Every contributor of `bucket` announced its part.
   bool landed(std::uint64_t bucket) const { return owed_[bucket] == 0; }
+  // Delta refits: the bytes of `bucket`'s encoding at its slot's start when
+  // its kLanded said encoded; 0: the slot holds its bytes.
+  std::uint64_t encoded_bytes(std::uint64_t bucket) const { return encoded_[bucket]; }
   std::uint64_t landed_count() const { return landed_count_; }
   // The first bucket link `i` still owes this refit, or buckets() when none.
   std::uint64_t owed_by(std::size_t i) const;
@@ -81,9 +86,14 @@ class LandingLedger {
   // Validates kLanded `h` (any type is refused) from link `i` and, when it
   // is in protocol, records link i's part of the bucket as landed and
   // returns the bucket and whether it is now complete (every part landed).
+  // An encoded kLanded (delta refits) is accepted only when this refit
+  // offered a base, for a bucket one link writes whole, with at least an
+  // encoding's header and fewer bytes than the bucket.
   struct Landing {
     std::uint64_t bucket = 0;
     bool complete = false;
+    std::uint64_t announced = 0;  // the bytes this kLanded says crossed the link
+    bool encoded = false;
   };
   StatusOr<Landing> land(std::size_t i, const FrameHeader& h);
   // Validates kData `h` from link `i`: it may only write into a slot granted
@@ -94,6 +104,8 @@ class LandingLedger {
  private:
   // Index of link i among bucket j's contributors, or -1.
   int part_of(std::uint64_t j, std::size_t i) const;
+  // The bytes kLanded `f` of link i's part k may announce, or why not.
+  Status check_bytes(const LandedFrame& f, std::size_t part, const std::string& who) const;
 
   const Plan* plan_;
   std::string owner_;
@@ -101,6 +113,8 @@ class LandingLedger {
   BucketFeeders feeders_;
   bool active_ = false;
   std::uint64_t version_ = 0;
+  std::uint64_t delta_base_ = 0;           // the base this refit's credits offer (0: none)
+  std::vector<std::uint64_t> encoded_;     // bucket j's encoded bytes (0: raw)
   std::vector<int> slot_;                  // slot granted to bucket j, -1 before
   std::vector<std::vector<char>> part_landed_;  // [j][k]: contributor k's kLanded arrived (validated)
   std::vector<std::size_t> owed_;          // parts of bucket j still to land

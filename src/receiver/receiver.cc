@@ -40,7 +40,7 @@ Status Receiver::Impl::start(std::uint64_t v, Deadline deadline) {
       for (std::size_t i = 0; i < links.size(); ++i) names.push_back(link_name(i));
       ledger.set_links(std::move(names), feeders.empty() ? round_robin_feeders(*plan, links.size()) : feeders);
     }
-    ledger.begin(v, direct);
+    ledger.begin(v, direct, delta_base);
     error = Status::Ok();
     stats = ReceiverStats{};
   }
@@ -207,6 +207,16 @@ Status Receiver::set_feeders(BucketFeeders feeders) {
 }
 
 Status Receiver::start(std::uint64_t version, Deadline deadline) { return impl_->start(version, deadline); }
+
+Status Receiver::set_delta_base(std::uint64_t base, CommittedBytes committed) {
+  if (base != 0 && (impl_->direct || impl_->on_device() || !committed)) {
+    return FailedPrecondition(impl_->options.name + ": delta refits decode into staged host pools, with the "
+                              "engine's committed bytes to read");
+  }
+  impl_->delta_base = base;
+  impl_->committed = std::move(committed);
+  return Status::Ok();
+}
 
 StatusOr<std::optional<Batch>> Receiver::next(Deadline deadline) { return impl_->next(deadline); }
 

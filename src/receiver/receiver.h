@@ -29,7 +29,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <span>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -62,7 +64,13 @@ struct ReceiverStats {
   std::uint64_t batches = 0;  // batches yielded
   std::uint64_t tensors = 0;  // tensors yielded
   std::uint64_t bytes = 0;    // bucket bytes landed
+  std::uint64_t wire_bytes = 0;     // bytes the kLanded frames announced (delta: encoded buckets' encodings)
+  std::uint64_t words_buckets = 0;  // buckets that landed delta-encoded
 };
+
+// Delta refits: copies into `out` the bytes the engine rank holds committed
+// of tensor `tensor` (an index into the plan's specs) from byte `offset`.
+using CommittedBytes = std::function<Status(std::uint32_t tensor, std::uint64_t offset, std::span<std::byte> out)>;
 
 class Receiver : public BatchSource {
  public:
@@ -95,6 +103,16 @@ class Receiver : public BatchSource {
   // up to the bucket's entries (padding excluded; a whole bucket from one
   // link, as without set_feeders, announces the bucket's bytes). REQUIRES: after every attach_link, before start().
   Status set_feeders(BucketFeeders feeders);
+
+  // Delta refits (issue 22), before start(): the refits that follow offer
+  // `base` in every credit (the version the engine rank holds committed
+  // and whole; 0: none), and accept buckets delta-encoded against it
+  // (delta/word_delta.h). next() decodes such a bucket in its slot over the
+  // base's bytes of its entries, read with `committed`, before anything
+  // reads the slot; an encoding that does not decode fails the refit
+  // (kDataLoss, naming the bucket). Staged host pools only
+  // (kFailedPrecondition otherwise).
+  Status set_delta_base(std::uint64_t base, CommittedBytes committed);
 
   // Begins refit `version`: resets the stream, grants the first slots.
   // Fails, naming the link, when a link closed or sent a frame since the

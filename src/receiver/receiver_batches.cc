@@ -5,6 +5,8 @@
 // nothing here allocates or searches per tensor.
 #include "receiver/receiver_impl.h"
 
+#include "delta/word_delta.h"
+
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -78,6 +80,30 @@ Status Receiver::Impl::wait_in_place(LandedBucket& b) {
   return Status::Ok();
 }
 
+// Delta refits: bucket b's slot holds its encoding at [0, encoded_bytes).
+// The encoding goes aside, the engine's committed bytes of every entry go
+// where the entry lies in the slot (every stream byte is in one bucket, so
+// no apply of this refit has touched them yet), and the encoding is decoded
+// over them in place: the slot then holds the bucket as a raw one would.
+Status Receiver::Impl::decode_in_slot(LandedBucket& b, std::uint64_t encoded_bytes) {
+  const Bucket& bucket = plan->buckets[b.index];
+  std::byte* slot = pool->slot(b.slot);
+  auto where = [&] {
+    return options.name + ": delta-encoded bucket " + std::to_string(b.index) + " from " + feeders_of(b.index) +
+           " (refit " + std::to_string(b.version) + ", base " + std::to_string(delta_base) + ")";
+  };
+  delta_scratch.assign(slot, slot + encoded_bytes);
+  for (const PlanEntry& e : bucket.entries) {
+    if (e.bytes == 0) continue;
+    Status read = committed(e.tensor, e.tensor_offset, std::span<std::byte>(slot + e.bucket_offset, e.bytes));
+    if (!read.ok()) return read.WithContext(where() + ", reading the committed bytes of " + plan->specs[e.tensor].name);
+  }
+  const std::span<std::byte> bytes(slot, bucket.bytes);
+  Status decoded = decode_delta(delta_scratch, bytes, delta_base, bytes);
+  if (!decoded.ok()) return DataLoss(where() + ": " + decoded.message());
+  return Status::Ok();
+}
+
 // Turns landed bucket b into the next batch (yielded: credits sent, what it
 // holds recorded), or into nothing when it completes no tensor (its slot is
 // released and granted on).
@@ -85,6 +111,15 @@ StatusOr<std::optional<Batch>> Receiver::Impl::take_bucket(LandedBucket& b) {
   const std::uint64_t j = b.index;
   const int slot = b.slot;
   const Bucket& bucket = plan->buckets[j];
+  std::uint64_t encoded = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    encoded = ledger.encoded_bytes(j);
+  }
+  if (encoded != 0) {
+    RETURN_IF_ERROR(wait_in_place(b));
+    RETURN_IF_ERROR(decode_in_slot(b, encoded));
+  }
   // A bucket of whole tensors yields the same views each time it lands in
   // the same slot: they are built once, then copied (a MoE bucket has
   // thousands; building them touches every tensor's spec).

@@ -118,6 +118,12 @@ struct Receiver::Impl {
     std::vector<int> buffers;
   };
   std::deque<Held> held;
+  // Delta refits (set_delta_base): the base this refit's credits offer (0:
+  // none), the engine's committed bytes, and where an encoding is moved
+  // out of its slot before the slot is filled with the base.
+  std::uint64_t delta_base = 0;
+  CommittedBytes committed;
+  std::vector<std::byte> delta_scratch;
   // Views of buckets of whole tensors, by bucket * slots + slot; empty until
   // built (the plan and the pool do not change while this receiver lives).
   std::vector<std::vector<TensorView>> whole_views;
@@ -224,7 +230,7 @@ struct Receiver::Impl {
       credits = grant_locked();
     }
     for (const Grant& c : credits) {
-      const CreditFrame credit{v, c.bucket, static_cast<std::uint64_t>(c.slot)};
+      const CreditFrame credit{v, c.bucket, static_cast<std::uint64_t>(c.slot), delta_base};
       Status s = links[c.link]->send(encode(credit), {}, deadline);
       if (!s.ok()) {
         s = s.WithContext(options.name + ": granting slot " + std::to_string(c.slot) + " for bucket " +
@@ -258,6 +264,7 @@ struct Receiver::Impl {
   StatusOr<LandedBucket> await_bucket(std::uint64_t j, std::uint64_t v, Clock::time_point entered,
                                       Deadline deadline);
   Status wait_in_place(LandedBucket& b);
+  Status decode_in_slot(LandedBucket& b, std::uint64_t encoded_bytes);
   StatusOr<std::optional<Batch>> take_bucket(LandedBucket& b);
   Status gather(LandedBucket& b, BucketParts& parts);
   Status reassemble(LandedBucket& b, const PlanEntry& e, std::byte* base, BucketParts& parts);

@@ -78,6 +78,8 @@ void Receiver::Impl::handle_frame(std::size_t i) {
       std::lock_guard<std::mutex> lock(mu);
       StatusOr<LandingLedger::Landing> landing = ledger.land(i, h);
       if (landing.ok()) {
+        stats.wire_bytes += landing->announced;
+        if (landing->encoded) ++stats.words_buckets;
         if (landing->complete) {
           ++stats.buckets;
           stats.bytes += plan->buckets[landing->bucket].bytes;

@@ -41,9 +41,16 @@ std::vector<HostRegistration> register_host_weights(const WeightSource& source, 
 
 }  // namespace
 
+Status BucketProtocol::send_landed_encoded(std::uint64_t, std::uint64_t bucket, std::uint64_t, std::uint64_t,
+                                           Deadline) {
+  return Internal("bucket " + std::to_string(bucket) + " to " + peer() +
+                       ": this link carries no delta-encoded buckets");
+}
+
 const char* sender_kind_name(SenderKind kind) {
   switch (kind) {
     case SenderKind::kHostPack: return "host pack";
+    case SenderKind::kHostDelta: return "host delta";
     case SenderKind::kHostDirect: return "host direct";
     case SenderKind::kPinned: return "pinned";
     case SenderKind::kPinnedDirect: return "pinned direct";
@@ -57,7 +64,10 @@ const char* sender_kind_name(SenderKind kind) {
 
 SenderKind choose_sender(const SenderSettings& s, bool registered) {
   if (s.capabilities.remote_write) return SenderKind::kRemoteWrite;
-  if (!s.weights_on_device && !s.target_on_device) return s.direct ? SenderKind::kHostDirect : SenderKind::kHostPack;
+  if (!s.weights_on_device && !s.target_on_device) {
+    if (s.direct) return SenderKind::kHostDirect;
+    return s.delta ? SenderKind::kHostDelta : SenderKind::kHostPack;
+  }
   // A device is involved: it copies the weights itself when they are on it
   // or registered with it; otherwise they go through pinned buffers.
   const bool device_reads = s.weights_on_device || registered;
@@ -78,8 +88,14 @@ SharedRegistrations host_registrations(const WeightSource& source, const SenderS
 StatusOr<std::unique_ptr<BucketSender>> make_bucket_sender(SenderContext c, const SenderSettings& s) {
   SharedRegistrations registrations = c.registrations ? c.registrations : host_registrations(*c.source, s, c.name);
   const std::string name = c.name;
-  switch (choose_sender(s, !registrations->empty())) {
+  const SenderKind kind = choose_sender(s, !registrations->empty());
+  if (s.delta && kind != SenderKind::kHostDelta) {
+    return FailedPrecondition(name + ": --delta sends host weights into a host pool, staged; these settings call for "
+                              "the " + sender_kind_name(kind) + " sender");
+  }
+  switch (kind) {
     case SenderKind::kHostPack: return make_host_pack_sender(std::move(c), s.capabilities.one_sided);
+    case SenderKind::kHostDelta: return make_host_delta_sender(std::move(c), s.capabilities.one_sided);
     case SenderKind::kHostDirect: return make_host_direct_sender(std::move(c));
     case SenderKind::kPinned: return make_pinned_sender(std::move(c), s.gpu);
     case SenderKind::kPinnedDirect: return make_pinned_direct_sender(std::move(c), s.gpu);

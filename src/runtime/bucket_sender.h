@@ -8,6 +8,8 @@
 //   kind             weights        engine pool        how
 //   kHostPack        host           host, staged       memcpy into the mapped slot (shm), or into a local
 //                                                      buffer that the transport writes (tcp)
+//   kHostDelta       host           host, staged,      as kHostPack, then each bucket encoded against the
+//                                   --delta            engine's committed version where smaller (issue 22)
 //   kHostDirect      host           host, direct       memcpy straight into the exposed weights (shm)
 //   kPinned          host           device, staged     pack into two pinned buffers, copy each to the slot
 //   kPinnedDirect    host           device, direct     pinned buffer -> device bucket -> scatter kernel
@@ -35,6 +37,7 @@
 
 #include "refit/deadline.h"
 #include "cuda/device.h"
+#include "delta/bucket_bases.h"
 #include "refit/plan.h"
 #include "refit/status.h"
 #include "transport/transport.h"
@@ -42,6 +45,13 @@
 #include "reshard/bucket_feed.h"
 
 namespace refit {
+
+// A credit as a sender takes it: the slot, and the version the engine rank
+// holds committed and whole (0: none), which a delta may be encoded against.
+struct GrantedSlot {
+  std::uint64_t slot = 0;
+  std::uint64_t base = 0;
+};
 
 // The trainer rank's data-plane protocol, as a sender uses it.
 class BucketProtocol {
@@ -54,6 +64,16 @@ class BucketProtocol {
   virtual Status send_landed(std::uint64_t version, std::uint64_t bucket, std::uint64_t slot, Deadline deadline) = 0;
   // The engine side, in errors ("engine rank 1 at 127.0.0.1:4000").
   virtual std::string peer() const = 0;
+  // Delta refits (kHostDelta): the credit with the engine's base version
+  // (the default: no base), and kLanded for a bucket whose slot holds its
+  // encoding of `encoded_bytes` bytes (the default refuses: only a trainer
+  // rank's single engine link carries encoded buckets).
+  virtual StatusOr<GrantedSlot> wait_credit_base(std::uint64_t version, std::uint64_t bucket, Deadline deadline) {
+    ASSIGN_OR_RETURN(const std::uint64_t slot, wait_credit(version, bucket, deadline));
+    return GrantedSlot{slot, 0};
+  }
+  virtual Status send_landed_encoded(std::uint64_t version, std::uint64_t bucket, std::uint64_t slot,
+                                     std::uint64_t encoded_bytes, Deadline deadline);
 };
 
 // Host weights registered with a device (cudaHostRegister), shared by the
@@ -88,10 +108,15 @@ struct SenderContext {
   // rank it feeds, and a range registers once): host_registrations' result.
   // Null: make_bucket_sender registers them itself where the settings ask.
   SharedRegistrations registrations;
+  // --delta (kHostDelta): the rank's bases of its buckets, kept across
+  // refits (and senders: a release drops the sender, not the bases). Null
+  // otherwise.
+  BucketBases* delta_bases = nullptr;
 };
 
 enum class SenderKind {
   kHostPack,
+  kHostDelta,
   kHostDirect,
   kPinned,
   kPinnedDirect,
@@ -131,6 +156,7 @@ struct SenderSettings {
   // Host weights into a device engine: register the source's stable host
   // ranges and let the copy engines read them (RankOptions).
   bool register_host_weights = true;
+  bool delta = false;  // --delta: only kHostDelta, or the choice is refused
   int gpu = -1;  // the device that copies: the weights' device, or --gpu
   std::string transport;  // its name, in messages only
   TransportCapabilities capabilities;

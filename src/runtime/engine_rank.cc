@@ -200,6 +200,7 @@ class EngineRank::Impl {
     join.quantize = options_.quantize;
     const StatusOr<std::uint64_t> change = change_parts(options_.change_fraction);  // checked in check_binding
     join.change = change.ok() ? *change : kEveryElement;
+    join.delta = options_.delta;
     join.quantized_tensors = binding_.quantized_tensors;
     join.shadow = binding_.shadow;
     join.data_address = listener_->address();
@@ -373,6 +374,7 @@ class EngineRank::Impl {
 
   Status refit(std::uint64_t version) {
     fire_fault_hook(options_.debug_fault, ProtocolStep::kStart, version, name());
+    if (options_.delta && !direct_) RETURN_IF_ERROR(receiver_->set_delta_base(delta_base(), binding_.read_committed));
     RETURN_IF_ERROR(engine_->begin(version));
     // Direct mode has no credits: trainers announce buckets as soon as they
     // see "go", so the receiver takes this refit's frames before "ready".
@@ -420,14 +422,23 @@ class EngineRank::Impl {
     RETURN_IF_ERROR(client_->send(Sent{version}));
     ASSIGN_OR_RETURN(const bool verified, verify(version));
     ReceiverStats stats = receiver_->stats();
-    return report_and_commit(version, deadline, verified,
-                             Json{{"buckets", stats.buckets},
-                                  {"batches", stats.batches},
-                                  {"tensors", stats.tensors},
-                                  {"bytes", stats.bytes},
-                                  {"aligned_batches", aligned},
-                                  {"wait_ms", std::chrono::duration<double, std::milli>(waiting).count()},
-                                  {"apply_ms", std::chrono::duration<double, std::milli>(applying).count()}});
+    Json done{{"buckets", stats.buckets},
+              {"batches", stats.batches},
+              {"tensors", stats.tensors},
+              {"bytes", stats.bytes},
+              {"aligned_batches", aligned},
+              {"wait_ms", std::chrono::duration<double, std::milli>(waiting).count()},
+              {"apply_ms", std::chrono::duration<double, std::milli>(applying).count()}};
+    if (options_.delta) done["delta"] = Json{{"wire_bytes", stats.wire_bytes}, {"words_buckets", stats.words_buckets}};
+    return report_and_commit(version, deadline, verified, std::move(done));
+  }
+
+  // --delta: the version this rank's trainers may encode against: the one
+  // it serves, when whole and readable (read_committed); 0 otherwise (a new
+  // engine, or one a failed refit left incomplete, gets every byte).
+  std::uint64_t delta_base() const {
+    if (!binding_.read_committed || !engine_->weights_complete()) return 0;
+    return engine_->weight_version();
   }
 
   // Direct mode: the trainers write every byte into the weights; this rank

@@ -2,6 +2,7 @@
 // ReferenceEngine holding this rank's weights (with --shadow two arenas,
 // with --readers reader threads beside it), then an EngineRank serving the
 // job (roles.h: run_engine). The rank itself: engine_rank.cc.
+#include <cstring>
 #include <map>
 #include <memory>
 #include <span>
@@ -127,6 +128,22 @@ ContentSeed content_seed(const EngineOptions& options, std::uint64_t seed) {
   return ContentSeed(seed, change.ok() ? *change : kEveryElement);
 }
 
+// --delta on host weights: the served bytes of rank `rank`'s stream tensors
+// (EngineBinding::read_committed), by the stream's index.
+auto committed_bytes(const LocalEngine& local, int rank) {
+  return [&local, rank](std::uint32_t tensor, std::uint64_t offset, std::span<std::byte> out) -> Status {
+    const std::vector<TensorSpec>& stream = local.streams[static_cast<std::size_t>(rank)];
+    if (tensor >= stream.size()) return Internal("committed bytes of tensor " + std::to_string(tensor));
+    const std::byte* served = local.engine->weight(rank, stream[tensor].name);
+    if (served == nullptr || offset + out.size() > stream[tensor].nbytes()) {
+      return Internal("no committed bytes [" + std::to_string(offset) + ", +" + std::to_string(out.size()) + ") of " +
+                      stream[tensor].name);
+    }
+    std::memcpy(out.data(), served + offset, out.size());
+    return Status::Ok();
+  };
+}
+
 EngineBinding bind_local_engine(const EngineOptions& options, const LocalEngine& local) {
   EngineBinding binding;
   binding.stream = local.streams[static_cast<std::size_t>(options.rank)];
@@ -140,6 +157,7 @@ EngineBinding bind_local_engine(const EngineOptions& options, const LocalEngine&
   binding.quantized_tensors = local.choice.quantized.quantized_tensors;
   binding.shadow = options.shadow;
   binding.weight_memory_bytes = local.engine->weight_memory_bytes();
+  if (options.delta && !local.on_device) binding.read_committed = committed_bytes(local, options.rank);
   if (options.readers > 0) {
     binding.read_counts = [&local] { return local.readers ? local.readers->counts() : ReadCounts{}; };
   }

@@ -23,6 +23,23 @@ std::string transports_with(const std::function<bool(const TransportCapabilities
   return out.empty() ? "none in this build" : out;
 }
 
+// --delta (issue 22), first cut: host weights into host pools, staged,
+// over a transport the host pack path uses (shm, tcp), full-weight
+// trainers, no conversion. Each refusal names the setting.
+Status check_delta_settings(const RankOptions& o, const TransportCapabilities& caps, const std::string& who) {
+  if (!o.delta) return Status::Ok();
+  auto refuse = [&](const std::string& what) {
+    return FailedPrecondition(who + ": --delta is not built " + what + " yet (host weights into host pools, "
+                              "--mode staged, --transport shm or tcp, --trainer-layout full, --quantize none)");
+  };
+  if (o.mode != "staged") return refuse("for --mode " + o.mode);
+  if (o.device != "cpu") return refuse("for --device " + o.device);
+  if (caps.remote_write || !caps.host_memory) return refuse("over --transport " + o.transport);
+  if (o.trainer_layout != "full") return refuse("for --trainer-layout " + o.trainer_layout);
+  if (o.quantize != "none") return refuse("with --quantize " + o.quantize);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status validate_rank_settings(const RankOptions& o, bool engine) {
@@ -38,6 +55,7 @@ Status validate_rank_settings(const RankOptions& o, bool engine) {
   }
   ASSIGN_OR_RETURN(auto transport, make_transport(o.transport));
   const TransportCapabilities caps = transport->capabilities();
+  RETURN_IF_ERROR(check_delta_settings(o, caps, who));
   if (caps.one_initiator && o.trainer_ranks != o.engine_ranks) {
     return FailedPrecondition(who + ": --transport " + o.transport +
                               " feeds each engine rank from exactly one trainer rank, so --trainer-ranks " +

@@ -113,8 +113,8 @@ void ShardChannel::shutdown_link() {
   if (link_) link_->shutdown();
 }
 
-StatusOr<std::uint64_t> receive_credit(Link& link, const std::string& who, double bucket_timeout_s,
-                                       std::uint64_t version, std::uint64_t j, Deadline deadline) {
+StatusOr<CreditFrame> receive_credit(Link& link, const std::string& who, double bucket_timeout_s,
+                                     std::uint64_t version, std::uint64_t j, Deadline deadline) {
   auto frame = link.recv_header(deadline.min(Deadline::AfterSeconds(bucket_timeout_s)), 0);
   if (!frame.ok() && frame.status().code() == StatusCode::kDeadlineExceeded && !deadline.expired()) {
     return DeadlineExceeded(who + " waited " + format_seconds(bucket_timeout_s) + " for the credit of bucket " +
@@ -128,11 +128,13 @@ StatusOr<std::uint64_t> receive_credit(Link& link, const std::string& who, doubl
                     " of version " + std::to_string(version) + ", got the credit for bucket " +
                     std::to_string(credit.bucket) + " of version " + std::to_string(credit.version));
   }
-  return credit.slot;
+  return credit;
 }
 
 StatusOr<std::uint64_t> ShardChannel::wait_credit(std::uint64_t version, std::uint64_t j, Deadline deadline) {
-  return receive_credit(*link_, name(), options_.bucket_timeout_s, version, j, deadline);
+  ASSIGN_OR_RETURN(const CreditFrame credit, receive_credit(*link_, name(), options_.bucket_timeout_s, version, j,
+                                                            deadline));
+  return credit.slot;
 }
 
 Status ShardChannel::send_landed(std::uint64_t version, std::uint64_t j, std::uint64_t slot, Deadline deadline) {
@@ -236,6 +238,7 @@ Status check_sharded_settings(const RankOptions& options, const WeightSource& so
                               "trainer rank, and a sharded engine rank is fed by every trainer rank whose shards "
                               "reach it (got --transport nccl)");
   }
+  if (options.delta) return FailedPrecondition(what + ": --delta is built for full-weight trainers only, so far");
   if (source.trainer_layouts().size() != source.model().weights.size()) {
     return FailedPrecondition(what + ": its weight source holds full tensors, not this rank's shards");
   }

@@ -21,6 +21,7 @@
 
 #include "control/control_client.h"
 #include "control/protocol.h"
+#include "net/frames.h"
 #include "net/link.h"
 #include "refit/plan.h"
 #include "refit/roles.h"
@@ -106,13 +107,13 @@ StatusOr<std::vector<std::unique_ptr<ShardChannel>>> link_shard_channels(
     const RankOptions& options, ShardedPlan& plan, const std::vector<EngineTarget>& targets, ControlClient* client,
     const WeightSource* source, Deadline deadline);
 
-// The credit of bucket j of refit `version` on `link` (its slot), within
+// The credit of bucket j of refit `version` on `link` (its slot and base), within
 // the bucket deadline: a credit that does not come means a stalled or dead
 // engine rank (kDeadlineExceeded naming `who`, the bucket and the peer); a
 // credit of another bucket or version is kDataLoss. Both trainer kinds wait
 // for credits this way.
-StatusOr<std::uint64_t> receive_credit(Link& link, const std::string& who, double bucket_timeout_s,
-                                       std::uint64_t version, std::uint64_t j, Deadline deadline);
+StatusOr<CreditFrame> receive_credit(Link& link, const std::string& who, double bucket_timeout_s,
+                                     std::uint64_t version, std::uint64_t j, Deadline deadline);
 
 // What a sharded layout runs on in this build: every transport but nccl
 // (an nccl target takes one trainer rank). Host weights (a source of this

@@ -25,6 +25,7 @@ Join trainer_join(const RankOptions& options, const TrainerJoinFacts& facts) {
   join.transport = options.transport;
   const StatusOr<std::uint64_t> change = change_parts(options.change_fraction);  // checked at setup
   join.change = change.ok() ? *change : kEveryElement;
+  join.delta = options.delta;
   if (facts.sharded != nullptr) {
     // The caller's own layouts: their transfer digest says the rest.
     join.layout = facts.layout->full ? "per-tensor:" + std::to_string(options.trainer_ranks) : facts.layout->ToString();

@@ -13,6 +13,7 @@
 #include "control/control_client.h"
 #include "core/refit_tally.h"
 #include "cuda/device.h"
+#include "delta/bucket_bases.h"
 #include "net/frames.h"
 #include "refit/coordinator.h"
 #include "refit/format.h"
@@ -23,6 +24,8 @@
 #include "runtime/bucket_faults.h"
 #include "runtime/bucket_sender.h"
 #include "runtime/data_connect.h"
+#include "runtime/engine_link_protocol.h"
+#include "runtime/gpu_span.h"
 #include "runtime/expert_source.h"
 #include "runtime/quantized_shards.h"
 #include "runtime/quantized_source.h"
@@ -38,12 +41,12 @@ namespace refit {
 using Clock = std::chrono::steady_clock;
 
 // The protocol of a trainer rank: join, link, and per refit ready, go,
-// credits and kLanded (as the BucketProtocol its sender calls), sent, done,
-// commit. How a bucket's bytes move is the BucketSender's business.
-class TrainerRank::Impl : public BucketProtocol {
+// credits and kLanded (its EngineLinkProtocol, which its sender calls),
+// sent, done, commit. How a bucket's bytes move is the BucketSender's business.
+class TrainerRank::Impl {
  public:
   Impl(const RankOptions& options, std::unique_ptr<WeightSource> source)
-      : options_(options), source_(std::move(source)) {}
+      : options_(options), source_(std::move(source)), protocol_(name(), &plan_, options.bucket_timeout_s) {}
   // The control reader shuts channels' links down until the client goes:
   // the channels go first, under the lock it takes.
   ~Impl() {
@@ -185,6 +188,11 @@ class TrainerRank::Impl : public BucketProtocol {
     }
     trainer_index_ = setup.trainer_index;
     feeders_ = setup.feeder_count;
+    if (options_.delta) {  // the bases of the buckets this rank sends, kept across refits and releases
+      std::vector<std::uint64_t> sends(plan_.buckets.size(), 0);
+      for (std::uint64_t j = trainer_index_; j < sends.size(); j += feeders_) sends[j] = plan_.buckets[j].bytes;
+      bases_.emplace(std::move(sends));
+    }
     on_demand_ = setup.on_demand;
     target_on_device_ = setup.engine_device == "cuda";
     if (source_on_device_ && !target_on_device_) {
@@ -205,6 +213,7 @@ class TrainerRank::Impl : public BucketProtocol {
       std::lock_guard<std::mutex> lock(link_mu_);  // the control reader may shut it down
       link_ = std::move(link);
     }
+    protocol_.attach(link_.get());
     // From the device that writes: the weights' device, or for host weights into a device engine the one
     // that copies (--gpu). Transports that bind a device at open (nccl) send from it; cuda_ipc enables
     // peer access from it to the engine's GPU (the pack kernel writes into the slot).
@@ -248,6 +257,7 @@ class TrainerRank::Impl : public BucketProtocol {
     {
       std::lock_guard<std::mutex> lock(link_mu_);
       channels_.clear();
+      protocol_.attach(nullptr);
       link_.reset();
     }
     return client_->send(Released{version, 0});
@@ -298,7 +308,8 @@ class TrainerRank::Impl : public BucketProtocol {
     context.pack_rank = pack_rank_;
     context.engine_ranks = options_.engine_ranks;
     context.target = target_.get();
-    context.protocol = this;
+    context.protocol = &protocol_;
+    context.delta_bases = bases_ ? &*bases_ : nullptr;
     // Direct mode writes into the engine's weight arena, laid out the same
     // way from the engine rank's stream.
     if (direct_) context.arena_offsets = weight_arena_offsets(plan_.specs, nullptr);
@@ -308,16 +319,13 @@ class TrainerRank::Impl : public BucketProtocol {
     settings.weights_on_device = source_on_device_;
     settings.target_on_device = target_on_device_;
     settings.register_host_weights = options_.register_host_weights;
+    settings.delta = options_.delta;
     settings.gpu = writer;
     settings.transport = options_.transport;
     settings.capabilities = transport_->capabilities();
     ASSIGN_OR_RETURN(sender_, make_bucket_sender(std::move(context), settings));
-    // From 'go' reaching the copy stream to the end of its last copy.
-    if (source_on_device_ && sender_->stream() != nullptr) {
-      ASSIGN_OR_RETURN(CudaEvent first, CudaEvent::Create(writer, /*timing=*/true));
-      ASSIGN_OR_RETURN(CudaEvent second, CudaEvent::Create(writer, /*timing=*/true));
-      gpu_span_.emplace(std::move(first), std::move(second));
-    }
+    if (!source_on_device_ || sender_->stream() == nullptr) return Status::Ok();
+    ASSIGN_OR_RETURN(gpu_span_, GpuSpan::Create(writer));
     return Status::Ok();
   }
 
@@ -350,6 +358,7 @@ class TrainerRank::Impl : public BucketProtocol {
     // replaced: wait for the device, forget the half-sent refit.
     if (sender_) sender_->abandon();
     for (auto& c : channels_) c->abandon();
+    if (bases_) bases_->drop_pending();
     auto relink = client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s));
     if (!relink.ok() || !*relink) return status;
     Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
@@ -378,7 +387,8 @@ class TrainerRank::Impl : public BucketProtocol {
     TrainerRefitReport report;
     report.version = version;
     report.wait_start_s = seconds_since(called);
-    credit_wait_s_ = 0;
+    protocol_.begin_refit();
+    if (bases_) bases_->drop_pending();
     fire_fault_hook(options_.debug_fault, ProtocolStep::kStart, version, name());
     RETURN_IF_ERROR(source_->prepare(version, seed_).WithContext(name() + ", preparing the weights of refit " +
                                                                   std::to_string(version)));
@@ -402,11 +412,12 @@ class TrainerRank::Impl : public BucketProtocol {
     report.seconds = seconds_since(called);
     fire_fault_hook(options_.debug_fault, ProtocolStep::kCommit, version, name());
     committed_ = version;
+    commit_bases(version);
     tally_.add(version, sent.bytes);
     report.buckets = sent.buckets;
     report.bytes = sent.bytes;
     report.send_s = sent.send_ms / 1e3;
-    report.wait_credits_s = credit_wait_s_;
+    report.wait_credits_s = protocol_.tally().credit_wait_s;
     last_refit_ = report;
     fire_fault_hook(options_.debug_fault, ProtocolStep::kCommitted, version, name());
     RETURN_IF_ERROR(client_->send(Committed{version}));
@@ -428,7 +439,7 @@ class TrainerRank::Impl : public BucketProtocol {
     if (sharded_) return send_sharded(version, deadline);
     const Clock::time_point went = Clock::now();
     CudaStream* stream = sender_->stream();  // the sender's copies, or null (host paths)
-    if (gpu_span_) RETURN_IF_ERROR(gpu_span_->first.record(stream->handle()).WithContext(name()));
+    if (gpu_span_) RETURN_IF_ERROR(gpu_span_->begin(*stream).WithContext(name()));
     SentShare sent;
     Clock::time_point last_progress = Clock::now();
     for (std::uint64_t j = trainer_index_; j < plan_.buckets.size(); j += feeders_) {
@@ -444,7 +455,7 @@ class TrainerRank::Impl : public BucketProtocol {
     sent.send_ms = std::chrono::duration<double, std::milli>(Clock::now() - went).count();
     // Every copy has finished here (the flushes waited for them): the end
     // event completes at once, and is read after "sent", outside the timing.
-    if (gpu_span_) RETURN_IF_ERROR(gpu_span_->second.record(stream->handle()).WithContext(name()));
+    if (gpu_span_) RETURN_IF_ERROR(gpu_span_->end(*stream).WithContext(name()));
     // Every byte was read: a checkpoint file that changed meanwhile fails the refit.
     RETURN_IF_ERROR(source_->check_unchanged().WithContext(name() + ", refit " + std::to_string(version)));
     RETURN_IF_ERROR(client_->send(Progress{version, sent.bytes}));
@@ -474,18 +485,13 @@ class TrainerRank::Impl : public BucketProtocol {
     return after_bucket_faults(options_, name(), version, what, die, j == trainer_index_, stream);
   }
 
-  // The Done's stats of what this rank sent; with device weights, the GPU
-  // span from 'go' reaching its stream to the end of its last copy (close
-  // to send_ms when the copies, not the host, set the pace).
+  // The Done's stats of what this rank sent (gpu_span.h, engine_link_protocol.h).
   StatusOr<Json> share_stats(const SentShare& sent) {
     Json stats{{"buckets", sent.buckets}, {"bytes", sent.bytes}, {"send_ms", sent.send_ms},
                {"memory_path", memory_path()}};
+    if (bases_) add_delta_fields(stats, protocol_.tally(), bases_->bytes_held());
     add_share_fields(stats, sent.shares, gathered_bytes(*source_));
-    if (gpu_span_) {
-      RETURN_IF_ERROR(gpu_span_->second.synchronize().WithContext(name()));
-      ASSIGN_OR_RETURN(float gpu_ms, gpu_span_->second.elapsed_ms_since(gpu_span_->first));
-      stats["gpu_span_ms"] = gpu_ms;
-    }
+    if (gpu_span_) RETURN_IF_ERROR(gpu_span_->add_to(stats).WithContext(name()));
     return stats;
   }
 
@@ -505,21 +511,15 @@ class TrainerRank::Impl : public BucketProtocol {
     return Status::Ok();
   }
 
-  // BucketProtocol: the credit of bucket j. One that does not come within
-  // the bucket deadline means a stalled or dead engine rank: fail instead
-  // of waiting for the whole refit's.
-  StatusOr<std::uint64_t> wait_credit(std::uint64_t version, std::uint64_t j, Deadline deadline) override {
-    const Clock::time_point waiting = Clock::now();
-    auto slot = receive_credit(*link_, name(), options_.bucket_timeout_s, version, j, deadline);
-    credit_wait_s_ += seconds_since(waiting);
-    return slot;
+  // --delta: what this refit sent becomes the base of the next (the
+  // engines committed the same version). A base that does not decode is a
+  // bug; the bases are then cleared and the next refit goes full.
+  void commit_bases(std::uint64_t version) {
+    if (!bases_) return;
+    if (Status kept = bases_->commit(version); !kept.ok()) {
+      log(LogLevel::kError, name(), kept.ToString() + "; the next refit sends every bucket as it is");
+    }
   }
-
-  // BucketProtocol: kLanded for bucket j in `slot`.
-  Status send_landed(std::uint64_t version, std::uint64_t j, std::uint64_t slot, Deadline deadline) override {
-    return link_->send(encode(LandedFrame{version, j, slot, plan_.buckets[j].bytes}), {}, deadline);
-  }
-  std::string peer() const override { return link_->peer(); }
   static double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
   // Where this rank's bytes are read from, for the report: "host",
@@ -552,8 +552,9 @@ class TrainerRank::Impl : public BucketProtocol {
   std::uint64_t committed_ = 0;
   std::optional<TrainerRefitReport> last_refit_;  // the last committed refit's
   RefitTally tally_;                              // every committed refit, for the summary line
-  double credit_wait_s_ = 0;                      // this refit's waits for credits, so far
   std::uint64_t landing_ = 0;                     // the senders' SenderContext::landing
+  EngineLinkProtocol protocol_;                   // credits and kLanded on link_, for the sender
+  std::optional<BucketBases> bases_;              // --delta: what its buckets are encoded against
   // How this rank's buckets move (chosen once at setup; uses target_ and
   // link_, so declared after them: destroyed first).
   std::unique_ptr<BucketSender> sender_;
@@ -564,8 +565,7 @@ class TrainerRank::Impl : public BucketProtocol {
   std::vector<std::unique_ptr<ShardChannel>> channels_;
   std::vector<EngineTarget> targets_;  // the setup's, with each acquire's descriptors
 
-  // Timing events on the sender's stream (device weights only): the refit's GPU span.
-  std::optional<std::pair<CudaEvent, CudaEvent>> gpu_span_;
+  std::optional<GpuSpan> gpu_span_;  // device weights: the refit on the sender's stream
 };
 
 TrainerRank::TrainerRank(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

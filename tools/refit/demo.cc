@@ -319,6 +319,7 @@ void start_ranks(const DemoOptions& o, int trainers, const std::string& port, De
                                           "--change-fraction", fmt(o.change_fraction),
                                           "--bucket-size", flag_value(o.bucket_size, kAutoBucketSize)};
   rank_common.insert(rank_common.end(), job.common.begin(), job.common.end());
+  if (o.delta) rank_common.push_back("--delta");
   for (int e = 0; e < o.engine_ranks; ++e) {
     std::vector<std::string> args = {job.self,
                                      "engine",

@@ -29,6 +29,7 @@ struct DemoOptions {
   std::string trainer_names = RankOptions{}.trainer_names;    // hf or megatron (roles.h)
   std::string engine_experts = RankOptions{}.engine_experts;  // expert_parallel.h: tp or ep
   double change_fraction = RankOptions{}.change_fraction;
+  bool delta = RankOptions{}.delta;  // --delta: every trainer and engine rank
   std::string quantize = RankOptions{}.quantize;              // quantize.h: none or fp8-block128[:GLOB,...]
   std::string transport = RankOptions{}.transport;
   std::string device = RankOptions{}.device;  // cpu or cuda (trainer weights, pools, engine weights)

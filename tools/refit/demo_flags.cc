@@ -50,6 +50,7 @@ void add_demo_flags(CLI::App& cmd, DemoOptions& o) {
   add_engine_experts_flag(cmd, o.engine_experts);
   add_quantize_flag(cmd, o.quantize);
   add_change_fraction_flag(cmd, o.change_fraction);
+  add_delta_flag(cmd, o.delta);
   add_transport_flag(cmd, o.transport);
   add_bucket_size_flag(cmd, o.bucket_size);
   cmd.add_option("--seed", o.seed, "Seed of the synthetic weights")->capture_default_str();

@@ -264,6 +264,7 @@ void add_rank_flags(CLI::App& cmd, RankOptions& o) {
   add_engine_experts_flag(cmd, o.engine_experts);
   add_quantize_flag(cmd, o.quantize);
   add_change_fraction_flag(cmd, o.change_fraction);
+  add_delta_flag(cmd, o.delta);
   add_bucket_size_flag(cmd, o.bucket_size);
   add_transport_flag(cmd, o.transport);
   add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
@@ -350,6 +351,12 @@ void add_change_fraction_flag(CLI::App& cmd, double& fraction) {
         return change_parts(f).ok() ? std::string() : std::string("not a fraction of the elements in (0, 1]");
       })
       ->capture_default_str();
+}
+
+void add_delta_flag(CLI::App& cmd, bool& delta) {
+  cmd.add_flag("--delta", delta,
+               "Delta refits: each bucket goes as the smaller of its bytes and its changed 8-byte words against the "
+               "version the engine holds (host weights into host pools, staged, shm or tcp; every rank must agree)");
 }
 
 void add_quantize_flag(CLI::App& cmd, std::string& quantize) {

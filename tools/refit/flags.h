@@ -120,6 +120,8 @@ void add_release_flag(CLI::App& cmd, bool& release);
 void add_engine_experts_flag(CLI::App& cmd, std::string& experts);
 // --change-fraction (trainer, engine, demo, bench): RankOptions::change_fraction.
 void add_change_fraction_flag(CLI::App& cmd, double& fraction);
+// --delta (trainer, engine, demo, bench): RankOptions::delta.
+void add_delta_flag(CLI::App& cmd, bool& delta);
 // --quantize (trainer, engine, demo, bench): none or fp8-block128[:GLOB,...] (quantize.h).
 void add_quantize_flag(CLI::App& cmd, std::string& quantize);
 // --engine-gpus (engine, demo, bench): GPUs the engine ranks share round-robin.

@@ -14,6 +14,9 @@ namespace refit {
 // host_pack_sender.cc. `one_sided`: the transport maps the slots (shm);
 // otherwise the bucket is packed into a local buffer and submitted (tcp).
 std::unique_ptr<BucketSender> make_host_pack_sender(SenderContext c, bool one_sided);
+// host_delta_sender.cc (--delta): as the host pack sender, each bucket then
+// encoded against c.delta_bases where smaller.
+std::unique_ptr<BucketSender> make_host_delta_sender(SenderContext c, bool one_sided);
 // host_direct_sender.cc
 std::unique_ptr<BucketSender> make_host_direct_sender(SenderContext c);
 // pinned_sender.cc

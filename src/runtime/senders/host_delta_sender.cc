@@ -1,0 +1,121 @@
+// kHostDelta (--delta, issue 22): host weights into a host pool, staged,
+// each bucket sent as the smaller of its bytes and its words encoding
+// against the version the engine rank holds committed (delta/word_delta.h).
+//
+// Per bucket: pack as kHostPack does (into the mapped slot on shm, into a
+// local buffer on tcp), with the gaps between entries zeroed (the base
+// holds zeros there too, so padding never counts as changed); then, when
+// the credit names a base and this rank holds that version of the bucket,
+// encode against it. A words encoding smaller than the bucket replaces the
+// bytes at the slot's start (shm) or is the one range written (tcp) and is
+// announced as encoded; otherwise the bucket goes as it is. Either way
+// what was sent becomes pending in the bases, the bucket's base once the
+// refit commits (bucket_bases.h).
+#include <algorithm>
+#include <cstring>
+
+#include "delta/word_delta.h"
+#include "model/shard_copy.h"
+#include "refit/transfer_defaults.h"
+#include "runtime/senders/pack.h"
+#include "runtime/senders/senders.h"
+
+namespace refit {
+namespace {
+
+// Zeroes the bytes of `slot` [0, bucket.bytes) that no entry covers.
+void zero_gaps(const Bucket& bucket, std::byte* slot) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> covered;
+  covered.reserve(bucket.entries.size());
+  for (const PlanEntry& e : bucket.entries) covered.emplace_back(e.bucket_offset, e.bucket_offset + e.bytes);
+  std::sort(covered.begin(), covered.end());
+  std::uint64_t at = 0;
+  for (const auto& [begin, end] : covered) {
+    if (begin > at) std::memset(slot + at, 0, begin - at);
+    at = std::max(at, end);
+  }
+  if (bucket.bytes > at) std::memset(slot + at, 0, bucket.bytes - at);
+}
+
+class HostDeltaSender final : public BucketSender {
+ public:
+  HostDeltaSender(SenderContext c, bool one_sided) : c_(std::move(c)) {
+    if (!one_sided) staging_.resize(pool_slot_bytes(*c_.plan));
+  }
+
+  Status send(std::uint64_t version, std::uint64_t j, Deadline deadline) override {
+    ASSIGN_OR_RETURN(const GrantedSlot credit, c_.protocol->wait_credit_base(version, j, deadline));
+    const int slot = static_cast<int>(credit.slot);
+    std::byte* dst = c_.target->mapped_slot(slot);
+    const bool in_place = dst != nullptr;
+    if (!in_place) {
+      if (staging_.empty()) return Internal(bucket_where(c_, j) + ": the target maps no slot " + std::to_string(slot));
+      dst = staging_.data();
+    }
+    const std::uint64_t n = c_.plan->buckets[j].bytes;
+    runs_.clear();
+    append_slot_runs(c_, j, dst, &runs_);
+    copy_runs_on_host(runs_);
+    zero_gaps(c_.plan->buckets[j], dst);
+    const std::span<const std::byte> now(dst, n);
+    ASSIGN_OR_RETURN(const std::uint64_t encoded, encode_against_base(credit.base, j, now));
+    if (encoded == 0) {
+      RETURN_IF_ERROR(c_.delta_bases->set_pending_raw(j, std::vector<std::byte>(now.begin(), now.end())));
+      if (!in_place) RETURN_IF_ERROR(submit(version, j, slot, dst, n, deadline));
+      return c_.protocol->send_landed(version, j, credit.slot, deadline);
+    }
+    std::vector<std::byte> sent(scratch_.begin(), scratch_.begin() + static_cast<std::ptrdiff_t>(encoded));
+    if (in_place) {
+      std::memcpy(dst, sent.data(), encoded);
+    } else {
+      RETURN_IF_ERROR(submit(version, j, slot, sent.data(), encoded, deadline));
+    }
+    RETURN_IF_ERROR(c_.delta_bases->set_pending(j, std::move(sent)));
+    return c_.protocol->send_landed_encoded(version, j, credit.slot, encoded, deadline);
+  }
+
+  Status finish(std::uint64_t, Deadline) override { return Status::Ok(); }
+  void abandon() override {}
+  CudaStream* stream() override { return nullptr; }
+  SenderKind kind() const override { return SenderKind::kHostDelta; }
+
+ private:
+  // The bytes of bucket j's words encoding in scratch_ when the engine's
+  // base is the one held and the encoding is smaller than the bucket; 0:
+  // send the bytes as they are.
+  StatusOr<std::uint64_t> encode_against_base(std::uint64_t base_version, std::uint64_t j,
+                                              std::span<const std::byte> now) {
+    const BucketBases& bases = *c_.delta_bases;
+    const std::span<const std::byte> base = bases.base(j);
+    if (base_version == 0 || base_version != bases.base_version() || base.size() != now.size()) return 0;
+    scratch_.resize(max_encoded_bytes(now.size()));
+    ASSIGN_OR_RETURN(const EncodedDelta e, encode_delta(now, base, base_version, scratch_));
+    // Words only when smaller than the bucket: the slot holds the bucket's bytes, no more.
+    if (e.encoding != DeltaEncoding::kWords || e.bytes >= now.size()) return 0;
+    return e.bytes;
+  }
+
+  // Two-sided transports: `bytes` at the slot's start, one write.
+  Status submit(std::uint64_t version, std::uint64_t j, int slot, const std::byte* data, std::uint64_t bytes,
+                Deadline deadline) {
+    auto ticket = c_.target->submit(slot, 0, std::span<const std::byte>(data, bytes), version, deadline);
+    if (!ticket.ok()) return ticket.status();
+    const Ticket written[] = {*ticket};
+    Status status = wait_written(c_, written, j, deadline);
+    if (!status.ok()) c_.target->cancel(*ticket);
+    return status;
+  }
+
+  SenderContext c_;
+  std::vector<std::byte> staging_;  // two-sided transports: the packed bucket
+  std::vector<std::byte> scratch_;  // the encoding, max_encoded_bytes of the bucket
+  std::vector<CopyRun> runs_;
+};
+
+}  // namespace
+
+std::unique_ptr<BucketSender> make_host_delta_sender(SenderContext c, bool one_sided) {
+  return std::make_unique<HostDeltaSender>(std::move(c), one_sided);
+}
+
+}  // namespace refit
