@@ -39,13 +39,13 @@ Status BucketBases::set_pending(std::size_t j, std::vector<std::byte> encoded) {
   return Status::Ok();
 }
 
-Status BucketBases::set_pending_raw(std::size_t j, std::vector<std::byte> bytes) {
+Status BucketBases::set_pending_raw(std::size_t j, std::span<const std::byte> bytes) {
   RETURN_IF_ERROR(check_bucket(j));
   if (bytes.size() != bucket_bytes_[j]) {
     return InvalidArgument("delta bases: " + std::to_string(bytes.size()) + " raw bytes for bucket " +
                            std::to_string(j) + " of " + std::to_string(bucket_bytes_[j]));
   }
-  pending_[j] = std::move(bytes);
+  pending_[j].assign(bytes.begin(), bytes.end());
   has_pending_[j] = true;
   pending_raw_[j] = true;
   return Status::Ok();
@@ -83,7 +83,13 @@ Status BucketBases::commit(std::uint64_t version) {
 
 void BucketBases::drop_pending() {
   for (std::size_t j = 0; j < pending_.size(); ++j) {
-    std::vector<std::byte>().swap(pending_[j]);
+    // A bucket's size in memory is kept for its next raw copy (after a raw
+    // commit: the old base); anything else is freed.
+    if (pending_[j].capacity() == bucket_bytes_[j]) {
+      pending_[j].clear();
+    } else {
+      std::vector<std::byte>().swap(pending_[j]);
+    }
     has_pending_[j] = false;
     pending_raw_[j] = false;
   }
@@ -96,7 +102,7 @@ void BucketBases::clear_bases() {
 
 std::uint64_t BucketBases::bytes_held() const {
   std::uint64_t bytes = 0;
-  for (std::size_t j = 0; j < bases_.size(); ++j) bytes += bases_[j].size() + pending_[j].size();
+  for (std::size_t j = 0; j < bases_.size(); ++j) bytes += bases_[j].size() + pending_[j].capacity();
   return bytes;
 }
 

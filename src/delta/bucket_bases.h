@@ -38,17 +38,20 @@ class BucketBases {
   // What was sent of bucket j in the refit in flight, as encode_delta wrote
   // it (against base(j) at base_version(), or full). Replaces an earlier one.
   Status set_pending(std::size_t j, std::vector<std::byte> encoded);
-  // Bucket j was sent as it is: `bytes` (its whole size) become its base at
-  // the commit. Replaces an earlier pending one.
-  Status set_pending_raw(std::size_t j, std::vector<std::byte> bytes);
+  // Bucket j was sent as it is: a copy of `bytes` (its whole size) becomes
+  // its base at the commit. Replaces an earlier pending one. The copy goes
+  // into the memory of the base the last raw commit replaced, kept for it
+  // (no page faults at F = 1, where every bucket goes raw).
+  Status set_pending_raw(std::size_t j, std::span<const std::byte> bytes);
   // The refit in flight was committed as `version`: each pending encoding
   // becomes its bucket's base; a bucket sent nothing this refit loses its
   // base (it would be stale). A pending encoding that does not decode
   // clears every base (the next refit sends full bytes) and is returned.
   Status commit(std::uint64_t version);
-  // The refit in flight failed: its pending encodings go, the bases stay.
+  // The refit in flight failed (or a new one begins): its pending
+  // encodings go, the bases stay.
   void drop_pending();
-  // Bytes held: bases and pending encodings.
+  // Bytes held: bases, pending encodings, and the memory kept for raw ones.
   std::uint64_t bytes_held() const;
 
  private:

@@ -42,56 +42,100 @@ void put_header(std::byte* out, DeltaEncoding encoding, std::uint64_t base_versi
 // Word w's bytes: 8, or fewer for a partial last word.
 std::uint64_t word_bytes(std::uint64_t bytes, std::uint64_t w) { return std::min(kWord, bytes - w * kWord); }
 
-std::uint64_t count_changed(std::span<const std::byte> now, std::span<const std::byte> base) {
+// Word w of `a` and `b` differ. Whole words compare as one 8-byte load each.
+bool word_differs(const std::byte* a, const std::byte* b, std::uint64_t n, std::uint64_t w) {
+  if ((w + 1) * kWord <= n) {
+    std::uint64_t x = 0, y = 0;
+    std::memcpy(&x, a + w * kWord, kWord);
+    std::memcpy(&y, b + w * kWord, kWord);
+    return x != y;
+  }
+  return std::memcmp(a + w * kWord, b + w * kWord, n - w * kWord) != 0;
+}
+
+// The words encoding's size for `changed` changed words of a bucket of n
+// bytes, `tail` set when its partial last word is one of them.
+std::uint64_t words_size(std::uint64_t n, std::uint64_t changed, bool tail) {
+  const std::uint64_t payload = changed * kWord - (tail ? kWord - n % kWord : 0);
+  return kDeltaHeaderBytes + (words_of(n) + 7) / 8 + payload;
+}
+
+// The changed words of `now` against `base`, counting no further than
+// `most` (then most + 1): a words encoding that cannot fit is known early.
+std::uint64_t count_changed(std::span<const std::byte> now, std::span<const std::byte> base, std::uint64_t most) {
   std::uint64_t changed = 0;
-  const std::uint64_t n = now.size();
-  for (std::uint64_t w = 0; w * kWord < n; ++w) {
-    changed += std::memcmp(now.data() + w * kWord, base.data() + w * kWord, word_bytes(n, w)) != 0;
+  const std::uint64_t n = now.size(), words = words_of(n);
+  for (std::uint64_t w = 0; w < words; ++w) {
+    changed += word_differs(now.data(), base.data(), n, w);
+    if (changed > most && (w & 4095) == 0) return most + 1;
   }
   return changed;
 }
 
+// Writes the words encoding of `now` against `base` (its size known: `size`).
+void write_words(std::span<const std::byte> now, std::span<const std::byte> base, std::uint64_t base_version,
+                 std::uint64_t changed, std::byte* out) {
+  const std::uint64_t n = now.size(), words = words_of(n);
+  std::byte* bitmap = out + kDeltaHeaderBytes;
+  std::memset(bitmap, 0, (words + 7) / 8);
+  std::byte* p = bitmap + (words + 7) / 8;
+  for (std::uint64_t w = 0; w < words; ++w) {
+    if (!word_differs(now.data(), base.data(), n, w)) continue;
+    bitmap[w / 8] |= static_cast<std::byte>(1u << (w % 8));
+    const std::uint64_t b = word_bytes(n, w);
+    if (b == kWord) {
+      std::memcpy(p, now.data() + w * kWord, kWord);
+    } else {
+      std::memcpy(p, now.data() + w * kWord, b);
+    }
+    p += b;
+  }
+  put_header(out, DeltaEncoding::kWords, base_version, n, changed);
+}
+
+Status check_sizes(const char* who, std::span<const std::byte> now, std::span<const std::byte> base,
+                   std::uint64_t out_bytes, std::uint64_t needed) {
+  if (out_bytes < needed) {
+    return InvalidArgument(std::string(who) + ": " + std::to_string(out_bytes) + " bytes of output for a bucket of " +
+                           std::to_string(now.size()) + " (needs " + std::to_string(needed) + ")");
+  }
+  if (!base.empty() && base.size() != now.size()) {
+    return InvalidArgument(std::string(who) + ": a base of " + std::to_string(base.size()) +
+                           " bytes for a bucket of " + std::to_string(now.size()));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+StatusOr<EncodedDelta> encode_words_below(std::span<const std::byte> now, std::span<const std::byte> base,
+                                          std::uint64_t base_version, std::uint64_t limit, std::span<std::byte> out) {
+  const std::uint64_t needed = std::min(limit, max_encoded_bytes(now.size()));
+  RETURN_IF_ERROR(check_sizes("encode_words_below", now, base, out.size(), needed));
+  EncodedDelta result;  // kFull, 0 bytes: nothing written
+  const std::uint64_t n = now.size();
+  if (base.empty() || n == 0) return result;
+  const std::uint64_t fixed = words_size(n, 0, false);
+  if (fixed >= limit) return result;
+  const std::uint64_t changed = count_changed(now, base, (limit - fixed) / kWord + 1);
+  const bool tail = n % kWord != 0 && word_differs(now.data(), base.data(), n, words_of(n) - 1);
+  const std::uint64_t size = words_size(n, changed, tail);
+  if (size >= limit) return result;
+  write_words(now, base, base_version, changed, out.data());
+  result.encoding = DeltaEncoding::kWords;
+  result.bytes = size;
+  result.changed_words = changed;
+  return result;
+}
 
 StatusOr<EncodedDelta> encode_delta(std::span<const std::byte> now, std::span<const std::byte> base,
                                     std::uint64_t base_version, std::span<std::byte> out) {
   const std::uint64_t n = now.size();
-  if (out.size() < max_encoded_bytes(n)) {
-    return InvalidArgument("encode_delta: " + std::to_string(out.size()) + " bytes of output for a bucket of " +
-                           std::to_string(n) + " (needs " + std::to_string(max_encoded_bytes(n)) + ")");
-  }
-  if (!base.empty() && base.size() != n) {
-    return InvalidArgument("encode_delta: a base of " + std::to_string(base.size()) + " bytes for a bucket of " +
-                           std::to_string(n));
-  }
-  EncodedDelta result;
-  if (!base.empty()) {
-    result.changed_words = count_changed(now, base);
-    const std::uint64_t words = words_of(n);
-    const bool tail_set = n % kWord != 0 && std::memcmp(now.data() + (words - 1) * kWord,
-                                                        base.data() + (words - 1) * kWord, n % kWord) != 0;
-    const std::uint64_t payload = result.changed_words * kWord - (tail_set ? kWord - n % kWord : 0);
-    const std::uint64_t size = kDeltaHeaderBytes + (words + 7) / 8 + payload;
-    if (size < kDeltaHeaderBytes + n) {
-      std::byte* bitmap = out.data() + kDeltaHeaderBytes;
-      std::memset(bitmap, 0, (words + 7) / 8);
-      std::byte* p = bitmap + (words + 7) / 8;
-      for (std::uint64_t w = 0; w < words; ++w) {
-        const std::uint64_t b = word_bytes(n, w);
-        if (std::memcmp(now.data() + w * kWord, base.data() + w * kWord, b) == 0) continue;
-        bitmap[w / 8] |= static_cast<std::byte>(1u << (w % 8));
-        std::memcpy(p, now.data() + w * kWord, b);
-        p += b;
-      }
-      put_header(out.data(), DeltaEncoding::kWords, base_version, n, result.changed_words);
-      result.encoding = DeltaEncoding::kWords;
-      result.bytes = size;
-      return result;
-    }
-  }
+  RETURN_IF_ERROR(check_sizes("encode_delta", now, base, out.size(), max_encoded_bytes(n)));
+  ASSIGN_OR_RETURN(EncodedDelta result, encode_words_below(now, base, base_version, max_encoded_bytes(n), out));
+  if (result.encoding == DeltaEncoding::kWords) return result;
   put_header(out.data(), DeltaEncoding::kFull, 0, n, 0);
   if (n > 0) std::memcpy(out.data() + kDeltaHeaderBytes, now.data(), n);
-  result.encoding = DeltaEncoding::kFull;
   result.bytes = kDeltaHeaderBytes + n;
   return result;
 }
@@ -148,11 +192,17 @@ Status decode_delta(std::span<const std::byte> encoded, std::span<const std::byt
   }
   if (base.data() != out.data() && n > 0) std::memmove(out.data(), base.data(), n);
   const std::byte* p = body.data() + bitmap_bytes;
-  for (std::uint64_t w = 0; w < words; ++w) {
-    if (!((static_cast<unsigned>(bitmap[w / 8]) >> (w % 8)) & 1u)) continue;
-    const std::uint64_t b = word_bytes(n, w);
-    std::memcpy(out.data() + w * kWord, p, b);
-    p += b;
+  for (std::uint64_t i = 0; i < bitmap_bytes; ++i) {
+    for (unsigned bits = static_cast<unsigned>(bitmap[i]); bits != 0; bits &= bits - 1) {
+      const std::uint64_t w = i * 8 + static_cast<std::uint64_t>(std::countr_zero(bits));
+      const std::uint64_t b = word_bytes(n, w);
+      if (b == kWord) {
+        std::memcpy(out.data() + w * kWord, p, kWord);
+      } else {
+        std::memcpy(out.data() + w * kWord, p, b);
+      }
+      p += b;
+    }
   }
   return Status::Ok();
 }

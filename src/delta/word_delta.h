@@ -1,5 +1,5 @@
-// Delta encoding of one bucket (issue 22; not yet wired into a refit: see
-// docs/DESIGN.md "Delta refits"). A trainer keeps the bytes of each bucket
+// Delta encoding of one bucket (issue 22, --delta: docs/DESIGN.md "Delta
+// refits"). A trainer keeps the bytes of each bucket
 // as the engines committed them (the base) and sends, per bucket, the
 // smaller of two encodings of the new bytes:
 //
@@ -54,6 +54,14 @@ struct EncodedDelta {
 // base (an engine without the committed version): full.
 StatusOr<EncodedDelta> encode_delta(std::span<const std::byte> now, std::span<const std::byte> base,
                                     std::uint64_t base_version, std::span<std::byte> out);
+
+// The words encoding alone, when it takes fewer than `limit` bytes (then
+// written to `out`, which holds at least min(limit, max_encoded_bytes)):
+// otherwise nothing is written and the result says kFull with 0 bytes, and
+// the caller sends the bytes as they are. Stops comparing once the words
+// cannot fit, so a bucket that changed everywhere costs one partial pass.
+StatusOr<EncodedDelta> encode_words_below(std::span<const std::byte> now, std::span<const std::byte> base,
+                                          std::uint64_t base_version, std::uint64_t limit, std::span<std::byte> out);
 
 // Decodes `encoded` into `out` (the bucket's bytes): a full encoding is
 // copied; a words encoding needs `base` (the bucket's bytes at

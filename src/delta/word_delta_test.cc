@@ -152,5 +152,35 @@ TEST(WordDelta, AMismatchedOrMalformedEncodingIsRefusedByName) {
   EXPECT_HAS(decode_delta(wire, std::span(base).first(50), 5, out).message(), "a base of 50 bytes");
 }
 
+// The bounded encoder writes the same words encoding as encode_delta when
+// it fits below the limit, and nothing at all (kFull, 0 bytes) when it
+// does not, including a bucket that changed everywhere (where it stops
+// early). Catches: the early stop returning a count that still fits (a
+// truncated encoding sent as whole), a limit compared with <= (an encoding
+// as large as the bucket would overrun the slot's meaning), a full copy
+// made for nothing. Tried once: size > limit failed the at-limit check.
+TEST(WordDelta, TheBoundedEncoderWritesWordsOnlyBelowItsLimit) {
+  const std::size_t n = 100003;
+  const std::vector<std::byte> base = random_bytes(n, 1);
+  auto sparse = base;
+  for (std::size_t i = 0; i < n; i += 997) sparse[i] ^= std::byte{0x10};
+  const std::vector<std::byte> dense = random_bytes(n, 2);
+  std::vector<std::byte> bounded(n, std::byte{0x77}), full(max_encoded_bytes(n));
+  ASSERT_OK_AND_ASSIGN(const EncodedDelta words, encode_words_below(sparse, base, 4, n, bounded));
+  ASSERT_OK_AND_ASSIGN(const EncodedDelta reference, encode_delta(sparse, base, 4, full));
+  ASSERT_EQ(words.encoding, DeltaEncoding::kWords);
+  ASSERT_EQ(words.bytes, reference.bytes);
+  EXPECT_EQ(std::vector<std::byte>(bounded.begin(), bounded.begin() + words.bytes),
+            std::vector<std::byte>(full.begin(), full.begin() + reference.bytes));
+  // Exactly at its size: refused (fewer bytes than the limit only).
+  ASSERT_OK_AND_ASSIGN(const EncodedDelta at_limit, encode_words_below(sparse, base, 4, words.bytes, bounded));
+  EXPECT_EQ(at_limit.encoding, DeltaEncoding::kFull);
+  std::vector<std::byte> untouched(n, std::byte{0x77});
+  ASSERT_OK_AND_ASSIGN(const EncodedDelta none, encode_words_below(dense, base, 4, n, untouched));
+  EXPECT_EQ(none.encoding, DeltaEncoding::kFull);
+  EXPECT_EQ(none.bytes, 0u);
+  EXPECT_EQ(untouched, std::vector<std::byte>(n, std::byte{0x77})) << "nothing is written when words do not fit";
+}
+
 }  // namespace
 }  // namespace refit

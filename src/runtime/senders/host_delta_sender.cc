@@ -60,7 +60,7 @@ class HostDeltaSender final : public BucketSender {
     const std::span<const std::byte> now(dst, n);
     ASSIGN_OR_RETURN(const std::uint64_t encoded, encode_against_base(credit.base, j, now));
     if (encoded == 0) {
-      RETURN_IF_ERROR(c_.delta_bases->set_pending_raw(j, std::vector<std::byte>(now.begin(), now.end())));
+      RETURN_IF_ERROR(c_.delta_bases->set_pending_raw(j, now));
       if (!in_place) RETURN_IF_ERROR(submit(version, j, slot, dst, n, deadline));
       return c_.protocol->send_landed(version, j, credit.slot, deadline);
     }
@@ -88,11 +88,10 @@ class HostDeltaSender final : public BucketSender {
     const BucketBases& bases = *c_.delta_bases;
     const std::span<const std::byte> base = bases.base(j);
     if (base_version == 0 || base_version != bases.base_version() || base.size() != now.size()) return 0;
-    scratch_.resize(max_encoded_bytes(now.size()));
-    ASSIGN_OR_RETURN(const EncodedDelta e, encode_delta(now, base, base_version, scratch_));
     // Words only when smaller than the bucket: the slot holds the bucket's bytes, no more.
-    if (e.encoding != DeltaEncoding::kWords || e.bytes >= now.size()) return 0;
-    return e.bytes;
+    if (scratch_.size() < now.size()) scratch_.resize(now.size());
+    ASSIGN_OR_RETURN(const EncodedDelta e, encode_words_below(now, base, base_version, now.size(), scratch_));
+    return e.encoding == DeltaEncoding::kWords ? e.bytes : 0;
   }
 
   // Two-sided transports: `bytes` at the slot's start, one write.
@@ -108,7 +107,7 @@ class HostDeltaSender final : public BucketSender {
 
   SenderContext c_;
   std::vector<std::byte> staging_;  // two-sided transports: the packed bucket
-  std::vector<std::byte> scratch_;  // the encoding, max_encoded_bytes of the bucket
+  std::vector<std::byte> scratch_;  // a words encoding: fewer bytes than the largest bucket
   std::vector<CopyRun> runs_;
 };
 
