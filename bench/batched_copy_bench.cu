@@ -28,6 +28,7 @@
 
 #include <cuda_runtime.h>
 
+#include "bench_cuda.h"
 #include "cuda/batched_copy.h"
 #include "cuda/copy_engine.h"
 #include "cuda/device.h"
@@ -37,43 +38,6 @@ namespace {
 
 using refit::CopyRun;
 
-#define CHECK_CUDA(expr)                                                                                     \
-  do {                                                                                                       \
-    const cudaError_t e_ = (expr);                                                                           \
-    if (e_ != cudaSuccess) {                                                                                 \
-      std::fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_),        \
-                   cudaGetErrorName(e_));                                                                    \
-      std::exit(1);                                                                                          \
-    }                                                                                                        \
-  } while (0)
-
-#define CHECK_OK(expr)                                                                          \
-  do {                                                                                          \
-    const refit::Status s_ = (expr);                                                            \
-    if (!s_.ok()) {                                                                             \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, s_.ToString().c_str()); \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
-
-template <typename T>
-T value_or_die(refit::StatusOr<T> v, const char* what) {
-  if (!v.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, v.status().ToString().c_str());
-    std::exit(1);
-  }
-  return std::move(v).value();
-}
-
-__global__ void count_differences(const unsigned char* a, const unsigned char* b, std::uint64_t n,
-                                  unsigned long long* diff) {
-  unsigned long long local = 0;
-  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::uint64_t>(gridDim.x) * blockDim.x) {
-    local += a[i] != b[i];
-  }
-  if (local) atomicAdd(diff, local);
-}
 
 __global__ void fill_pattern(unsigned char* p, std::uint64_t n) {
   for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < n;

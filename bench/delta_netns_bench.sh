@@ -22,35 +22,12 @@ fractions=${FRACTIONS:-0.01 0.1 1}
 [[ $(id -u) -eq 0 ]] || { echo "delta_netns_bench: needs root (network namespaces)" >&2; exit 1; }
 for b in refit ucx_linkbench; do [[ -x $build/$b ]] || { echo "delta_netns_bench: no $build/$b" >&2; exit 1; }; done
 
-p=rfd$$
-hub=${p}hub
-hosts=("${p}h0" "${p}h1" "${p}h2")  # coordinator, engine rank 0, trainer rank 0
-addr() { echo "10.215.0.$(($1 + 1))"; }
 dir=$(mktemp -d /tmp/refit-delta-bench-XXXXXX)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-  for ns in "${hosts[@]}" "$hub"; do ip netns del "$ns" 2>/dev/null || true; done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-
-ip netns add "$hub"
-ip -n "$hub" link add br0 type bridge
-ip -n "$hub" link set br0 up
-for i in "${!hosts[@]}"; do
-  ns=${hosts[$i]}
-  ip netns add "$ns"
-  ip link add eth0 netns "$ns" type veth peer name "p$i" netns "$hub"
-  ip -n "$hub" link set "p$i" master br0
-  ip -n "$hub" link set "p$i" up
-  ip -n "$ns" addr add "$(addr "$i")/24" dev eth0
-  ip -n "$ns" link set eth0 up
-done
+source "$(dirname "$0")/netns_hosts.sh"
+netns_hosts rfd$$ 10.215.0 3  # coordinator, engine rank 0, trainer rank 0
 # The trainer's NIC: a token bucket of RATE (a burst of 256 KiB holds a
 # 64 KiB segmentation-offload packet several times over).
 ip netns exec "${hosts[2]}" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 200ms
-in_ns() { local i=$1; shift; ip netns exec "${hosts[$i]}" "$@"; }
 export REFIT_SECRET="delta-netns-bench-$$-$RANDOM"  # the coordinator listens on a network address
 
 # One job: coordinator, engine rank 0, trainer rank 0 on three hosts; the

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cuda.h"
 #include "cuda/batched_copy.h"
 #include "refit/reference_engine.h"
 #include "refit/model.h"
@@ -38,43 +39,25 @@
 
 namespace {
 
-#define CHECK(call)                                                                                \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
-
-template <typename T>
-T value_or_die(refit::StatusOr<T> v, const char* what) {
-  if (!v.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, v.status().ToString().c_str());
-    std::exit(1);
-  }
-  return std::move(v).value();
-}
-
 template <typename F>
 double median_ms(cudaStream_t s, F&& fn) {
   cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
   fn();
-  CHECK(cudaStreamSynchronize(s));
+  CHECK_CUDA(cudaStreamSynchronize(s));
   std::vector<double> ms;
   for (int i = 0; i < 5; ++i) {
-    CHECK(cudaEventRecord(a, s));
+    CHECK_CUDA(cudaEventRecord(a, s));
     fn();
-    CHECK(cudaEventRecord(b, s));
-    CHECK(cudaEventSynchronize(b));
+    CHECK_CUDA(cudaEventRecord(b, s));
+    CHECK_CUDA(cudaEventSynchronize(b));
     float m = 0;
-    CHECK(cudaEventElapsedTime(&m, a, b));
+    CHECK_CUDA(cudaEventElapsedTime(&m, a, b));
     ms.push_back(m);
   }
-  CHECK(cudaEventDestroy(a));
-  CHECK(cudaEventDestroy(b));
+  CHECK_CUDA(cudaEventDestroy(a));
+  CHECK_CUDA(cudaEventDestroy(b));
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
 }
@@ -97,7 +80,7 @@ void* import(const char* hex) {
     reinterpret_cast<unsigned char*>(&h)[i] = static_cast<unsigned char>(v);
   }
   void* p = nullptr;
-  CHECK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
+  CHECK_CUDA(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
   return p;
 }
 
@@ -151,11 +134,11 @@ int child(const std::string& preset, int layers, std::uint64_t bucket_bytes, con
   auto* slot = static_cast<std::byte*>(import(slot_hex));
   const std::uint64_t local_bytes = std::max(l.arena_bytes, l.one_bucket.buckets[0].bytes);
   std::byte *source = nullptr, *local = nullptr;
-  CHECK(cudaMalloc(&source, l.source_bytes));
-  CHECK(cudaMalloc(&local, local_bytes));
-  CHECK(cudaMemset(source, 0x5a, l.source_bytes));
+  CHECK_CUDA(cudaMalloc(&source, l.source_bytes));
+  CHECK_CUDA(cudaMalloc(&local, local_bytes));
+  CHECK_CUDA(cudaMemset(source, 0x5a, l.source_bytes));
   cudaStream_t s;
-  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   auto copier = value_or_die(refit::BatchedCopier::Create(0), "BatchedCopier::Create");
   auto copy = [&](const std::vector<refit::CopyRun>& runs) {
     const refit::Status st = copier.copy(runs, s);
@@ -167,17 +150,17 @@ int child(const std::string& preset, int layers, std::uint64_t bucket_bytes, con
   {  // warm-up: a second of copies
     const auto t0 = std::chrono::steady_clock::now();
     while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1)) {
-      CHECK(cudaMemcpyAsync(local, source, std::min(local_bytes, l.source_bytes), cudaMemcpyDeviceToDevice, s));
-      CHECK(cudaStreamSynchronize(s));
+      CHECK_CUDA(cudaMemcpyAsync(local, source, std::min(local_bytes, l.source_bytes), cudaMemcpyDeviceToDevice, s));
+      CHECK_CUDA(cudaStreamSynchronize(s));
     }
   }
   const std::uint64_t bytes = l.model.total_bytes();
   std::printf("%s, %d layers: %zu tensors, %.2f GB; buckets of %llu MiB: %zu\n", preset.c_str(), layers,
               l.model.weights.size(), bytes / 1e9, static_cast<unsigned long long>(bucket_bytes >> 20),
               l.plan.buckets.size());
-  const double ceiling = median_ms(s, [&] { CHECK(cudaMemcpyAsync(local, source, bytes, cudaMemcpyDeviceToDevice, s)); });
+  const double ceiling = median_ms(s, [&] { CHECK_CUDA(cudaMemcpyAsync(local, source, bytes, cudaMemcpyDeviceToDevice, s)); });
   const double ceiling_ipc =
-      median_ms(s, [&] { CHECK(cudaMemcpyAsync(arena, source, bytes, cudaMemcpyDeviceToDevice, s)); });
+      median_ms(s, [&] { CHECK_CUDA(cudaMemcpyAsync(arena, source, bytes, cudaMemcpyDeviceToDevice, s)); });
   auto report = [&](const char* what, double ms) {
     std::printf("%-28s %8.3f ms %8.1f GB/s  x%.3f of the ceiling\n", what, ms, bytes / (ms * 1e-3) / 1e9,
                 ms / ceiling);
@@ -214,8 +197,8 @@ int child(const std::string& preset, int layers, std::uint64_t bucket_bytes, con
     r.src = from;
   }
   report("direct reversed (IPC->own)", median_ms(s, [&] { copy(reversed); }));
-  CHECK(cudaIpcCloseMemHandle(arena));
-  CHECK(cudaIpcCloseMemHandle(slot));
+  CHECK_CUDA(cudaIpcCloseMemHandle(arena));
+  CHECK_CUDA(cudaIpcCloseMemHandle(slot));
   return 0;
 }
 
@@ -230,15 +213,15 @@ int main(int argc, char** argv) {
   const std::uint64_t bucket = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : (1ull << 30);
   const Layout l = make_layout(preset, layers, bucket);
   void *arena = nullptr, *slot = nullptr;
-  CHECK(cudaMalloc(&arena, l.arena_bytes));
-  CHECK(cudaMalloc(&slot, std::max(l.arena_bytes, l.one_bucket.buckets[0].bytes)));
+  CHECK_CUDA(cudaMalloc(&arena, l.arena_bytes));
+  CHECK_CUDA(cudaMalloc(&slot, std::max(l.arena_bytes, l.one_bucket.buckets[0].bytes)));
   cudaIpcMemHandle_t ha, hs;
-  CHECK(cudaIpcGetMemHandle(&ha, arena));
-  CHECK(cudaIpcGetMemHandle(&hs, slot));
+  CHECK_CUDA(cudaIpcGetMemHandle(&ha, arena));
+  CHECK_CUDA(cudaIpcGetMemHandle(&hs, slot));
   const std::string cmd = std::string("\"/proc/") + std::to_string(::getpid()) + "/exe\" --child " + preset + " " +
                           std::to_string(layers) + " " + std::to_string(bucket) + " " + to_hex(ha) + " " + to_hex(hs);
   const int rc = std::system(cmd.c_str());
-  CHECK(cudaFree(arena));
-  CHECK(cudaFree(slot));
+  CHECK_CUDA(cudaFree(arena));
+  CHECK_CUDA(cudaFree(slot));
   return rc == 0 ? 0 : 1;
 }

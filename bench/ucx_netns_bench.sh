@@ -18,32 +18,9 @@ refits=${REFITS:-5} reps=${REPS:-5}
 [[ $(id -u) -eq 0 ]] || { echo "ucx_netns_bench: needs root (network namespaces)" >&2; exit 1; }
 for b in refit ucx_linkbench; do [[ -x $build/$b ]] || { echo "ucx_netns_bench: no $build/$b" >&2; exit 1; }; done
 
-p=rfb$$
-hub=${p}hub
-hosts=("${p}h0" "${p}h1" "${p}h2")  # coordinator, engine rank 0, trainer rank 0
-addr() { echo "10.214.0.$(($1 + 1))"; }
 dir=$(mktemp -d /tmp/refit-ucx-bench-XXXXXX)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-  for ns in "${hosts[@]}" "$hub"; do ip netns del "$ns" 2>/dev/null || true; done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-
-ip netns add "$hub"
-ip -n "$hub" link add br0 type bridge
-ip -n "$hub" link set br0 up
-for i in "${!hosts[@]}"; do
-  ns=${hosts[$i]}
-  ip netns add "$ns"
-  ip link add eth0 netns "$ns" type veth peer name "p$i" netns "$hub"
-  ip -n "$hub" link set "p$i" master br0
-  ip -n "$hub" link set "p$i" up
-  ip -n "$ns" addr add "$(addr "$i")/24" dev eth0
-  ip -n "$ns" link set eth0 up  # lo stays down: UCX must not take 127.0.0.1 for another host
-done
-in_ns() { local i=$1; shift; ip netns exec "${hosts[$i]}" "$@"; }
+source "$(dirname "$0")/netns_hosts.sh"
+netns_hosts rfb$$ 10.214.0 3  # coordinator, engine rank 0, trainer rank 0
 
 # UCX over tcp only: namespaces of one machine share /dev/shm, and UCX would
 # otherwise take shared memory between them. The coordinator listens on a

@@ -2,9 +2,12 @@
 //
 // Words: a bucket of n bytes has W = ceil(n / 8) words; word w covers bytes
 // [8w, min(8w + 8, n)). A block of kThreads threads handles kWordsPerBlock
-// words, kWordsPerThread consecutive words per thread, so that a block's
-// changed words are written in order by an exclusive scan of the threads'
-// counts. Byte loads: the bucket, base and payload need no alignment.
+// words in kWordsPerThread rounds of kThreads consecutive words (one per
+// thread: coalesced loads, and a warp ballot covers 32 consecutive words);
+// a block's changed words are written in word order at their ranks from
+// the rounds' ballots. 8-byte loads where the bucket and base are 8-byte
+// aligned; byte loads otherwise and for the payload (it follows the
+// bitmap, at any alignment).
 #include "cuda/word_delta_device.h"
 
 #include <algorithm>
@@ -26,70 +29,110 @@ constexpr std::uint64_t kWordsPerBlock = kThreads * kWordsPerThread;
 
 std::uint64_t words_of(std::uint64_t n) { return (n + 7) / 8; }
 std::uint64_t blocks_of(std::uint64_t n) { return std::max<std::uint64_t>(1, (words_of(n) + kWordsPerBlock - 1) / kWordsPerBlock); }
+bool aligned8(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 8 == 0; }
 
 __device__ __forceinline__ unsigned word_len(std::uint64_t n, std::uint64_t w) {
   const std::uint64_t left = n - w * 8;
   return left < 8 ? static_cast<unsigned>(left) : 8u;
 }
 
+// Word w of the block's round k for this thread: the block's words in
+// rounds of kThreads consecutive words, one per thread, so that a warp's
+// loads of the bucket are coalesced and a warp ballot is 32 consecutive
+// words (4 bitmap bytes).
+__device__ __forceinline__ std::uint64_t word_of(int k) {
+  return blockIdx.x * kWordsPerBlock + static_cast<std::uint64_t>(k) * kThreads + threadIdx.x;
+}
+
+// `aligned`: both pointers are 8-byte aligned (uniform over the launch),
+// so whole words compare as one 8-byte load each.
 __device__ __forceinline__ bool word_differs(const std::byte* now, const std::byte* base, std::uint64_t n,
-                                             std::uint64_t w) {
+                                             std::uint64_t w, bool aligned) {
   const unsigned len = word_len(n, w);
+  if (aligned && len == 8) {
+    return *reinterpret_cast<const unsigned long long*>(now + w * 8) !=
+           *reinterpret_cast<const unsigned long long*>(base + w * 8);
+  }
   for (unsigned i = 0; i < len; ++i) {
     if (now[w * 8 + i] != base[w * 8 + i]) return true;
   }
   return false;
 }
 
-// Pass 1 of the encode: the bitmap (bit w % 8 of byte w / 8) and each
-// block's count of changed words.
-__global__ void __launch_bounds__(kThreads) mark_kernel(const std::byte* now, const std::byte* base, std::uint64_t n,
-                                                        std::uint8_t* bitmap, unsigned* counts) {
-  const std::uint64_t words = (n + 7) / 8;
-  const std::uint64_t first = blockIdx.x * kWordsPerBlock + static_cast<std::uint64_t>(threadIdx.x) * kWordsPerThread;
-  unsigned bits = 0, count = 0;
+// The place of this thread's word of round k among the block's set words
+// (in word order), given each round's per-warp ballots: every thread of
+// the block calls it for every round, after the ballots are in `totals`.
+__device__ __forceinline__ unsigned rank_in_block(const unsigned (&totals)[kWordsPerThread][kThreads / 32], int k,
+                                                  unsigned ballot) {
+  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  unsigned rank = __popc(ballot & ((1u << lane) - 1u));
+  for (int r = 0; r < k; ++r) {
+    for (unsigned v = 0; v < kThreads / 32; ++v) rank += totals[r][v];
+  }
+  for (unsigned v = 0; v < warp; ++v) rank += totals[k][v];
+  return rank;
+}
+
+// Each round's ballot of `flag` per warp, into `totals` (popcounts); returns
+// this thread's ballots. Synchronizes the block.
+__device__ __forceinline__ void ballot_rounds(const bool (&flag)[kWordsPerThread], unsigned (&ballots)[kWordsPerThread],
+                                              unsigned (&totals)[kWordsPerThread][kThreads / 32]) {
   for (int k = 0; k < kWordsPerThread; ++k) {
-    const std::uint64_t w = first + k;
-    if (w < words && word_differs(now, base, n, w)) {
-      bits |= 1u << k;
-      ++count;
+    ballots[k] = __ballot_sync(0xFFFFFFFFu, flag[k]);
+    if (threadIdx.x % 32 == 0) totals[k][threadIdx.x / 32] = __popc(ballots[k]);
+  }
+  __syncthreads();
+}
+
+// Pass 1 of the encode: the bitmap (bit w % 8 of byte w / 8: lanes 0..3 of
+// each warp write its ballot's 4 bytes) and each block's count of changed words.
+__global__ void __launch_bounds__(kThreads) mark_kernel(const std::byte* now, const std::byte* base, std::uint64_t n,
+                                                        bool aligned, std::uint8_t* bitmap, unsigned* counts) {
+  const std::uint64_t words = (n + 7) / 8;
+  __shared__ unsigned totals[kWordsPerThread][kThreads / 32];
+  bool changed[kWordsPerThread];
+  unsigned ballots[kWordsPerThread];
+  for (int k = 0; k < kWordsPerThread; ++k) {
+    const std::uint64_t w = word_of(k);
+    changed[k] = w < words && word_differs(now, base, n, w, aligned);
+  }
+  ballot_rounds(changed, ballots, totals);
+  const unsigned lane = threadIdx.x % 32;
+  for (int k = 0; k < kWordsPerThread; ++k) {
+    const std::uint64_t first = word_of(k) - lane;  // the warp's first word: a multiple of 32
+    if (lane < 4 && first + lane * 8 < words) {
+      bitmap[first / 8 + lane] = static_cast<std::uint8_t>(ballots[k] >> (8 * lane));
     }
   }
-  // Two threads fill one bitmap byte (4 words each): the even one writes it.
-  const unsigned partner = __shfl_down_sync(0xFFFFFFFFu, bits, 1);
-  if (threadIdx.x % 2 == 0 && first < words) bitmap[first / 8] = static_cast<std::uint8_t>(bits | (partner << 4));
-  using Reduce = cub::BlockScan<unsigned, kThreads>;
-  __shared__ typename Reduce::TempStorage temp;
-  unsigned before = 0, sum = 0;
-  Reduce(temp).ExclusiveSum(count, before, sum);
-  if (threadIdx.x == 0) counts[blockIdx.x] = sum;
+  if (threadIdx.x == 0) {
+    unsigned sum = 0;
+    for (int k = 0; k < kWordsPerThread; ++k) {
+      for (unsigned v = 0; v < kThreads / 32; ++v) sum += totals[k][v];
+    }
+    counts[blockIdx.x] = sum;
+  }
 }
 
 // Pass 2 of the encode: every changed word's bytes at its place in the
 // payload (offsets: each block's first changed word's index).
 __global__ void __launch_bounds__(kThreads) scatter_kernel(const std::byte* now, const std::byte* base,
-                                                           std::uint64_t n, const std::uint64_t* offsets,
-                                                           std::byte* payload) {
+                                                           std::uint64_t n, bool aligned,
+                                                           const std::uint64_t* offsets, std::byte* payload) {
   const std::uint64_t words = (n + 7) / 8;
-  const std::uint64_t first = blockIdx.x * kWordsPerBlock + static_cast<std::uint64_t>(threadIdx.x) * kWordsPerThread;
+  __shared__ unsigned totals[kWordsPerThread][kThreads / 32];
   bool changed[kWordsPerThread];
-  unsigned count = 0;
+  unsigned ballots[kWordsPerThread];
   for (int k = 0; k < kWordsPerThread; ++k) {
-    const std::uint64_t w = first + k;
-    changed[k] = w < words && word_differs(now, base, n, w);
-    count += changed[k];
+    const std::uint64_t w = word_of(k);
+    changed[k] = w < words && word_differs(now, base, n, w, aligned);
   }
-  using Scan = cub::BlockScan<unsigned, kThreads>;
-  __shared__ typename Scan::TempStorage temp;
-  unsigned rank = 0;
-  Scan(temp).ExclusiveSum(count, rank);
-  std::uint64_t at = (offsets[blockIdx.x] + rank) * 8;
+  ballot_rounds(changed, ballots, totals);
   for (int k = 0; k < kWordsPerThread; ++k) {
     if (!changed[k]) continue;
-    const std::uint64_t w = first + k;
-    const unsigned len = word_len(n, w);
+    const std::uint64_t w = word_of(k);
+    const std::uint64_t at = (offsets[blockIdx.x] + rank_in_block(totals, k, ballots[k])) * 8;
+    const unsigned len = word_len(n, w);  // only the last word may be partial, and it is the last written
     for (unsigned i = 0; i < len; ++i) payload[at + i] = now[w * 8 + i];
-    at += 8;  // only the last word may be partial, and it is the last written
   }
 }
 
@@ -97,41 +140,50 @@ __device__ __forceinline__ bool bit_of(const std::uint8_t* bitmap, std::uint64_t
   return (bitmap[w / 8] >> (w % 8)) & 1u;
 }
 
-// Pass 1 of the decode: each block's count of set bits.
+// Pass 1 of the decode: each block's count of set bits (its 128 bitmap bytes).
 __global__ void __launch_bounds__(kThreads) count_kernel(const std::uint8_t* bitmap, std::uint64_t words,
                                                          unsigned* counts) {
-  const std::uint64_t first = blockIdx.x * kWordsPerBlock + static_cast<std::uint64_t>(threadIdx.x) * kWordsPerThread;
-  unsigned count = 0;
-  for (int k = 0; k < kWordsPerThread; ++k) count += first + k < words && bit_of(bitmap, first + k);
-  using Scan = cub::BlockScan<unsigned, kThreads>;
-  __shared__ typename Scan::TempStorage temp;
-  unsigned before = 0, sum = 0;
-  Scan(temp).ExclusiveSum(count, before, sum);
-  if (threadIdx.x == 0) counts[blockIdx.x] = sum;
+  const std::uint64_t bytes = (words + 7) / 8, at = blockIdx.x * (kWordsPerBlock / 8) + threadIdx.x;
+  unsigned count = threadIdx.x < kWordsPerBlock / 8 && at < bytes ? __popc(bitmap[at]) : 0;
+  for (int offset = 16; offset > 0; offset /= 2) count += __shfl_down_sync(0xFFFFFFFFu, count, offset);
+  __shared__ unsigned warps[kThreads / 32];
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = count;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned sum = 0;
+    for (unsigned v = 0; v < kThreads / 32; ++v) sum += warps[v];
+    counts[blockIdx.x] = sum;
+  }
 }
 
 // Pass 2 of the decode: each word from the payload (set) or the base.
+// `aligned`: base and out are 8-byte aligned.
 __global__ void __launch_bounds__(kThreads) apply_kernel(const std::uint8_t* bitmap, const std::byte* payload,
                                                          const std::uint64_t* offsets, const std::byte* base,
-                                                         std::byte* out, std::uint64_t n) {
+                                                         std::byte* out, std::uint64_t n, bool aligned) {
   const std::uint64_t words = (n + 7) / 8;
-  const std::uint64_t first = blockIdx.x * kWordsPerBlock + static_cast<std::uint64_t>(threadIdx.x) * kWordsPerThread;
-  unsigned count = 0;
-  for (int k = 0; k < kWordsPerThread; ++k) count += first + k < words && bit_of(bitmap, first + k);
-  using Scan = cub::BlockScan<unsigned, kThreads>;
-  __shared__ typename Scan::TempStorage temp;
-  unsigned rank = 0;
-  Scan(temp).ExclusiveSum(count, rank);
-  std::uint64_t at = (offsets[blockIdx.x] + rank) * 8;
+  __shared__ unsigned totals[kWordsPerThread][kThreads / 32];
+  bool set[kWordsPerThread];
+  unsigned ballots[kWordsPerThread];
   for (int k = 0; k < kWordsPerThread; ++k) {
-    const std::uint64_t w = first + k;
+    const std::uint64_t w = word_of(k);
+    set[k] = w < words && bit_of(bitmap, w);
+  }
+  ballot_rounds(set, ballots, totals);
+  for (int k = 0; k < kWordsPerThread; ++k) {
+    const std::uint64_t w = word_of(k);
     if (w >= words) break;
     const unsigned len = word_len(n, w);
-    if (bit_of(bitmap, w)) {
+    if (set[k]) {
+      const std::uint64_t at = (offsets[blockIdx.x] + rank_in_block(totals, k, ballots[k])) * 8;
       for (unsigned i = 0; i < len; ++i) out[w * 8 + i] = payload[at + i];
-      at += 8;
     } else if (out != base) {
-      for (unsigned i = 0; i < len; ++i) out[w * 8 + i] = base[w * 8 + i];
+      if (aligned && len == 8) {
+        const auto word = *reinterpret_cast<const unsigned long long*>(base + w * 8);
+        *reinterpret_cast<unsigned long long*>(out + w * 8) = word;
+      } else {
+        for (unsigned i = 0; i < len; ++i) out[w * 8 + i] = base[w * 8 + i];
+      }
     }
   }
 }
@@ -205,7 +257,8 @@ StatusOr<EncodedDelta> DeviceDeltaCodec::encode(const std::byte* now, const std:
     auto* bitmap = reinterpret_cast<std::uint8_t*>(out + kDeltaHeaderBytes);
     auto* counts = reinterpret_cast<unsigned*>(counts_.data());
     auto* offsets = reinterpret_cast<std::uint64_t*>(offsets_.data());
-    mark_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(now, base, n, bitmap, counts);
+    const bool aligned = aligned8(now) && aligned8(base);
+    mark_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(now, base, n, aligned, bitmap, counts);
     RETURN_IF_ERROR(cuda_check_launch(what + ": marking the changed words"));
     ASSIGN_OR_RETURN(result.changed_words,
                      scan_counts(scan_temp_.data(), scan_temp_bytes_, counts, offsets, blocks, s, what));
@@ -219,7 +272,7 @@ StatusOr<EncodedDelta> DeviceDeltaCodec::encode(const std::byte* now, const std:
     const std::uint64_t payload = result.changed_words * 8 - (tail_set ? 8 - n % 8 : 0);
     const std::uint64_t size = kDeltaHeaderBytes + bitmap_bytes + payload;
     if (size < kDeltaHeaderBytes + n) {
-      scatter_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(now, base, n, offsets,
+      scatter_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(now, base, n, aligned, offsets,
                                                                          out + kDeltaHeaderBytes + bitmap_bytes);
       RETURN_IF_ERROR(cuda_check_launch(what + ": writing the changed words"));
       put_header(header, DeltaEncoding::kWords, base_version, n, result.changed_words);
@@ -311,7 +364,8 @@ Status DeviceDeltaCodec::decode(const std::byte* encoded, std::uint64_t encoded_
   }
   if (n == 0) return Status::Ok();
   apply_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(bitmap, encoded + kDeltaHeaderBytes + bitmap_bytes,
-                                                                  offsets, base, out, n);
+                                                                  offsets, base, out, n,
+                                                                  aligned8(base) && aligned8(out));
   return cuda_check_launch(what + ": applying the changed words");
 }
 

@@ -14,7 +14,8 @@ namespace refit {
 namespace {
 
 Plan two_buckets() {
-  std::vector<TensorSpec> specs = {TensorSpec{"a", DType::kBFloat16, {4096}}, TensorSpec{"b", DType::kBFloat16, {4096}}};
+  std::vector<TensorSpec> specs = {TensorSpec{"a", DType::kBFloat16, {4096}},
+                                   TensorSpec{"b", DType::kBFloat16, {4096}}};
   return make_plan(std::move(specs), 8192).value();
 }
 
