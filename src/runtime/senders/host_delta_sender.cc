@@ -13,6 +13,7 @@
 // refit commits (bucket_bases.h).
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "delta/word_delta.h"
 #include "model/shard_copy.h"
@@ -60,16 +61,16 @@ class HostDeltaSender final : public BucketSender {
     const std::span<const std::byte> now(dst, n);
     ASSIGN_OR_RETURN(const std::uint64_t encoded, encode_against_base(credit.base, j, now));
     if (encoded == 0) {
-      RETURN_IF_ERROR(c_.delta_bases->set_pending_raw(j, now));
-      if (!in_place) RETURN_IF_ERROR(submit(version, j, slot, dst, n, deadline));
+      // The copy kept as pending runs while the transport writes the same bytes (tcp).
+      RETURN_IF_ERROR(write(version, j, slot, in_place ? nullptr : dst, n, deadline, [&] {
+        return c_.delta_bases->set_pending_raw(j, now);
+      }));
       return c_.protocol->send_landed(version, j, credit.slot, deadline);
     }
     std::vector<std::byte> sent(scratch_.begin(), scratch_.begin() + static_cast<std::ptrdiff_t>(encoded));
-    if (in_place) {
-      std::memcpy(dst, sent.data(), encoded);
-    } else {
-      RETURN_IF_ERROR(submit(version, j, slot, sent.data(), encoded, deadline));
-    }
+    if (in_place) std::memcpy(dst, sent.data(), encoded);
+    RETURN_IF_ERROR(write(version, j, slot, in_place ? nullptr : sent.data(), encoded, deadline,
+                          [] { return Status::Ok(); }));
     RETURN_IF_ERROR(c_.delta_bases->set_pending(j, std::move(sent)));
     return c_.protocol->send_landed_encoded(version, j, credit.slot, encoded, deadline);
   }
@@ -94,15 +95,25 @@ class HostDeltaSender final : public BucketSender {
     return e.encoding == DeltaEncoding::kWords ? e.bytes : 0;
   }
 
-  // Two-sided transports: `bytes` at the slot's start, one write.
-  Status submit(std::uint64_t version, std::uint64_t j, int slot, const std::byte* data, std::uint64_t bytes,
-                Deadline deadline) {
+  // Two-sided transports: `bytes` of `data` at the slot's start, one write
+  // (tcp's blocks while the link takes the bytes), with `meanwhile` on a
+  // thread of its own during it (it only reads what the write reads);
+  // one-sided (data null): the bytes are in the slot already, `meanwhile` alone.
+  template <typename Meanwhile>
+  Status write(std::uint64_t version, std::uint64_t j, int slot, const std::byte* data, std::uint64_t bytes,
+               Deadline deadline, Meanwhile meanwhile) {
+    if (data == nullptr) return meanwhile();
+    Status kept;
+    std::thread keeper([&] { kept = meanwhile(); });
     auto ticket = c_.target->submit(slot, 0, std::span<const std::byte>(data, bytes), version, deadline);
-    if (!ticket.ok()) return ticket.status();
-    const Ticket written[] = {*ticket};
-    Status status = wait_written(c_, written, j, deadline);
-    if (!status.ok()) c_.target->cancel(*ticket);
-    return status;
+    Status status = ticket.status();
+    if (status.ok()) {
+      const Ticket written[] = {*ticket};
+      status = wait_written(c_, written, j, deadline);
+      if (!status.ok()) c_.target->cancel(*ticket);
+    }
+    keeper.join();
+    return status.ok() ? kept : status;
   }
 
   SenderContext c_;
