@@ -8,6 +8,27 @@
 
 namespace refit::cli {
 
+namespace {
+
+// --delta: what crossed the links per refit, and how its buckets went.
+void print_delta_table(const nlohmann::json& r, std::FILE* out) {
+  const nlohmann::json refits = r.value("refits", nlohmann::json::array());
+  if (refits.empty() || !refits[0].contains("encodings")) return;
+  std::fprintf(out, "\n%8s %14s %9s %13s %13s\n", "version", "wire bytes", "of bytes", "full buckets",
+               "delta buckets");
+  for (const auto& f : refits) {
+    const double bytes = static_cast<double>(f.value("bytes", 0ull));
+    const auto wire = f.value("wire_bytes", 0ull);
+    const nlohmann::json encodings = f.value("encodings", nlohmann::json::object());
+    std::fprintf(out, "%8llu %14s %8.3fx %13llu %13llu\n", static_cast<unsigned long long>(f.value("version", 0ull)),
+                 format_bytes(wire).c_str(), bytes > 0 ? static_cast<double>(wire) / bytes : 0.0,
+                 static_cast<unsigned long long>(encodings.value("full", 0ull)),
+                 static_cast<unsigned long long>(encodings.value("words", 0ull)));
+  }
+}
+
+}  // namespace
+
 void print_report_table(const nlohmann::json& r, std::FILE* out) {
   auto u = [&](const char* k) { return r.value(k, 0ull); };
   const std::size_t refits = r.value("refits", nlohmann::json::array()).size();
@@ -27,6 +48,7 @@ void print_report_table(const nlohmann::json& r, std::FILE* out) {
                  format_bytes(f.value("bytes", 0ull)).c_str(), f.value("seconds", 0.0), f.value("gbps", 0.0),
                  f.value("verified", false) ? "yes" : "no");
   }
+  print_delta_table(r, out);
   std::fprintf(out, "\n%11s %8s %8s %8s %14s\n", "engine rank", "buckets", "batches", "tensors", "bytes");
   for (const auto& k : r.value("ranks", nlohmann::json::array())) {
     std::fprintf(out, "%11d %8llu %8llu %8llu %14s\n", k.value("rank", 0),
