@@ -133,6 +133,22 @@ TEST(DeltaJob, ATrainerKilledMidDeltaLeavesEveryEngineAtItsCommittedVersion) {
   }
 }
 
+// Release between refits drops each trainer's sender and link after every
+// commit, not its bases: later refits are still encoded, and verify.
+// Catches: the bases owned by the sender (every refit would go full).
+TEST(DeltaJob, BasesOutliveTheReleaseBetweenRefits) {
+  auto r = run_refit({"demo", "--json", "--model", "tiny", "--engine-ranks", "2", "--refits", "3", "--transport",
+                      "tcp", "--delta", "--change-fraction", "0.01", "--release-between-refits", "--timeout", "120"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const json report = json::parse(r.out);
+  EXPECT_TRUE(report["verified"].get<bool>());
+  ASSERT_EQ(report["refits"].size(), 3u);
+  for (std::size_t v = 1; v < 3; ++v) {
+    EXPECT_EQ(report["refits"][v]["encodings"]["full"], 0u) << report["refits"][v].dump();
+    EXPECT_FALSE(report["refits"][v]["released_bytes"].empty());
+  }
+}
+
 // The demo's table says what crossed the link per refit. Catches: the
 // table printed without its delta part (a user would see only the bytes).
 TEST(DeltaJob, TheDemoTableSaysWhatCrossedTheLink) {
