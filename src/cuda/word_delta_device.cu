@@ -59,6 +59,16 @@ __device__ __forceinline__ bool word_differs(const std::byte* now, const std::by
   return false;
 }
 
+// Whether this thread's word of each round changed (false past the bucket).
+__device__ __forceinline__ void changed_in_rounds(const std::byte* now, const std::byte* base, std::uint64_t n,
+                                                  bool aligned, bool (&changed)[kWordsPerThread]) {
+  const std::uint64_t words = (n + 7) / 8;
+  for (int k = 0; k < kWordsPerThread; ++k) {
+    const std::uint64_t w = word_of(k);
+    changed[k] = w < words && word_differs(now, base, n, w, aligned);
+  }
+}
+
 // The place of this thread's word of round k among the block's set words
 // (in word order), given each round's per-warp ballots: every thread of
 // the block calls it for every round, after the ballots are in `totals`.
@@ -88,16 +98,13 @@ __device__ __forceinline__ void ballot_rounds(const bool (&flag)[kWordsPerThread
 // each warp write its ballot's 4 bytes) and each block's count of changed words.
 __global__ void __launch_bounds__(kThreads) mark_kernel(const std::byte* now, const std::byte* base, std::uint64_t n,
                                                         bool aligned, std::uint8_t* bitmap, unsigned* counts) {
-  const std::uint64_t words = (n + 7) / 8;
   __shared__ unsigned totals[kWordsPerThread][kThreads / 32];
   bool changed[kWordsPerThread];
   unsigned ballots[kWordsPerThread];
-  for (int k = 0; k < kWordsPerThread; ++k) {
-    const std::uint64_t w = word_of(k);
-    changed[k] = w < words && word_differs(now, base, n, w, aligned);
-  }
+  changed_in_rounds(now, base, n, aligned, changed);
   ballot_rounds(changed, ballots, totals);
   const unsigned lane = threadIdx.x % 32;
+  const std::uint64_t words = (n + 7) / 8;
   for (int k = 0; k < kWordsPerThread; ++k) {
     const std::uint64_t first = word_of(k) - lane;  // the warp's first word: a multiple of 32
     if (lane < 4 && first + lane * 8 < words) {
@@ -118,14 +125,10 @@ __global__ void __launch_bounds__(kThreads) mark_kernel(const std::byte* now, co
 __global__ void __launch_bounds__(kThreads) scatter_kernel(const std::byte* now, const std::byte* base,
                                                            std::uint64_t n, bool aligned,
                                                            const std::uint64_t* offsets, std::byte* payload) {
-  const std::uint64_t words = (n + 7) / 8;
   __shared__ unsigned totals[kWordsPerThread][kThreads / 32];
   bool changed[kWordsPerThread];
   unsigned ballots[kWordsPerThread];
-  for (int k = 0; k < kWordsPerThread; ++k) {
-    const std::uint64_t w = word_of(k);
-    changed[k] = w < words && word_differs(now, base, n, w, aligned);
-  }
+  changed_in_rounds(now, base, n, aligned, changed);
   ballot_rounds(changed, ballots, totals);
   for (int k = 0; k < kWordsPerThread; ++k) {
     if (!changed[k]) continue;
