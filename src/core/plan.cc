@@ -1,5 +1,8 @@
 #include "refit/plan.h"
 
+#include "refit/partial.h"
+#include "refit/transfer_defaults.h"
+
 #include <xxhash.h>
 
 #include <algorithm>
@@ -99,6 +102,40 @@ std::uint64_t compute_digest(const Plan& plan) {
   return XXH64(enc.str().data(), enc.str().size(), 0);
 }
 
+// Lays out the buckets of `plan` (its specs and bucket_size set): each
+// tensor `selected` holds (null: every one) in stream order, a tensor above
+// bucket_size in chunks of bucket_size, the others packed greedily into
+// buckets that close before their aligned bytes pass `limit`.
+void lay_out(Plan& plan, const std::vector<bool>* selected, std::uint64_t limit) {
+  const std::uint64_t bucket_size = plan.bucket_size;
+  OpenBucket open;
+  for (std::size_t i = 0; i < plan.specs.size(); ++i) {
+    if (selected != nullptr && !(*selected)[i]) continue;
+    const auto t = static_cast<std::uint32_t>(i);
+    const std::uint64_t nbytes = plan.specs[i].nbytes();
+    if (nbytes > bucket_size) {
+      close_bucket(open, plan);
+      plan.largest_chunked_tensor = std::max(plan.largest_chunked_tensor, nbytes);
+      const std::uint64_t full_chunks = (nbytes - 1) / bucket_size;  // chunks before the last one
+      for (std::uint64_t k = 0; k < full_chunks; ++k) {
+        open.entries.push_back(PlanEntry{t, k * bucket_size, bucket_size, 0});
+        open.aligned_bytes = bucket_size;
+        close_bucket(open, plan);
+      }
+      const std::uint64_t last_offset = full_chunks * bucket_size;
+      open.entries.push_back(PlanEntry{t, last_offset, nbytes - last_offset, 0});
+      open.aligned_bytes = align_up(nbytes - last_offset);
+      continue;
+    }
+    const std::uint64_t need = align_up(nbytes);
+    if (open.aligned_bytes + need > limit) close_bucket(open, plan);
+    open.entries.push_back(PlanEntry{t, 0, nbytes, 0});
+    open.aligned_bytes += need;
+  }
+  close_bucket(open, plan);
+}
+
+
 }  // namespace
 
 std::string Plan::digest_hex() const {
@@ -137,34 +174,29 @@ StatusOr<Plan> make_plan(std::vector<TensorSpec> specs, std::uint64_t bucket_siz
     }
   }
   plan.specs = std::move(specs);
-
-  OpenBucket open;
-  for (std::size_t i = 0; i < plan.specs.size(); ++i) {
-    const auto t = static_cast<std::uint32_t>(i);
-    const std::uint64_t nbytes = plan.specs[i].nbytes();
-    if (nbytes > bucket_size) {
-      close_bucket(open, plan);
-      plan.largest_chunked_tensor = std::max(plan.largest_chunked_tensor, nbytes);
-      const std::uint64_t full_chunks = (nbytes - 1) / bucket_size;  // chunks before the last one
-      for (std::uint64_t k = 0; k < full_chunks; ++k) {
-        open.entries.push_back(PlanEntry{t, k * bucket_size, bucket_size, 0});
-        open.aligned_bytes = bucket_size;
-        close_bucket(open, plan);
-      }
-      const std::uint64_t last_offset = full_chunks * bucket_size;
-      open.entries.push_back(PlanEntry{t, last_offset, nbytes - last_offset, 0});
-      open.aligned_bytes = align_up(nbytes - last_offset);
-      continue;
-    }
-    const std::uint64_t need = align_up(nbytes);
-    if (open.aligned_bytes + need > bucket_size) close_bucket(open, plan);
-    open.entries.push_back(PlanEntry{t, 0, nbytes, 0});
-    open.aligned_bytes += need;
-  }
-  close_bucket(open, plan);
+  lay_out(plan, nullptr, bucket_size);
   plan.digest = compute_digest(plan);
   return plan;
 }
+
+StatusOr<Plan> make_subset_plan(const Plan& full, const std::vector<bool>& selected) {
+  if (selected.size() != full.specs.size()) {
+    return InvalidArgument("partial refit: a selection of " + std::to_string(selected.size()) +
+                           " tensors for a stream of " + std::to_string(full.specs.size()));
+  }
+  if (std::find(selected.begin(), selected.end(), false) == selected.end()) return full;
+  if (std::find(selected.begin(), selected.end(), true) == selected.end()) {
+    return InvalidArgument("partial refit: the selection holds none of the stream's tensors");
+  }
+  Plan plan;
+  plan.specs = full.specs;
+  plan.bucket_size = full.bucket_size;
+  for (std::size_t i = 0; i < selected.size(); ++i) plan.total_bytes += selected[i] ? full.specs[i].nbytes() : 0;
+  lay_out(plan, &selected, pool_slot_bytes(full));
+  plan.digest = compute_digest(plan);
+  return plan;
+}
+
 
 StatusOr<std::uint64_t> parse_byte_size(std::string_view text) {
   const std::string quoted = "'" + std::string(text) + "'";
