@@ -158,7 +158,8 @@ int child(const std::string& preset, int layers, std::uint64_t bucket_bytes, con
   std::printf("%s, %d layers: %zu tensors, %.2f GB; buckets of %llu MiB: %zu\n", preset.c_str(), layers,
               l.model.weights.size(), bytes / 1e9, static_cast<unsigned long long>(bucket_bytes >> 20),
               l.plan.buckets.size());
-  const double ceiling = median_ms(s, [&] { CHECK_CUDA(cudaMemcpyAsync(local, source, bytes, cudaMemcpyDeviceToDevice, s)); });
+  const double ceiling =
+      median_ms(s, [&] { CHECK_CUDA(cudaMemcpyAsync(local, source, bytes, cudaMemcpyDeviceToDevice, s)); });
   const double ceiling_ipc =
       median_ms(s, [&] { CHECK_CUDA(cudaMemcpyAsync(arena, source, bytes, cudaMemcpyDeviceToDevice, s)); });
   auto report = [&](const char* what, double ms) {

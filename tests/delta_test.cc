@@ -152,8 +152,8 @@ TEST(DeltaJob, BasesOutliveTheReleaseBetweenRefits) {
 // The demo's table says what crossed the link per refit. Catches: the
 // table printed without its delta part (a user would see only the bytes).
 TEST(DeltaJob, TheDemoTableSaysWhatCrossedTheLink) {
-  auto r = run_refit({"demo", "--model", "tiny", "--engine-ranks", "1", "--refits", "2", "--transport", "tcp", "--delta",
-                      "--change-fraction", "0.01", "--timeout", "120"});
+  auto r = run_refit({"demo", "--model", "tiny", "--engine-ranks", "1", "--refits", "2", "--transport", "tcp",
+                      "--delta", "--change-fraction", "0.01", "--timeout", "120"});
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("wire bytes  of bytes  full buckets delta buckets"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("1.000x             1             0"), std::string::npos) << r.out;  // refit 1: full
