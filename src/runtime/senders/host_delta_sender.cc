@@ -47,16 +47,10 @@ class HostDeltaSender final : public BucketSender {
   Status send(std::uint64_t version, std::uint64_t j, Deadline deadline) override {
     ASSIGN_OR_RETURN(const GrantedSlot credit, c_.protocol->wait_credit_base(version, j, deadline));
     const int slot = static_cast<int>(credit.slot);
-    std::byte* dst = c_.target->mapped_slot(slot);
-    const bool in_place = dst != nullptr;
-    if (!in_place) {
-      if (staging_.empty()) return Internal(bucket_where(c_, j) + ": the target maps no slot " + std::to_string(slot));
-      dst = staging_.data();
-    }
+    ASSIGN_OR_RETURN(const HostPacked packed, pack_on_host(c_, j, slot, staging_, runs_));
+    std::byte* dst = packed.bytes;
+    const bool in_place = packed.in_slot;
     const std::uint64_t n = c_.plan->buckets[j].bytes;
-    runs_.clear();
-    append_slot_runs(c_, j, dst, &runs_);
-    copy_runs_on_host(runs_);
     zero_gaps(c_.plan->buckets[j], dst);
     const std::span<const std::byte> now(dst, n);
     ASSIGN_OR_RETURN(const std::uint64_t encoded, encode_against_base(credit.base, j, now));

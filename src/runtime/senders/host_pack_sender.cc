@@ -18,16 +18,8 @@ class HostPackSender final : public BucketSender {
 
   Status send(std::uint64_t version, std::uint64_t j, Deadline deadline) override {
     ASSIGN_OR_RETURN(const std::uint64_t slot, c_.protocol->wait_credit(version, j, deadline));
-    std::byte* dst = c_.target->mapped_slot(static_cast<int>(slot));
-    const bool in_place = dst != nullptr;
-    if (!in_place) {
-      if (staging_.empty()) return Internal(bucket_where(c_, j) + ": the target maps no slot " + std::to_string(slot));
-      dst = staging_.data();
-    }
-    runs_.clear();
-    append_slot_runs(c_, j, dst, &runs_);
-    copy_runs_on_host(runs_);
-    if (!in_place) RETURN_IF_ERROR(submit_packed(version, j, static_cast<int>(slot), dst, deadline));
+    ASSIGN_OR_RETURN(const HostPacked packed, pack_on_host(c_, j, static_cast<int>(slot), staging_, runs_));
+    if (!packed.in_slot) RETURN_IF_ERROR(submit_packed(version, j, static_cast<int>(slot), packed.bytes, deadline));
     return c_.protocol->send_landed(version, j, slot, deadline);
   }
 

@@ -64,6 +64,19 @@ void append_arena_runs(const SenderContext& c, std::uint64_t bucket, std::byte* 
   }
 }
 
+StatusOr<HostPacked> pack_on_host(const SenderContext& c, std::uint64_t bucket, int slot,
+                                  std::vector<std::byte>& staging, std::vector<CopyRun>& runs) {
+  HostPacked packed{c.target->mapped_slot(slot), true};
+  if (packed.bytes == nullptr) {
+    if (staging.empty()) return Internal(bucket_where(c, bucket) + ": the target maps no slot " + std::to_string(slot));
+    packed = HostPacked{staging.data(), false};
+  }
+  runs.clear();
+  append_slot_runs(c, bucket, packed.bytes, &runs);
+  copy_runs_on_host(runs);
+  return packed;
+}
+
 void copy_runs_on_host_parallel(std::span<const CopyRun> runs) {
   std::uint64_t total = 0;
   for (const CopyRun& r : runs) total += r.row_bytes * r.rows;

@@ -40,6 +40,18 @@ inline std::uint64_t landing_offset(const SenderContext& c) { return c.landing !
 // each at `arena + arena_offsets[tensor] + tensor_offset`.
 void append_arena_runs(const SenderContext& c, std::uint64_t bucket, std::byte* arena, std::vector<CopyRun>* runs);
 
+// The host senders' pack (host pack, host delta): bucket j's entries
+// copied on the host into the target's mapping of `slot` (one-sided
+// transports: straight into the engine's pool) or, where it maps none, into
+// `staging` (two-sided: the caller has the transport write it). Internal
+// error, naming the bucket, when neither exists. `runs` is scratch.
+struct HostPacked {
+  std::byte* bytes = nullptr;  // the packed bucket
+  bool in_slot = false;        // bytes is the mapped slot itself
+};
+StatusOr<HostPacked> pack_on_host(const SenderContext& c, std::uint64_t bucket, int slot,
+                                  std::vector<std::byte>& staging, std::vector<CopyRun>& runs);
+
 // Executes host runs split over a few threads (one thread's memcpy from the
 // page cache is several times slower than the host-to-device link).
 void copy_runs_on_host_parallel(std::span<const CopyRun> runs);
