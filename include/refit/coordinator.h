@@ -38,8 +38,15 @@ struct CoordinatorOptions {
   std::string listen = "127.0.0.1:0";
   // Trainer ranks expected. Default: 1.
   int trainer_ranks = 1;
-  // Engine ranks expected. Default: 1.
+  // Engine ranks expected per engine (TP size). Default: 1.
   int engine_ranks = 1;
+  // Engines (replicas of engine_ranks ranks each, `refit engine --engine
+  // k`). Engine 0 is fed by the trainer ranks; each other engine by its
+  // parent in a relay tree of fanout relay_fanout (1: a chain), so the
+  // trainers' links carry each byte once whatever the count. A refit
+  // commits only once every rank of every engine has it. Default: 1.
+  int engines = 1;
+  int relay_fanout = 1;
   // Refits to run; 0: on demand, each refit asked for by every trainer rank
   // (TrainerRank::refit). Default: 1.
   int refits = 1;

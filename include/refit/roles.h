@@ -167,6 +167,10 @@ struct RankOptions {
 };
 
 struct EngineOptions : RankOptions {
+  // The engine this rank belongs to (many engines, CoordinatorOptions::
+  // engines): engine 0 is fed by the trainer ranks, every other by its
+  // parent in the relay tree; every engine has the same ranks. Default: 0.
+  int engine = 0;
   // Staging slots of the receive pool (staged mode), each as large as the
   // plan's largest bucket. Default: kAutoPoolSlots, which stands for 3, or
   // 2 where memory_limit holds fewer than 3 (transfer_defaults.h).
@@ -212,7 +216,8 @@ struct EngineOptions : RankOptions {
 Status validate_rank_settings(const RankOptions& options, bool engine);
 
 // Tells the coordinator at options.coordinator that this rank (rank
-// options.rank: an engine rank when `engine`, else a trainer rank) failed
+// options.rank: an engine rank of engine `engine_index` when `engine`, else
+// a trainer rank) failed
 // its setup before it joined, and why (`error`), so that the coordinator
 // and every other rank stop at once naming it instead of waiting out the
 // setup deadline. Call it in place of joining: after validate_rank_settings
@@ -220,7 +225,7 @@ Status validate_rank_settings(const RankOptions& options, bool engine);
 // has joined reports through its control link instead. Best effort: it
 // blocks at most min(options.setup_timeout_s, 3 s), and does nothing
 // without a coordinator address or when `error` is OK.
-void report_rank_setup_failure(const RankOptions& options, bool engine, const Status& error);
+void report_rank_setup_failure(const RankOptions& options, bool engine, const Status& error, int engine_index = 0);
 
 Status run_trainer(const RankOptions& options);
 Status run_engine(const EngineOptions& options);

@@ -25,7 +25,9 @@
 #include "control/protocol.h"
 #include "control/progress_line.h"
 #include "control/refit_phases.h"
+#include "control/relay_topology.h"
 #include "control/report_builder.h"
+#include "control/roster.h"
 #include "control/topology.h"
 #include "net/link.h"
 #include "refit/format.h"
@@ -37,44 +39,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The first field of a trainer rank's join that a replacement process must
-// share with the lost one (what its Setup and the plan were built from),
-// or "" when they agree.
-std::string join_difference(const Join& lost, const Join& replacement) {
-  if (lost.protocol != replacement.protocol) return "control protocol";
-  if (lost.device != replacement.device) return "device";
-  if (lost.mode != replacement.mode) return "mode";
-  if (lost.trainer_ranks != replacement.trainer_ranks) return "trainer rank count";
-  if (lost.engine_ranks != replacement.engine_ranks) return "engine rank count";
-  if (lost.bucket_size != replacement.bucket_size) return "bucket size";
-  if (lost.transport != replacement.transport) return "transport";
-  if (lost.plan_digest != replacement.plan_digest) return "plan digest";
-  if (lost.engine_rank != replacement.engine_rank) return "engine rank";
-  if (lost.stream_dtypes != replacement.stream_dtypes) return "stream dtypes";
-  if (lost.quantize != replacement.quantize) return "quantize";
-  if (lost.layout != replacement.layout) return "trainer layout";
-  if (lost.transfer_digest != replacement.transfer_digest) return "transfer plan digest";
-  if (lost.feeds != replacement.feeds) return "feeds";
-  return "";
-}
-
 // How long the coordinator keeps answering ranks that arrive after another
 // rank reported its setup failure.
 constexpr std::chrono::seconds kLatecomerWindow{5};
-
-// One joined rank as the shell sees it.
-struct Member {
-  std::unique_ptr<Link> link;
-  Join join;
-  bool closed = false;  // its connection was lost (reported to the machine)
-  std::string name() const { return rank_name(join.role, join.rank); }
-};
 
 class Coordinator {
  public:
   explicit Coordinator(const CoordinatorOptions& options)
       : options_(options), fault_(options.debug_fault), report_(options.report_path),
-        progress_(options.progress, options.refits) {}
+        progress_(options.progress, options.refits),
+        roster_(options.trainer_ranks, options.engine_ranks, options.engines) {}
 
   Json run(const std::function<void(int)>& on_listening) {
     Status status = setup(on_listening);
@@ -106,6 +80,10 @@ class Coordinator {
 
   Status setup(const std::function<void(int)>& on_listening) {
     RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
+    if (options_.engines < 1 || options_.relay_fanout < 1) {
+      return InvalidArgument("coordinator: --engines (" + std::to_string(options_.engines) + ") and --relay-fanout (" +
+                             std::to_string(options_.relay_fanout) + ") must be at least 1");
+    }
     // A report file that cannot be written fails now, before any rank joins.
     RETURN_IF_ERROR(report_.persist_running("at setup, before any refit was committed"));
     ASSIGN_OR_RETURN(heartbeats_,
@@ -143,30 +121,29 @@ class Coordinator {
     gate.handshake_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(options_.handshake_timeout_s * 1000));
     ASSIGN_OR_RETURN(gate_, JoinGate::Start(std::move(listener), std::move(gate)));
     on_listening(listening_port);
-    trainers_.resize(static_cast<std::size_t>(options_.trainer_ranks));
-    engines_.resize(static_cast<std::size_t>(options_.engine_ranks));
-
     setup_deadline_ = Deadline::AfterSeconds(options_.setup_timeout_s);
     RETURN_IF_ERROR(accept_joins(setup_deadline_));
-    std::vector<Join> trainer_joins, engine_joins;
-    for (auto& t : trainers_) trainer_joins.push_back(t->join);
-    for (auto& e : engines_) engine_joins.push_back(e->join);
+    const std::vector<Join> trainer_joins = roster_.trainer_joins(), engine_joins = roster_.engine_joins();
+    const std::vector<Join> first_engine(engine_joins.begin(), engine_joins.begin() + options_.engine_ranks);
     ASSIGN_OR_RETURN(Topology topology,
-                     plan_topology(trainer_joins, engine_joins, options_.seed, options_.refits == 0));
+                     plan_topology(trainer_joins, first_engine, options_.seed, options_.refits == 0));
+    RETURN_IF_ERROR(plan_relay(engine_joins, options_.engine_ranks, static_cast<std::uint64_t>(options_.relay_fanout),
+                               options_.release_between_refits, topology));
     for (const std::string& warning : topology.warnings) note(LogLevel::kWarning, warning);
     for (auto* group : {&topology.engine_setups, &topology.trainer_setups}) {
       for (Setup& setup : *group) setup.release_between_refits = options_.release_between_refits;
     }
-    report_.set_topology(engine_joins[0], topology);
-    for (std::size_t e = 0; e < engines_.size(); ++e) {
-      RETURN_IF_ERROR(send_message(*engines_[e]->link, CoordinatorMessage(topology.engine_setups[e]), setup_deadline_)
-                          .WithContext("setup of " + engines_[e]->name()));
+    report_.set_topology(engine_joins[0], topology, options_.engines, options_.relay_fanout);
+    for (std::size_t e = 0; e < engine_joins.size(); ++e) {
+      Member& m = roster_.engine_rank(e);
+      RETURN_IF_ERROR(send_message(*m.link, CoordinatorMessage(topology.engine_setups[e]), setup_deadline_)
+                          .WithContext("setup of " + m.name()));
     }
     trainer_setups_ = topology.trainer_setups;  // a replacement trainer rank gets its rank's again
-    for (std::size_t t = 0; t < trainers_.size(); ++t) {
-      RETURN_IF_ERROR(send_message(*trainers_[t]->link, CoordinatorMessage(topology.trainer_setups[t]),
-                                   setup_deadline_)
-                          .WithContext("setup of " + trainers_[t]->name()));
+    for (std::size_t t = 0; t < trainer_joins.size(); ++t) {
+      Member& m = roster_.trainer(static_cast<int>(t));
+      RETURN_IF_ERROR(send_message(*m.link, CoordinatorMessage(topology.trainer_setups[t]), setup_deadline_)
+                          .WithContext("setup of " + m.name()));
     }
     return Status::Ok();
   }
@@ -176,7 +153,7 @@ class Coordinator {
   // rank that joined and is lost before the others did ends setup at once,
   // named (not only once the last rank joins, or at the setup deadline).
   Status accept_joins(Deadline deadline) {
-    while (joined_ < options_.trainer_ranks + options_.engine_ranks) {
+    while (!roster_.complete()) {
       std::vector<pollfd> fds{{gate_->fd(), POLLIN, 0}};
       std::vector<Member*> members = joined();
       for (Member* m : members) fds.push_back({m->link->fd(), POLLIN, 0});
@@ -193,62 +170,23 @@ class Coordinator {
                              ") during setup, before every rank joined: " + message.status().message());
         }
       }
-      if (deadline.expired()) return DeadlineExceeded(missing_ranks_message());
-      progress_.setup(std::to_string(joined_) + " of " +
-                          format_count(options_.trainer_ranks + options_.engine_ranks, "rank") + " joined");
-      while (auto candidate = gate_->take()) {
-        Status st = admit(std::move(candidate->link), candidate->join);
-        if (!st.ok()) note(LogLevel::kWarning, st.message());
+      if (deadline.expired()) {
+        return DeadlineExceeded("setup timed out after " + format_seconds(options_.setup_timeout_s) + ": missing " +
+                                roster_.missing());
       }
-      if (!setup_failure_.ok()) return setup_failure_;
+      progress_.setup(std::to_string(roster_.joined_count()) + " of " + format_count(roster_.expected(), "rank") +
+                      " joined");
+      while (auto candidate = gate_->take()) admit(std::move(candidate->link), candidate->join);
+      if (!roster_.setup_failure().ok()) return roster_.setup_failure();
     }
     return Status::Ok();
   }
 
-  std::string missing_ranks_message() const {
-    std::string missing;
-    for (std::size_t t = 0; t < trainers_.size(); ++t) {
-      if (!trainers_[t]) missing += (missing.empty() ? "" : ", ") + std::string("trainer rank ") + std::to_string(t);
-    }
-    for (std::size_t e = 0; e < engines_.size(); ++e) {
-      if (!engines_[e]) missing += (missing.empty() ? "" : ", ") + std::string("engine rank ") + std::to_string(e);
-    }
-    return "setup timed out after " + format_seconds(options_.setup_timeout_s) + ": missing " + missing;
-  }
-
-  // Decodes and checks one join (control protocol version, role, rank);
-  // refuses (and tells) a rank that does not fit or is a duplicate, without
-  // disturbing the ranks already admitted.
-  Status admit(std::unique_ptr<Link> link, const Json& text) {
-    auto refuse = [&](const std::string& why) {
-      (void)send_message(*link, CoordinatorMessage(Refusal{FailedPrecondition(why)}),
-                         Deadline::After(std::chrono::milliseconds(1000)));
-      return FailedPrecondition("refused " + link->peer() + ": " + why);
-    };
-    auto message = decode_rank_message(text);
-    if (!message.ok()) return refuse(message.status().message());
-    if (const auto* failed = std::get_if<SetupFailed>(&*message)) return take_setup_failure(*failed, link->peer());
-    const Join* join = std::get_if<Join>(&*message);
-    if (join == nullptr) return refuse("the first message must be a join with role and rank");
-    if (Status fits = check_join(*join, options_.trainer_ranks, options_.engine_ranks); !fits.ok()) {
-      return refuse(fits.message());
-    }
-    auto& group = join->role == Role::kTrainer ? trainers_ : engines_;
-    auto& slot = group[static_cast<std::size_t>(join->rank)];
-    const std::string name = rank_name(join->role, join->rank), pid = std::to_string(join->pid);
-    if (slot) {
-      return refuse("duplicate " + name + ": already joined (pid " +
-                    std::to_string(slot->join.pid) + "), now from " + link->peer() + " (pid " + pid + ")");
-    }
-    const std::string from = link->peer();
-    Member m;
-    m.link = std::move(link);
-    m.link->set_peer(name + " (pid " + pid + ")");
-    m.join = *join;
-    if (options_.log_joins) note(LogLevel::kInfo, name + " joined from " + from + " (pid " + pid + ")");
-    slot = std::move(m);
-    ++joined_;
-    return Status::Ok();
+  // One candidate of the gate into the roster; what it says is logged.
+  void admit(std::unique_ptr<Link> link, const Json& text) {
+    StatusOr<std::string> admitted = roster_.admit(std::move(link), text);
+    if (!admitted.ok()) note(LogLevel::kWarning, admitted.status().message());
+    if (admitted.ok() && !admitted->empty() && options_.log_joins) note(LogLevel::kInfo, *admitted);
   }
 
   // A rank reported that its setup failed before every rank joined: the
@@ -258,12 +196,11 @@ class Coordinator {
   // was told, for at most kLatecomerWindow (and never past the setup
   // deadline), so that the coordinator itself still stops soon.
   void answer_latecomers(const Status& why) {
-    if (!gate_ || !failed_rank_ || setup_deadline_.is_never()) return;
+    if (!gate_ || !roster_.failed_rank() || setup_deadline_.is_never()) return;
     const Deadline until = setup_deadline_.min(Deadline::After(kLatecomerWindow));
-    std::set<std::pair<Role, int>> accounted;
-    for (Member* m : joined()) accounted.insert({m->join.role, m->join.rank});
-    if (failed_rank_) accounted.insert(*failed_rank_);
-    const std::size_t expected = static_cast<std::size_t>(options_.trainer_ranks + options_.engine_ranks);
+    std::set<RankKey> accounted = roster_.joined_keys();
+    accounted.insert(*roster_.failed_rank());
+    const std::size_t expected = static_cast<std::size_t>(roster_.expected());
     while (accounted.size() < expected && !until.expired()) {
       std::vector<pollfd> fds{{gate_->fd(), POLLIN, 0}};
       if (poll_until(fds, until.min(Deadline::After(std::chrono::milliseconds(200)))) < 0) return;
@@ -271,37 +208,15 @@ class Coordinator {
         auto message = decode_rank_message(candidate->join);
         const Join* join = message.ok() ? std::get_if<Join>(&*message) : nullptr;
         const SetupFailed* failed = message.ok() ? std::get_if<SetupFailed>(&*message) : nullptr;
-        if (join != nullptr && check_join(*join, options_.trainer_ranks, options_.engine_ranks).ok()) {
+        if (join != nullptr && roster_.fits(*join)) {
           (void)send_message(*candidate->link, CoordinatorMessage(Refusal{why}),
                              Deadline::After(std::chrono::milliseconds(1000)));
-          accounted.insert({join->role, join->rank});
+          accounted.insert(Roster::key(join->role, join->engine, join->rank));
         } else if (failed != nullptr) {
-          accounted.insert({failed->role, failed->rank});
+          accounted.insert(Roster::key(failed->role, failed->engine, failed->rank));
         }
       }
     }
-  }
-
-  // A rank of this job that failed its own setup before joining: setup
-  // ends with its reason (accept_joins). One that does not fit this job
-  // (another protocol, a rank out of range) is only logged.
-  Status take_setup_failure(const SetupFailed& failed, const std::string& peer) {
-    Join as_join;
-    as_join.protocol = failed.protocol;
-    as_join.role = failed.role;
-    as_join.rank = failed.rank;
-    if (Status fits = check_join(as_join, options_.trainer_ranks, options_.engine_ranks); !fits.ok()) {
-      return FailedPrecondition("ignored a setup failure from " + peer + ": " + fits.message());
-    }
-    if (joined_ == options_.trainer_ranks + options_.engine_ranks) {
-      return FailedPrecondition("ignored a setup failure from " + peer + " after every rank joined: " +
-                                failed.error.message());
-    }
-    failed_rank_ = std::make_pair(failed.role, failed.rank);
-    setup_failure_ = Status(failed.error.code(), rank_name(failed.role, failed.rank) + " (pid " +
-                                                     std::to_string(failed.pid) + ") failed its setup before joining: " +
-                                                     failed.error.message());
-    return Status::Ok();
   }
 
   // A connection after setup is a replacement the machine awaits (admitted:
@@ -316,10 +231,11 @@ class Coordinator {
         replaced = admit_replacement(phases, std::move(candidate->link), *join) || replaced;
         continue;
       }
-      Status st = admit(std::move(candidate->link), candidate->join);
-      // admit() only accepts a rank whose slot is free, which cannot happen
-      // after setup; keep the invariant loud.
-      note(LogLevel::kWarning, st.ok() ? "internal error: a rank was admitted after setup" : st.message());
+      StatusOr<std::string> admitted = roster_.admit(std::move(candidate->link), candidate->join);
+      // The roster only admits a rank whose slot is free, which cannot
+      // happen after setup; keep the invariant loud.
+      note(LogLevel::kWarning, admitted.ok() ? "internal error: a rank was admitted after setup"
+                                             : admitted.status().message());
     }
     return replaced;
   }
@@ -328,7 +244,7 @@ class Coordinator {
   // its join matches the lost process's (same plan), sent that rank's Setup,
   // and fed to the machine as Replaced. Otherwise refused, named.
   bool admit_replacement(RefitPhases& phases, std::unique_ptr<Link> link, const Join& join) {
-    Member& old = *trainers_[static_cast<std::size_t>(join.rank)];
+    Member& old = roster_.trainer(join.rank);
     const std::string name = rank_name(join.role, join.rank), pid = std::to_string(join.pid);
     const std::string differs = join_difference(old.join, join);
     if (!differs.empty()) {
@@ -357,20 +273,12 @@ class Coordinator {
   // ---- the phase machine's feed --------------------------------------------------
 
   // Members in the machine's numbering: trainers, then engines.
-  std::vector<Member*> joined() {
-    std::vector<Member*> out;
-    for (auto* group : {&trainers_, &engines_}) {
-      for (auto& m : *group) {
-        if (m) out.push_back(&*m);
-      }
-    }
-    return out;
-  }
+  std::vector<Member*> joined() { return roster_.joined(); }
 
   Status drive() {
     PhaseOptions phase_options;
     phase_options.trainer_ranks = options_.trainer_ranks;
-    phase_options.engine_ranks = options_.engine_ranks;
+    phase_options.engine_ranks = options_.engine_ranks * options_.engines;
     phase_options.refits = options_.refits;
     phase_options.setup_timeout_s = options_.setup_timeout_s;
     phase_options.refit_timeout_s = options_.refit_timeout_s;
@@ -380,8 +288,10 @@ class Coordinator {
     // cuts split (they say so in their joins: an engine that declares its
     // specs, as a Python engine does, need not name the format; every
     // trainer rank agrees, or the plan digests would differ).
-    phase_options.amax_exchange = trainers_[0]->join.layout != "full" && trainers_[0]->join.quantize != "none";
-    phase_options.alternate_arenas = engines_[0]->join.mode == "direct" && engines_[0]->join.shadow;
+    const Join& trainer = roster_.trainer(0).join;
+    const Join& engine = roster_.engine_rank(0).join;
+    phase_options.amax_exchange = trainer.layout != "full" && trainer.quantize != "none";
+    phase_options.alternate_arenas = engine.mode == "direct" && engine.shadow;
     phase_options.release_between_refits = options_.release_between_refits;
     RefitPhases phases(phase_options);
     members_ = joined();
@@ -440,7 +350,9 @@ class Coordinator {
     if (was_setup && phases.phase() != RefitPhases::Phase::kSetup && phases.phase() != RefitPhases::Phase::kEnded &&
         options_.log_joins) {
       note(LogLevel::kInfo, "setup complete: " + format_count(options_.trainer_ranks, "trainer rank") + ", " +
-                                format_count(options_.engine_ranks, "engine rank") + " linked");
+                                format_count(options_.engine_ranks * options_.engines, "engine rank") +
+                                (options_.engines > 1 ? " (" + std::to_string(options_.engines) + " engines)" : "") +
+                                " linked");
     }
     for (PhaseAction& action : actions) carry_out(action, lost);
   }
@@ -550,12 +462,8 @@ class Coordinator {
   FaultHook fault_;  // options_.debug_fault, disarmed once it fired
   // Accepts, authenticates and reads joins off this thread (join_gate.h).
   std::unique_ptr<JoinGate> gate_;
-  std::vector<std::optional<Member>> trainers_, engines_;
   std::vector<Member*> members_;  // the machine's numbering
   std::vector<Setup> trainer_setups_;
-  int joined_ = 0;
-  Status setup_failure_;  // a rank's SetupFailed, ending setup
-  std::optional<std::pair<Role, int>> failed_rank_;  // its sender
   // Set by setup() before any use; Never() only as the initial value.
   Deadline setup_deadline_ = Deadline::Never();
   HeartbeatTiming heartbeats_;
@@ -563,6 +471,7 @@ class Coordinator {
   Status end_status_;
   ReportBuilder report_;
   ProgressLine progress_;
+  Roster roster_;  // the expected ranks, and those that joined
   // For the summary line: every committed refit (every engine rank's bytes),
   // whether each was verified, and the failed refits recovered from.
   RefitTally tally_;

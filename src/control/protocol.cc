@@ -79,6 +79,7 @@ StatusOr<Join> decode_join(const Json& m) {
   j.protocol = u64(m, "protocol", 0);
   ASSIGN_OR_RETURN(j.role, role_field(m));
   j.rank = static_cast<int>(u64(m, "rank"));
+  j.engine = u64(m, "engine");
   if (auto pid = m.find("pid"); pid != m.end()) j.pid = pid->get<std::int64_t>();
   j.device = str(m, "device", "cpu");
   j.gpu = str(m, "gpu");
@@ -122,6 +123,7 @@ Json encode_join(const Join& j) {
   if (!j.gpu.empty()) m["gpu"] = j.gpu;
   if (j.change != (std::uint64_t{1} << 32)) m["change"] = j.change;
   if (j.delta) m["delta"] = true;
+  if (j.engine != 0) m["engine"] = j.engine;
   if (j.role == Role::kTrainer) {
     m["engine_rank"] = j.engine_rank;
     m["stream_dtypes"] = j.stream_dtypes;
@@ -183,6 +185,11 @@ StatusOr<Setup> decode_setup(const Json& m) {
     s.on_demand = boolean(m, "on_demand");
   }
   s.release_between_refits = boolean(m, "release_between_refits");
+  s.engines = u64(m, "engines", 1);
+  s.engine = u64(m, "engine");
+  if (auto it = m.find("relay"); it != m.end()) {
+    ASSIGN_OR_RETURN(s.relay, targets_from_json(*it, "'setup' field 'relay'"));
+  }
   return s;
 }
 
@@ -210,6 +217,9 @@ Json encode_setup(const Setup& s) {
     m["on_demand"] = s.on_demand;
   }
   if (s.release_between_refits) m["release_between_refits"] = true;
+  if (s.engines != 1) m["engines"] = s.engines;
+  if (s.engine != 0) m["engine"] = s.engine;
+  if (!s.relay.empty()) m["relay"] = targets_to_json(s.relay);
   return m;
 }
 
@@ -285,6 +295,11 @@ StatusOr<HeartbeatTiming> heartbeat_timing(double interval_s, double timeout_s, 
 
 const char* role_name(Role role) { return role == Role::kTrainer ? "trainer" : "engine"; }
 
+std::string feeder_name(std::uint64_t feeder) {
+  if (is_relay_feeder(feeder)) return "engine " + std::to_string(feeder - kRelayFeederBase) + " (relay)";
+  return "trainer rank " + std::to_string(feeder);
+}
+
 Json encode(const RankMessage& message) {
   return std::visit(
       Overload{[](const Join& j) { return encode_join(j); },
@@ -322,6 +337,7 @@ Json encode(const RankMessage& message) {
                  m["protocol"] = f.protocol;
                  m["role"] = role_name(f.role);
                  m["rank"] = f.rank;
+                 if (f.engine != 0) m["engine"] = f.engine;
                  m["pid"] = f.pid;
                  m["error"] = status_to_json(f.error);
                  return m;
@@ -428,6 +444,7 @@ StatusOr<RankMessage> decode_rank_message(const Json& m) {
     f.protocol = m.contains("protocol") ? u64(m, "protocol") : 0;
     ASSIGN_OR_RETURN(f.role, role_field(m));
     f.rank = static_cast<int>(u64(m, "rank"));
+    f.engine = u64(m, "engine");
     f.pid = m.contains("pid") ? m["pid"].get<std::int64_t>() : 0;
     f.error = status_field(m, "error").value_or(Internal("no error given"));
     return RankMessage(std::move(f));

@@ -73,8 +73,9 @@ namespace refit {
 // release between refits (setup's release; release, released, acquire,
 // acquired) and the join's change (--change-fraction); version 8 the join's
 // delta (--delta) with the data plane's credit base and encoded kLanded
-// (net/frames.h).
-inline constexpr std::uint64_t kControlProtocolVersion = 8;
+// (net/frames.h); version 9 many engines (the join's engine, the setup's
+// engines, engine and relay; issue 18).
+inline constexpr std::uint64_t kControlProtocolVersion = 9;
 
 // How often a side sends a heartbeat, and how long it waits for a word from
 // its peer before it treats the peer as lost (stalled, dead or cut off).
@@ -130,12 +131,23 @@ struct Feed {
   std::vector<Part> parts;  // (bucket, bytes), ascending bucket, bytes > 0
   friend bool operator==(const Feed&, const Feed&) = default;
 };
-// A sharded trainer rank's setup: how to reach one engine rank it feeds.
+// A sharded trainer rank's setup: how to reach one engine rank it feeds. An
+// engine rank's setup (`relay`): how to reach the same rank of an engine it
+// relays to (`engine`: that engine's number; on the wire only when not 0).
 struct EngineTarget {
   std::uint64_t engine_rank = 0;
   std::string address, descriptor, device = "cpu";
+  std::uint64_t engine = 0;
   friend bool operator==(const EngineTarget&, const EngineTarget&) = default;
 };
+
+// The feeder id (Setup::feeders, the data link's hello) of engine `engine`
+// relaying to the same rank of another engine: above every trainer rank.
+inline constexpr std::uint64_t kRelayFeederBase = std::uint64_t{1} << 32;
+inline std::uint64_t relay_feeder(std::uint64_t engine) { return kRelayFeederBase + engine; }
+inline bool is_relay_feeder(std::uint64_t feeder) { return feeder >= kRelayFeederBase; }
+// "trainer rank 3", or "engine 1 (relay)".
+std::string feeder_name(std::uint64_t feeder);
 
 // ---- rank -> coordinator -------------------------------------------------------
 
@@ -146,6 +158,9 @@ struct Join {
   std::uint64_t protocol = kControlProtocolVersion;
   Role role = Role::kTrainer;
   int rank = 0;
+  // Engine: the engine this rank belongs to (--engine; many engines, issue
+  // 18). Absent on the wire: 0.
+  std::uint64_t engine = 0;
   std::int64_t pid = 0;
   std::string device = "cpu";  // "cpu" or "cuda"
   std::string gpu;             // the GPU's UUID, "" when unknown or none
@@ -251,6 +266,7 @@ struct SetupFailed {
   int rank = 0;
   std::int64_t pid = 0;
   Status error;
+  std::uint64_t engine = 0;  // an engine rank's engine (absent on the wire: 0)
 };
 
 // Sharded trainers under --quantize, after go (control/amax_exchange.h):
@@ -287,6 +303,12 @@ struct Setup {
   // --release-between-refits: after each commit the coordinator sends
   // release, before the next start acquire. Absent on the wire: false.
   bool release_between_refits = false;
+  // Many engines (issue 18). Engine: the job's engine count and this rank's
+  // engine (absent on the wire: 1 and 0), and the same rank of every engine
+  // it relays each landed bucket to (relay_topology.h); an engine other
+  // than 0 is fed by one relay feeder (relay_feeder(parent)) in `feeders`.
+  std::uint64_t engines = 1, engine = 0;
+  std::vector<EngineTarget> relay;
 };
 struct Start {
   std::uint64_t version = 0;

@@ -50,6 +50,7 @@ void add_join(std::vector<Schema>& s) {
                {{"protocol", kUint},
                 {"role", kStr, true, kMaxNameBytes},
                 {"rank", kUint, true, kMaxRanks},
+                {"engine", kUint, false, kMaxRanks},
                 {"pid", kInt},
                 {"device", kStr, false, kMaxNameBytes},
                 {"gpu", kStr, false, kMaxNameBytes},
@@ -96,6 +97,7 @@ void add_rank_messages(std::vector<Schema>& s) {
                {{"protocol", kUint},
                 {"role", kStr, true, kMaxNameBytes},
                 {"rank", kUint, true, kMaxRanks},
+                {"engine", kUint, false, kMaxRanks},
                 {"pid", kInt},
                 {"error", kObj, true}}});
 }
@@ -115,7 +117,10 @@ void add_coordinator_messages(std::vector<Schema>& s) {
                 {"on_demand", kBool},
                 {"parts", kArr, false, 0, kArr},            // per bucket; shard_json.cc checks each
                 {"targets", kArr, false, kMaxRanks, kObj},
-                {"release_between_refits", kBool}}});
+                {"release_between_refits", kBool},
+                {"engines", kUint, false, kMaxRanks},
+                {"engine", kUint, false, kMaxRanks},
+                {"relay", kArr, false, kMaxRanks, kObj}}});
   s.push_back({"release", {kVersion}});
   s.push_back({"acquire", {kVersion, {"descriptors", kArr, false, kMaxRanks, kStr}}});
   s.push_back({"start", {kVersion, {"arena", kUint, false, 1}}});

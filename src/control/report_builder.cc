@@ -18,7 +18,17 @@ ReportBuilder::ReportBuilder(std::string path) : path_(std::move(path)) {
   report_["committed_version"] = 0;
 }
 
-void ReportBuilder::set_topology(const Join& first, const Topology& topology) {
+void ReportBuilder::set_topology(const Join& first, const Topology& topology, int engines, int relay_fanout) {
+  engines_ = static_cast<std::size_t>(engines);
+  ranks_per_engine_ = std::max<std::size_t>(1, topology.engine_setups.size() / engines_);
+  Json list = Json::array(), parents = Json::array();
+  for (std::size_t k = 0; k < engines_; ++k) {
+    list.push_back(Json{{"engine", k}, {"ranks", ranks_per_engine_}, {"versions", Json::array()}, {"joined_at", 0},
+                        {"lost", nullptr}});
+    parents.push_back(k == 0 ? Json(nullptr) : Json((k - 1) / static_cast<std::size_t>(relay_fanout)));
+  }
+  report_["engines"] = std::move(list);
+  report_["relay"] = Json{{"fanout", relay_fanout}, {"parents", std::move(parents)}};
   report_["transport"] = first.transport;
   report_["mode"] = first.mode;
   report_["device"] = first.device;
@@ -78,9 +88,9 @@ std::uint64_t duplicate_bytes(const std::vector<Done>& trainers, std::uint64_t s
   return sent > stream_bytes ? sent - stream_bytes : 0;
 }
 
-// What crossed the links: every trainer rank's `wire_bytes` under --delta
-// (encoded buckets count their encodings), its `bytes` otherwise.
-std::uint64_t wire_bytes(const std::vector<Done>& trainers) {
+// What crossed the trainers' links: every trainer rank's `wire_bytes` under
+// --delta (encoded buckets count their encodings), its `bytes` otherwise.
+std::uint64_t trainer_link_bytes(const std::vector<Done>& trainers) {
   std::uint64_t wire = 0;
   for (const Done& done : trainers) {
     const bool delta = done.stats.is_object() && done.stats.contains("wire_bytes");
@@ -108,7 +118,7 @@ std::optional<Json> delta_encodings(const std::vector<Done>& trainers) {
 
 void ReportBuilder::record_commit(const RecordCommit& commit) {
   holdings_.committed(commit);
-  report_["ranks"] = rank_stats(commit.engines);
+  report_["ranks"] = engine_rank_stats(commit.engines);
   report_["trainer_ranks"] = rank_stats(commit.trainers);
   std::uint64_t gathered = 0;
   for (const Done& done : commit.trainers) gathered += stat_u64(done.stats, "gathered_bytes");
@@ -118,9 +128,16 @@ void ReportBuilder::record_commit(const RecordCommit& commit) {
   if (memory_path_field_ != nullptr) report_[memory_path_field_] = memory_path(commit);
   record_reads(commit.engines);
   const double seconds = commit.seconds;
+  // What crossed every link: the trainers', and each relaying engine rank's
+  // forwards (its `relay_bytes`).
+  const std::uint64_t from_trainers = trainer_link_bytes(commit.trainers);
+  std::uint64_t relayed = 0;
+  for (const Done& done : commit.engines) relayed += stat_u64(done.stats, "relay_bytes");
+  record_engines(commit);
   Json refit{{"version", commit.version},
              {"bytes", bytes_per_refit_},
-             {"wire_bytes", wire_bytes(commit.trainers)},
+             {"trainer_link_bytes", from_trainers},
+             {"wire_bytes", from_trainers + relayed},
              {"seconds", seconds},
              {"gbps", seconds > 0 ? static_cast<double>(bytes_per_refit_) / seconds / 1e9 : 0.0},
              {"verified", commit.verified}};
@@ -128,6 +145,34 @@ void ReportBuilder::record_commit(const RecordCommit& commit) {
   report_["refits"].push_back(std::move(refit));
   report_["committed_version"] = commit.version;
   if (!commit.verified) all_verified_ = false;
+}
+
+// Engine rank g's stats, named by engine and rank (k * R + r).
+Json ReportBuilder::engine_rank_stats(const std::vector<Done>& done) const {
+  Json out = Json::array();
+  for (std::size_t g = 0; g < done.size(); ++g) {
+    Json stats = done[g].stats;
+    stats["engine"] = g / ranks_per_engine_;
+    stats["rank"] = g % ranks_per_engine_;
+    out.push_back(std::move(stats));
+  }
+  return out;
+}
+
+// Many engines: each engine's committed versions, and its rate in this refit
+// (its bytes over its slowest rank's time from go to sent, `refit_ms`).
+void ReportBuilder::record_engines(const RecordCommit& commit) {
+  if (!report_.contains("engines")) return;
+  for (std::size_t k = 0; k < engines_ && k < report_["engines"].size(); ++k) {
+    double slowest_ms = 0;
+    for (std::size_t r = 0; r < ranks_per_engine_; ++r) {
+      const std::size_t g = k * ranks_per_engine_ + r;
+      if (g < commit.engines.size()) slowest_ms = std::max(slowest_ms, commit.engines[g].stats.value("refit_ms", 0.0));
+    }
+    Json& engine = report_["engines"][k];
+    engine["versions"].push_back(commit.version);
+    engine["gbps"] = slowest_ms > 0 ? static_cast<double>(bytes_per_refit_) / (slowest_ms / 1e3) / 1e9 : 0.0;
+  }
 }
 
 // Shadow weights and readers (issue 21): `shadow` when every engine rank
@@ -159,7 +204,8 @@ void ReportBuilder::record_recovery(const RecordRecovery& recovery) {
   holdings_.recovered(recovery);
   Json engines = Json::array();
   for (std::size_t e = 0; e < recovery.engines.size(); ++e) {
-    engines.push_back(Json{{"rank", e},
+    engines.push_back(Json{{"engine", e / ranks_per_engine_},
+                           {"rank", e % ranks_per_engine_},
                            {"version", recovery.engines[e].version.value_or(0)},
                            {"weights_complete", recovery.engines[e].weights_complete.value_or(false)}});
   }

@@ -29,7 +29,11 @@ class ReportBuilder {
 
   // What setup decided: transport, mode, device, bucket size (of `first`,
   // every engine rank agreeing), batches and bytes per refit.
-  void set_topology(const Join& first, const Topology& topology);
+  // Many engines (issue 18): `engines` of topology.engine_setups.size() /
+  // engines ranks each, relayed in a tree of `relay_fanout`: the report's
+  // `engines` list and `relay` tree, each engine rank's stats named by
+  // engine and rank.
+  void set_topology(const Join& first, const Topology& topology, int engines = 1, int relay_fanout = 1);
   // The commit decision (refit_phases.h RecordCommit): the refit's figures,
   // every rank's stats, the transport's memory path, and from the trainer
   // ranks' stats (runtime/trainer_share.h) `gathered_bytes` (their sum) and
@@ -60,7 +64,10 @@ class ReportBuilder {
 
  private:
   void record_reads(const std::vector<Done>& engines);
+  void record_engines(const RecordCommit& commit);
+  Json engine_rank_stats(const std::vector<Done>& done) const;
   std::string path_;
+  std::size_t engines_ = 1, ranks_per_engine_ = 1;
   Json report_;
   std::uint64_t bytes_per_refit_ = 0;
   const char* memory_path_field_ = nullptr;  // the transport's (transport.h), or none

@@ -86,10 +86,10 @@ StatusOr<std::vector<Feed>> feeds_from_json(const Json& json, const std::string&
 Json targets_to_json(const std::vector<EngineTarget>& targets) {
   Json out = Json::array();
   for (const EngineTarget& t : targets) {
-    out.push_back(Json{{"engine_rank", t.engine_rank},
-                       {"address", t.address},
-                       {"descriptor", t.descriptor},
-                       {"device", t.device}});
+    Json target{{"engine_rank", t.engine_rank}, {"address", t.address}, {"descriptor", t.descriptor},
+                {"device", t.device}};
+    if (t.engine != 0) target["engine"] = t.engine;
+    out.push_back(std::move(target));
   }
   return out;
 }
@@ -105,6 +105,9 @@ StatusOr<std::vector<EngineTarget>> targets_from_json(const Json& json, const st
     ASSIGN_OR_RETURN(t.address, text_member(json[i], "address", where));
     ASSIGN_OR_RETURN(t.descriptor, text_member(json[i], "descriptor", where));
     ASSIGN_OR_RETURN(t.device, text_member(json[i], "device", where));
+    if (json[i].contains("engine")) {
+      ASSIGN_OR_RETURN(t.engine, u64_member(json[i], "engine", where));
+    }
     targets.push_back(std::move(t));
   }
   return targets;

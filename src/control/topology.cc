@@ -209,9 +209,14 @@ Status check_alignment(const std::vector<Join>& engines, Topology* topology) {
 
 std::string rank_name(Role role, int rank) { return std::string(role_name(role)) + " rank " + std::to_string(rank); }
 
-Status check_join(const Join& join, int trainer_ranks, int engine_ranks) {
+std::string join_name(const Join& join, int engines) {
+  if (join.role == Role::kTrainer || (engines <= 1 && join.engine == 0)) return rank_name(join.role, join.rank);
+  return "engine " + std::to_string(join.engine) + " rank " + std::to_string(join.rank);
+}
+
+Status check_join(const Join& join, int trainer_ranks, int engine_ranks, int engines) {
   if (join.protocol != kControlProtocolVersion) {
-    return FailedPrecondition(rank_name(join.role, join.rank) + " speaks control protocol version " +
+    return FailedPrecondition(join_name(join, engines) + " speaks control protocol version " +
                               std::to_string(join.protocol) + ", this coordinator version " +
                               std::to_string(kControlProtocolVersion) + " (run the same refit build everywhere)");
   }
@@ -220,6 +225,11 @@ Status check_join(const Join& join, int trainer_ranks, int engine_ranks) {
   if (join.rank < 0 || join.rank >= count) {
     return FailedPrecondition(role + " rank " + std::to_string(join.rank) + " is out of range: the coordinator expects " +
                               std::to_string(count) + " " + role + " ranks (0.." + std::to_string(count - 1) + ")");
+  }
+  if (join.role == Role::kEngine && join.engine >= static_cast<std::uint64_t>(engines)) {
+    return FailedPrecondition("engine " + std::to_string(join.engine) + " is out of range: the coordinator expects " +
+                              std::to_string(engines) + (engines == 1 ? " engine (0)" : " engines (0.." +
+                              std::to_string(engines - 1) + ")") + " (--engines)");
   }
   return Status::Ok();
 }

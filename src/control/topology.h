@@ -15,11 +15,15 @@ namespace refit {
 
 // "trainer rank 2", "engine rank 0".
 std::string rank_name(Role role, int rank);
+// What a joined rank is called: rank_name, or in a job of several engines
+// "engine 1 rank 0" (relay_topology.h).
+std::string join_name(const Join& join, int engines);
 
 // Checks one join before the rank is admitted: its protocol version (a
-// rank of another version is refused naming both), its role and rank
-// within the job's counts. kFailedPrecondition saying why.
-Status check_join(const Join& join, int trainer_ranks, int engine_ranks);
+// rank of another version is refused naming both), its role, rank and (an
+// engine rank) engine within the job's counts. kFailedPrecondition saying
+// why.
+Status check_join(const Join& join, int trainer_ranks, int engine_ranks, int engines);
 
 // What setup decided for a valid topology.
 struct Topology {

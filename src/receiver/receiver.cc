@@ -3,6 +3,8 @@
 // state and threads, receiver_io.cc the I/O thread, receiver_batches.cc how
 // landed buckets become batches.
 #include "receiver/receiver_impl.h"
+
+#include <algorithm>
 #include "refit/transfer_defaults.h"
 
 #include <sys/eventfd.h>
@@ -44,8 +46,10 @@ Status Receiver::Impl::start(std::uint64_t v, Deadline deadline) {
     error = Status::Ok();
     stats = ReceiverStats{};
   }
-  // Every batch of the previous refit is dead now.
-  release_before(UINT64_MAX);
+  // Every batch of the previous refit is dead now, and the tap forwarded
+  // every bucket of it (set_tap's contract).
+  std::fill(slot_bucket.begin(), slot_bucket.end(), -1);
+  RETURN_IF_ERROR(release_before(UINT64_MAX, deadline));
   free_slots.clear();
   if (!direct) {  // direct mode grants nothing: the ledger granted every bucket slot 0
     for (int s = 0; s < pool->slots(); ++s) free_slots.push_back(s);
@@ -215,6 +219,15 @@ Status Receiver::set_delta_base(std::uint64_t base, CommittedBytes committed) {
   }
   impl_->delta_base = base;
   impl_->committed = std::move(committed);
+  return Status::Ok();
+}
+
+Status Receiver::set_tap(BucketTap* tap) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->direct) return FailedPrecondition(impl_->options.name + ": relays forward from a staged receive pool");
+  if (impl_->io_started) return FailedPrecondition(impl_->options.name + ": set_tap() after start()");
+  impl_->tap = tap;
+  impl_->slot_bucket.assign(static_cast<std::size_t>(impl_->pool->slots()), -1);
   return Status::Ok();
 }
 

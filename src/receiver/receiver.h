@@ -68,6 +68,20 @@ struct ReceiverStats {
   std::uint64_t words_buckets = 0;  // buckets that landed delta-encoded
 };
 
+// Relays (many engines, issue 18): told of each bucket of a staged refit
+// once its bytes are in their slot as the plan lays them out (an encoded
+// bucket decoded), in bucket order, on the consumer's thread. The receiver
+// recycles that slot (and grants it on) only after wait_forwarded(bucket)
+// returned OK: the tap may read the slot's bytes until then.
+class BucketTap {
+ public:
+  virtual ~BucketTap() = default;
+  // `bytes`: the bucket's n bytes in its slot (the pool's memory).
+  virtual Status landed(std::uint64_t version, std::uint64_t bucket, const std::byte* bytes, std::uint64_t n) = 0;
+  // Returns once `bucket` was forwarded; an error fails the refit.
+  virtual Status wait_forwarded(std::uint64_t bucket, Deadline deadline) = 0;
+};
+
 // Delta refits: copies into `out` the bytes the engine rank holds committed
 // of tensor `tensor` (an index into the plan's specs) from byte `offset`.
 using CommittedBytes = std::function<Status(std::uint32_t tensor, std::uint64_t offset, std::span<std::byte> out)>;
@@ -113,6 +127,12 @@ class Receiver : public BatchSource {
   // (kDataLoss, naming the bucket). Staged host pools only
   // (kFailedPrecondition otherwise).
   Status set_delta_base(std::uint64_t base, CommittedBytes committed);
+
+  // Relays: every bucket of the refits that follow goes to `tap` (not
+  // owned; null: none) before its slot is recycled. Staged receivers only
+  // (kFailedPrecondition otherwise). REQUIRES: before start(); the tap
+  // forwarded every bucket of a refit before the next start().
+  Status set_tap(BucketTap* tap);
 
   // Begins refit `version`: resets the stream, grants the first slots.
   // Fails, naming the link, when a link closed or sent a frame since the

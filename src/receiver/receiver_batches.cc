@@ -28,7 +28,7 @@ StatusOr<std::optional<Batch>> Receiver::Impl::next(Deadline deadline) {
   }
   if (ended) return std::optional<Batch>();
   const std::uint64_t n = sequence;  // the batch asked for
-  release_before(n);
+  RETURN_IF_ERROR(release_before(n, deadline));
   RETURN_IF_ERROR(grant_and_send(v, deadline));
 
   while (next_bucket < plan->buckets.size()) {
@@ -120,6 +120,11 @@ StatusOr<std::optional<Batch>> Receiver::Impl::take_bucket(LandedBucket& b) {
     RETURN_IF_ERROR(wait_in_place(b));
     RETURN_IF_ERROR(decode_in_slot(b, encoded));
   }
+  if (tap != nullptr) {  // relays: forwarded while this rank applies it, the slot held until then
+    RETURN_IF_ERROR(wait_in_place(b));
+    RETURN_IF_ERROR(tap->landed(b.version, j, pool->slot(slot), bucket.bytes));
+    slot_bucket[static_cast<std::size_t>(slot)] = static_cast<std::int64_t>(j);
+  }
   // A bucket of whole tensors yields the same views each time it lands in
   // the same slot: they are built once, then copied (a MoE bucket has
   // thousands; building them touches every tensor's spec).
@@ -138,7 +143,7 @@ StatusOr<std::optional<Batch>> Receiver::Impl::take_bucket(LandedBucket& b) {
 
   if (bucket.completes.empty() || !parts.slot_referenced) {  // copied out
     RETURN_IF_ERROR(wait_in_place(b));  // (waited already, unless the bucket holds no bytes)
-    release_slot(slot);
+    RETURN_IF_ERROR(release_slot(slot, b.deadline));
   }
   if (bucket.completes.empty()) {
     RETURN_IF_ERROR(grant_and_send(b.version, b.deadline));

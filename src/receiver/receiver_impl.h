@@ -124,6 +124,10 @@ struct Receiver::Impl {
   std::uint64_t delta_base = 0;
   CommittedBytes committed;
   std::vector<std::byte> delta_scratch;
+  // Relays (set_tap): the tap, and the bucket each slot holds until the tap
+  // forwarded it (-1: none).
+  BucketTap* tap = nullptr;
+  std::vector<std::int64_t> slot_bucket;
   // Views of buckets of whole tensors, by bucket * slots + slot; empty until
   // built (the plan and the pool do not change while this receiver lives).
   std::vector<std::vector<TensorView>> whole_views;
@@ -194,9 +198,16 @@ struct Receiver::Impl {
     }
     std::memset(p, kPoisonByte, n);
   }
-  void release_slot(int slot) {
+  // Recycles `slot` once the tap forwarded the bucket it holds.
+  Status release_slot(int slot, Deadline deadline) {
+    if (tap != nullptr && slot_bucket[static_cast<std::size_t>(slot)] >= 0) {
+      const auto bucket = static_cast<std::uint64_t>(slot_bucket[static_cast<std::size_t>(slot)]);
+      RETURN_IF_ERROR(tap->wait_forwarded(bucket, deadline));
+      slot_bucket[static_cast<std::size_t>(slot)] = -1;
+    }
     poison(pool->slot(slot), pool->slot_bytes());
     free_slots.push_back(slot);
+    return Status::Ok();
   }
   void release_buffer(int b) {
     poison(buffer(b), buffer_used[b]);
@@ -204,12 +215,13 @@ struct Receiver::Impl {
     buffer_used[b] = 0;
   }
   // Releases what batches older than `sequence - 1` hold.
-  void release_before(std::uint64_t seq) {
+  Status release_before(std::uint64_t seq, Deadline deadline) {
     while (!held.empty() && held.front().sequence + 2 <= seq) {
-      if (held.front().slot >= 0) release_slot(held.front().slot);
+      if (held.front().slot >= 0) RETURN_IF_ERROR(release_slot(held.front().slot, deadline));
       for (int b : held.front().buffers) release_buffer(b);
       held.pop_front();
     }
+    return Status::Ok();
   }
   // Grants free slots to the next buckets in order. REQUIRES: mu held.
   std::vector<Grant> grant_locked() {

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "control/auth.h"
+#include "control/protocol.h"
 #include "control/refusal_log.h"
 #include "net/frames.h"
 #include "net/event_fd.h"
@@ -61,7 +62,7 @@ StatusOr<std::size_t> admit_link(Link& link, const DataPort& port, Deadline hand
   if (hello.plan_digest != port.plan_digest) {
     // Only digests travel here (the coordinator, which has the specs, named
     // any difference at setup): say which settings make them differ.
-    return FailedPrecondition("plan digest mismatch with trainer rank " + std::to_string(hello.trainer_rank) +
+    return FailedPrecondition("plan digest mismatch with " + feeder_name(hello.trainer_rank) +
                               ": its hello carries plan " + digest_hex(hello.plan_digest) + ", " + port.name +
                               " planned " + digest_hex(port.plan_digest) +
                               "; compare the two ranks' --model, --layers, --rule and --bucket-size");
@@ -292,11 +293,11 @@ StatusOr<std::vector<std::unique_ptr<Link>>> accept_data_links(Listener& listene
       drain_event_fd(ready_fd);
       for (Admitted& a : handshakes.take()) {
         if (links[a.index]) {
-          handshakes.refuse(a.address, "trainer rank " + std::to_string(port.feeders[a.index]) +
+          handshakes.refuse(a.address, feeder_name(port.feeders[a.index]) +
                                            " is already linked (from " + addresses[a.index] + "): a duplicate");
           continue;  // closes it
         }
-        a.link->set_peer("trainer rank " + std::to_string(port.feeders[a.index]));
+        a.link->set_peer(feeder_name(port.feeders[a.index]));
         addresses[a.index] = a.address;
         links[a.index] = std::move(a.link);
         ++linked;
@@ -309,10 +310,10 @@ StatusOr<std::vector<std::unique_ptr<Link>>> accept_data_links(Listener& listene
     if (deadline.expired()) {
       std::string missing;
       for (std::size_t i = 0; i < port.feeders.size(); ++i) {
-        if (!links[i]) missing += (missing.empty() ? "" : ", ") + std::to_string(port.feeders[i]);
+        if (!links[i]) missing += (missing.empty() ? "" : ", ") + feeder_name(port.feeders[i]);
       }
       const int refused = handshakes.refused();
-      return DeadlineExceeded("trainer rank(s) " + missing + " did not link to its data port " + listener.address() +
+      return DeadlineExceeded(missing + " did not link to its data port " + listener.address() +
                               " within the setup deadline (--setup-timeout)" +
                               (refused == 0 ? std::string()
                                             : "; it refused " + std::to_string(refused) +

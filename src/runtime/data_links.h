@@ -58,7 +58,7 @@ struct DataPort {
   int engine_rank = 0;
   std::string secret;  // the job's; "" without one
   std::uint64_t plan_digest = 0;  // a hello of another plan is refused
-  std::vector<std::uint64_t> feeders;  // trainer ranks, in trainer-index order
+  std::vector<std::uint64_t> feeders;  // trainer ranks in trainer-index order, or one relay feeder (protocol.h)
 };
 
 // Accepts the feeders' links on `listener` until each linked or `deadline`

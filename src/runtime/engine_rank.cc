@@ -30,6 +30,7 @@
 #include "receiver/receiver.h"
 #include "transport/transport.h"
 #include "runtime/data_links.h"
+#include "runtime/relay_forwarder.h"
 #include "runtime/setup_failure.h"
 
 namespace refit {
@@ -61,6 +62,7 @@ class EngineRank::Impl {
     // Committed: a failed release ends the job (the coordinator's verdict), never aborts the version.
     if (status.ok() && release_) RETURN_IF_ERROR(release_after(version));
     if (!status.ok()) {
+      if (relay_) relay_->cancel(status);  // its workers leave the failed refit's buckets
       engine_->abort(version, status);  // the version stays at the last committed one
       // In doubt: the coordinator is lost, nobody to report to or relink with.
       if (in_doubt_) return status;
@@ -84,7 +86,11 @@ class EngineRank::Impl {
   }
 
   int rank() const { return options_.rank; }
-  std::string name() const { return "engine rank " + std::to_string(rank()); }
+  // "engine rank 0", or in a job of several engines "engine 1 rank 0".
+  std::string name() const {
+    if (engines_ <= 1 && options_.engine == 0) return "engine rank " + std::to_string(rank());
+    return "engine " + std::to_string(options_.engine) + " rank " + std::to_string(rank());
+  }
 
   // Setup, in steps: check the options and the binding, allocate the
   // receive pool (or expose the weights), join the coordinator, adopt its
@@ -112,11 +118,13 @@ class EngineRank::Impl {
     client_->start_reader(heartbeats, [this](const Status& why) {
       std::lock_guard<std::mutex> lock(data_mu_);
       if (receiver_) receiver_->cancel(why);
+      if (relay_) relay_->cancel(why);
     });
     if (!pool && !direct_) return Internal("the coordinator accepted a receive pool that was never allocated");
     RETURN_IF_ERROR(adopt_setup(setup));
     RETURN_IF_ERROR(make_receiver(std::move(pool)));
     RETURN_IF_ERROR(accept_links(deadline));
+    RETURN_IF_ERROR(link_relay(setup.relay, deadline));
     // Every trainer has opened the target: remove its name so a crash leaves nothing behind.
     RETURN_IF_ERROR(receiver_->pool().seal());
     return client_->send(Linked{});
@@ -126,7 +134,7 @@ class EngineRank::Impl {
   // SetupFailed before joining, a Failed after; not while joining (the
   // coordinator refused this rank, or cannot be reached).
   void report_setup_failure(const Status& error) {
-    if (stage_ == SetupStage::kLocal) refit::report_setup_failure(options_, Role::kEngine, error);
+    if (stage_ == SetupStage::kLocal) refit::report_setup_failure(options_, Role::kEngine, error, options_.engine);
     if (stage_ == SetupStage::kJoined) (void)client_->send(Failed{0, error});
   }
 
@@ -189,6 +197,7 @@ class EngineRank::Impl {
     refit::Join join;
     join.role = Role::kEngine;
     join.rank = rank();
+    join.engine = static_cast<std::uint64_t>(options_.engine);
     join.pid = ::getpid();
     join.device = options_.device;
     join.mode = options_.mode;
@@ -284,6 +293,10 @@ class EngineRank::Impl {
   // others) and the trainer ranks that feed this one, in trainer-index order.
   Status adopt_setup(const Setup& setup) {
     seed_ = setup.seed;
+    if (setup.engine != static_cast<std::uint64_t>(options_.engine)) {
+      return Internal("setup: the coordinator's setup is for engine " + std::to_string(setup.engine));
+    }
+    engines_ = setup.engines;
     release_ = setup.release_between_refits;
     if (setup.streams.size() != static_cast<std::size_t>(options_.engine_ranks)) {
       return InvalidArgument("setup: 'streams' must hold one spec list per engine rank");
@@ -328,9 +341,22 @@ class EngineRank::Impl {
     receiver_options.name = name();
     ASSIGN_OR_RETURN(auto receiver, direct_ ? Receiver::CreateDirect(&plan_, rank(), std::move(pool), receiver_options)
                                             : Receiver::Create(&plan_, rank(), std::move(pool), receiver_options));
+    if (relay_) RETURN_IF_ERROR(receiver->set_tap(relay_.get()));
     std::lock_guard<std::mutex> lock(data_mu_);
     receiver_ = std::move(receiver);
     return Status::Ok();
+  }
+
+  // Many engines: the relay to the same rank of each engine this one feeds
+  // (relay_forwarder.h), the receiver's tap from now on.
+  Status link_relay(const std::vector<EngineTarget>& children, Deadline deadline) {
+    if (children.empty()) return Status::Ok();
+    RelaySettings settings{name(), rank(), static_cast<std::uint64_t>(options_.engine), options_.secret,
+                           options_.transport, options_.bucket_timeout_s, [this] { return client_->abort_reason(); }};
+    ASSIGN_OR_RETURN(auto relay, RelayForwarder::Connect(std::move(settings), &plan_, children, deadline));
+    std::lock_guard<std::mutex> lock(data_mu_);
+    relay_ = std::move(relay);
+    return receiver_->set_tap(relay_.get());
   }
 
   // The data-plane links of the trainer ranks that feed this rank
@@ -363,6 +389,7 @@ class EngineRank::Impl {
     // A trainer rank may come back as a new process that must open the pool.
     ASSIGN_OR_RETURN(const bool reopened, receiver_->pool().unseal());
     RETURN_IF_ERROR(accept_links(deadline));
+    if (relay_) RETURN_IF_ERROR(relay_->relink(deadline));
     if (reopened) RETURN_IF_ERROR(receiver_->pool().seal());
     log(LogLevel::kInfo, name(),
         "recovered: weights at version " + std::to_string(engine_->weight_version()) + " (" +
@@ -386,6 +413,8 @@ class EngineRank::Impl {
     (void)go;
     fire_fault_hook(options_.debug_fault, ProtocolStep::kGo, version, name());
     if (direct_) return finish_direct(version, deadline);
+    const auto went = std::chrono::steady_clock::now();
+    if (relay_) relay_->begin(version, deadline);
     RETURN_IF_ERROR(receiver_->start(version, deadline));
 
     std::vector<PlanReplay> replays;
@@ -418,6 +447,8 @@ class EngineRank::Impl {
       applying += std::chrono::steady_clock::now() - got;
       ++aligned;
     }
+    if (relay_) RETURN_IF_ERROR(relay_->finish(deadline));  // every child has every bucket
+    const auto sent = std::chrono::steady_clock::now();
     fire_fault_hook(options_.debug_fault, ProtocolStep::kSent, version, name());
     RETURN_IF_ERROR(client_->send(Sent{version}));
     ASSIGN_OR_RETURN(const bool verified, verify(version));
@@ -428,7 +459,9 @@ class EngineRank::Impl {
               {"bytes", stats.bytes},
               {"aligned_batches", aligned},
               {"wait_ms", std::chrono::duration<double, std::milli>(waiting).count()},
-              {"apply_ms", std::chrono::duration<double, std::milli>(applying).count()}};
+              {"apply_ms", std::chrono::duration<double, std::milli>(applying).count()},
+              {"refit_ms", std::chrono::duration<double, std::milli>(sent - went).count()}};
+    if (relay_) done["relay_bytes"] = relay_->forwarded_bytes();
     if (options_.delta) done["delta"] = Json{{"wire_bytes", stats.wire_bytes}, {"words_buckets", stats.words_buckets}};
     return report_and_commit(version, deadline, verified, std::move(done));
   }
@@ -519,6 +552,8 @@ class EngineRank::Impl {
   BucketFeeders parts_;                 // sharded trainers: who writes each bucket; empty: round-robin
   std::mutex data_mu_;  // receiver_: the control reader's cancel vs recovery
   std::unique_ptr<Receiver> receiver_;
+  std::unique_ptr<RelayForwarder> relay_;  // many engines: this rank's relay to its children, if any
+  std::uint64_t engines_ = 1;               // the job's engine count (the setup says)
   bool recovered_ = false;  // the last failed refit was recovered from
   bool in_doubt_ = false;   // done sent, then the coordinator lost before its commit
   SetupStage stage_ = SetupStage::kLocal;

@@ -84,8 +84,15 @@ Status check_shadow_and_readers(const EngineOptions& options, const LocalEngine&
   return Status::Ok();
 }
 
+// What this rank calls itself before the setup says the job's engine count:
+// "engine rank 0", or for an engine other than 0 "engine 2 rank 0".
+std::string rank_label(const EngineOptions& options) {
+  if (options.engine == 0) return "engine rank " + std::to_string(options.rank);
+  return "engine " + std::to_string(options.engine) + " rank " + std::to_string(options.rank);
+}
+
 Status make_local_engine(const EngineOptions& options, LocalEngine& local) {
-  const std::string name = "engine rank " + std::to_string(options.rank);
+  const std::string name = rank_label(options);
   RETURN_IF_ERROR(validate_rank_settings(options, /*engine=*/true).WithContext(name));
   local.on_device = options.device == "cuda";
   if (local.on_device) {
@@ -174,7 +181,7 @@ EngineBinding bind_local_engine(const EngineOptions& options, const LocalEngine&
 // last committed version, whole (its bytes checked again where the content
 // is synthetic), never the failed refit's.
 void say_what_is_served(const EngineOptions& options, const LocalEngine& local, std::uint64_t seed) {
-  const std::string name = "engine rank " + std::to_string(options.rank);
+  const std::string name = rank_label(options);
   const std::uint64_t version = local.engine->weight_version();
   if (version == 0) return log(LogLevel::kInfo, name, "shadow weights: no refit was committed, nothing is served");
   const std::string serving = "shadow weights: still serving refit " + std::to_string(version);
@@ -194,7 +201,7 @@ Status run_engine(const EngineOptions& options) {
   LocalEngine local;
   if (Status made = make_local_engine(options, local); !made.ok()) {
     // The coordinator and the other ranks hear why now, not at the setup deadline.
-    report_setup_failure(options, Role::kEngine, made);
+    report_setup_failure(options, Role::kEngine, made, options.engine);
     return made;
   }
   // With --shadow the second arena is taken out of --memory-limit first
@@ -228,13 +235,13 @@ Status run_engine(const EngineOptions& options) {
     }
     const std::optional<std::uint64_t> version = *next;
     if (!version) {
-      log(LogLevel::kInfo, "engine rank " + std::to_string(options.rank),
+      log(LogLevel::kInfo, rank_label(options),
           tally.summary("received", options.verify ? "committed and verified" : "committed (not verified)"));
       return Status::Ok();
     }
     if (local.readers) {
       RETURN_IF_ERROR(
-          local.readers->error().WithContext("engine rank " + std::to_string(options.rank) + ": a --readers thread"));
+          local.readers->error().WithContext(rank_label(options) + ": a --readers thread"));
     }
     tally.add(*version, stream_bytes(local.streams[static_cast<std::size_t>(options.rank)]));
     if (!options.save_path.empty()) {

@@ -8,11 +8,12 @@
 
 namespace refit {
 
-void report_setup_failure(const RankOptions& options, Role role, const Status& error) {
+void report_setup_failure(const RankOptions& options, Role role, const Status& error, int engine) {
   if (options.coordinator.empty() || error.ok()) return;
   SetupFailed failure;
   failure.role = role;
   failure.rank = options.rank;
+  failure.engine = static_cast<std::uint64_t>(std::max(engine, 0));
   failure.pid = ::getpid();
   failure.error = error;
   const double seconds = std::min(options.setup_timeout_s, 3.0);
@@ -20,8 +21,8 @@ void report_setup_failure(const RankOptions& options, Role role, const Status& e
                                     Deadline::AfterSeconds(seconds));
 }
 
-void report_rank_setup_failure(const RankOptions& options, bool engine, const Status& error) {
-  report_setup_failure(options, engine ? Role::kEngine : Role::kTrainer, error);
+void report_rank_setup_failure(const RankOptions& options, bool engine, const Status& error, int engine_index) {
+  report_setup_failure(options, engine ? Role::kEngine : Role::kTrainer, error, engine_index);
 }
 
 }  // namespace refit

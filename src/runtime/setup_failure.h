@@ -29,7 +29,7 @@ enum class SetupStage {
 // of `options`, as `role` rank options.rank; best effort, within a few
 // seconds (never past the setup deadline). Nothing happens without a
 // coordinator address.
-void report_setup_failure(const RankOptions& options, Role role, const Status& error);
+void report_setup_failure(const RankOptions& options, Role role, const Status& error, int engine = 0);
 
 // report_rank_setup_failure (refit/roles.h), the public form of this one
 // (the role as validate_rank_settings takes it), is defined in

@@ -271,6 +271,9 @@ std::string start_coordinator(const DemoOptions& o, DemoJob& job) {
                                    "--port-file", "/dev/fd/3"};
   if (!o.debug_log_processes) args.push_back("--quiet");
   if (o.release_between_refits) args.push_back("--release-between-refits");
+  if (o.engines > 1) {
+    args.insert(args.end(), {"--engines", std::to_string(o.engines), "--relay-fanout", std::to_string(o.relay_fanout)});
+  }
   args.insert(args.end(), job.common.begin(), job.common.end());
   if (!o.json && ::isatty(2)) args.push_back("--progress");
   job.children.push_back(start_child("coordinator", args, {{port_pipe[1], 3}, {report_pipe[1], 1}}, job.env));
@@ -320,11 +323,14 @@ void start_ranks(const DemoOptions& o, int trainers, const std::string& port, De
                                           "--bucket-size", flag_value(o.bucket_size, kAutoBucketSize)};
   rank_common.insert(rank_common.end(), job.common.begin(), job.common.end());
   if (o.delta) rank_common.push_back("--delta");
-  for (int e = 0; e < o.engine_ranks; ++e) {
+  for (int g = 0; g < o.engine_ranks * o.engines; ++g) {
+    const int e = g % o.engine_ranks, k = g / o.engine_ranks;
     std::vector<std::string> args = {job.self,
                                      "engine",
                                      "--rank",
                                      std::to_string(e),
+                                     "--engine",
+                                     std::to_string(k),
                                      "--pool-slots",
                                      flag_value(static_cast<std::uint64_t>(o.pool_slots), kAutoPoolSlots),
                                      "--memory-limit",
@@ -338,7 +344,9 @@ void start_ranks(const DemoOptions& o, int trainers, const std::string& port, De
     if (o.shadow) args.push_back("--shadow");
     if (o.readers > 0) args.insert(args.end(), {"--readers", std::to_string(o.readers)});
     args.insert(args.end(), o.debug_engine_flags.begin(), o.debug_engine_flags.end());
-    job.children.push_back(start_child("engine rank " + std::to_string(e), args, {}, job.env));
+    const std::string name = o.engines > 1 ? "engine " + std::to_string(k) + " rank " + std::to_string(e)
+                                           : "engine rank " + std::to_string(e);
+    job.children.push_back(start_child(name, args, {}, job.env));
   }
   for (int t = 0; t < trainers; ++t) {
     std::vector<std::string> args = {job.self, "trainer", "--rank", std::to_string(t), "--device", trainer_device(o),
@@ -525,6 +533,7 @@ Json run_demo_report(const DemoOptions& o) {
   report["model_bytes"] = model->total_bytes();
   report["tensors"] = model->weights.size();
   report["engine_ranks_count"] = o.engine_ranks;
+  report["engines_count"] = o.engines;
   report["trainer_ranks_count"] = trainers;
   if (soak) finish_soak(o, *soak, report);
   return report;

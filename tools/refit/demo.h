@@ -25,6 +25,8 @@ struct DemoOptions {
   int engine_ranks = 3;   // the demo's own: shows TP out of the box
   int engine_gpus = EngineOptions{}.engine_gpus;  // GPUs the engine ranks share (0: one each)
   int trainer_ranks = 0;  // 0: as many as engine ranks
+  int engines = CoordinatorOptions{}.engines;  // engines of engine_ranks ranks each, relayed
+  int relay_fanout = CoordinatorOptions{}.relay_fanout;
   std::string trainer_layout = RankOptions{}.trainer_layout;  // trainer_layout.h
   std::string trainer_names = RankOptions{}.trainer_names;    // hf or megatron (roles.h)
   std::string engine_experts = RankOptions{}.engine_experts;  // expert_parallel.h: tp or ep

@@ -110,8 +110,11 @@ void report_refused_command_line(const CLI::App& cmd, const std::string& error) 
   // The coordinator is normally listening already: a second is plenty, and
   // a mistyped command line never waits long for a coordinator that is not.
   options.setup_timeout_s = 1;
-  report_rank_setup_failure(options, engine,
-                            InvalidArgument("refit " + command + " refused its command line: " + error));
+  int engine_index = 0;  // --engine, when given and a number
+  const std::string given = given_text(cmd, "--engine");
+  std::from_chars(given.data(), given.data() + given.size(), engine_index);
+  report_rank_setup_failure(options, engine, InvalidArgument("refit " + command + " refused its command line: " + error),
+                            engine_index);
 }
 
 std::string byte_size_text(std::uint64_t bytes) {
@@ -297,6 +300,9 @@ void add_engine_flags(CLI::App& cmd, EngineOptions& o, std::string& secret_file)
   // the job waiting for --setup-timeout. `refit demo` refuses at parse.
   add_pool_slots_flag(cmd, o.pool_slots, "Receive pool slots", 1);
   add_byte_size_option(cmd, "--memory-limit", o.memory_limit, "Receive pool memory limit (0: none)");
+  cmd.add_option("--engine", o.engine, "The engine this rank belongs to (the coordinator's --engines)")
+      ->check(CLI::Range(0, 1023))
+      ->capture_default_str();
   cmd.add_option("--listen-host", o.listen_host, "Address trainers connect to for data")->capture_default_str();
   cmd.add_flag("--poison-recycled", o.poison_recycled, "Debug: poison every recycled staging buffer");
   add_shadow_flags(cmd, o.shadow, o.readers);
@@ -319,6 +325,18 @@ void add_shadow_flags(CLI::App& cmd, bool& shadow, int& readers) {
                  "Reader threads per engine rank standing in for a server's forward passes: each checks served "
                  "tensors against the committed version; the report counts reads and torn_reads")
       ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+}
+
+void add_engines_flags(CLI::App& cmd, int& engines, int& relay_fanout) {
+  cmd.add_option("--engines", engines,
+                 "Engines (replicas of --engine-ranks ranks each): engine 0 is fed by the trainers, every other by "
+                 "the engine before it in the relay tree, so the trainers' links carry each byte once")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd.add_option("--relay-fanout", relay_fanout,
+                 "Engines each engine relays to (1: a chain, every link carries each byte once)")
+      ->check(CLI::Range(1, 1024))
       ->capture_default_str();
 }
 

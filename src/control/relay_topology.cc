@@ -1,0 +1,109 @@
+#include "control/relay_topology.h"
+
+#include "control/spec_diff.h"
+
+namespace refit {
+namespace {
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+std::string flag(bool on, const char* name) { return on ? std::string(name) : std::string("no ") + name; }
+
+// The first setting in which `other` (engine k's rank r) differs from
+// `first` (engine 0's rank r), as "<field> differs: <first> has A, <other>
+// has B"; "" when they agree.
+std::string setting_difference(const Join& first, const Join& other, int engines) {
+  const std::string a = join_name(first, engines), b = join_name(other, engines);
+  auto differs = [&](const char* field, const std::string& x, const std::string& y) {
+    return std::string(field) + " differs: " + a + " has " + x + ", " + b + " has " + y;
+  };
+  if (other.device != first.device) return differs("device", quoted(first.device), quoted(other.device));
+  if (other.mode != first.mode) return differs("mode", quoted(first.mode), quoted(other.mode));
+  if (other.transport != first.transport) return differs("transport", quoted(first.transport), quoted(other.transport));
+  if (other.bucket_size != first.bucket_size) {
+    return differs("bucket_size", std::to_string(first.bucket_size), std::to_string(other.bucket_size));
+  }
+  if (other.trainer_ranks != first.trainer_ranks) {
+    return differs("trainer_ranks", std::to_string(first.trainer_ranks), std::to_string(other.trainer_ranks));
+  }
+  if (other.engine_ranks != first.engine_ranks) {
+    return differs("engine_ranks", std::to_string(first.engine_ranks), std::to_string(other.engine_ranks));
+  }
+  if (other.change != first.change) {
+    return differs("change_fraction", std::to_string(first.change) + "/2^32", std::to_string(other.change) + "/2^32");
+  }
+  if (other.delta != first.delta) return differs("delta", flag(first.delta, "--delta"), flag(other.delta, "--delta"));
+  if (other.shadow != first.shadow) {
+    return differs("shadow", flag(first.shadow, "--shadow"), flag(other.shadow, "--shadow"));
+  }
+  if (other.quantize != first.quantize) return differs("quantize", quoted(first.quantize), quoted(other.quantize));
+  if (other.plan_digest != first.plan_digest) {
+    std::string why = first_spec_difference({a, &first.specs, &first.rules}, {b, &other.specs, &other.rules});
+    if (why.empty()) why = "the specs agree: run the same refit build everywhere";
+    return differs("plan digest", first.plan_digest, other.plan_digest) + ": " + why;
+  }
+  return "";
+}
+
+// What relays carry today; the first setting they do not, named.
+Status check_relayable(const Join& first, bool release_between_refits, int engines) {
+  const std::string why = "--engines " + std::to_string(engines) + " relays landed buckets from engine to engine";
+  if (first.mode != "staged") {
+    return FailedPrecondition(why + " out of the receive pool, which --mode " + first.mode +
+                              " has not: use --mode staged");
+  }
+  if (first.device != "cpu") {
+    return FailedPrecondition(why + " between host pools so far, not --device " + first.device +
+                              " (relays between device pools are not built yet)");
+  }
+  if (release_between_refits) {
+    return FailedPrecondition(why + " over links kept from refit to refit: --release-between-refits is not "
+                              "supported with more than one engine yet");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::uint64_t relay_parent(std::uint64_t engine, std::uint64_t fanout) { return (engine - 1) / fanout; }
+
+Status plan_relay(const std::vector<Join>& engines, int engine_ranks, std::uint64_t fanout, bool release_between_refits,
+                  Topology& topology) {
+  const std::size_t ranks = static_cast<std::size_t>(engine_ranks);
+  const std::size_t count = engines.size() / ranks;
+  if (count <= 1) return Status::Ok();
+  if (fanout < 1) return InvalidArgument("--relay-fanout must be at least 1, got " + std::to_string(fanout));
+  const int e = static_cast<int>(count);
+  RETURN_IF_ERROR(check_relayable(engines[0], release_between_refits, e));
+  for (std::size_t g = ranks; g < engines.size(); ++g) {
+    const std::string differs = setting_difference(engines[g % ranks], engines[g], e);
+    if (!differs.empty()) return FailedPrecondition(differs);
+    if (engines[g].pool_slots < 2) {
+      return FailedPrecondition("pool_slots of " + join_name(engines[g], e) + " is " +
+                                std::to_string(engines[g].pool_slots) +
+                                ": the rotating receive pool needs at least 2 slots");
+    }
+  }
+  topology.engine_setups.resize(engines.size());
+  for (std::size_t g = ranks; g < engines.size(); ++g) {
+    Setup& setup = topology.engine_setups[g];
+    setup = topology.engine_setups[g % ranks];  // the same stream, seed and schedule
+    setup.parts.clear();                        // one relay feeder writes whole buckets
+    setup.relay.clear();  // engine 0's children; this engine's come after it (k' > k)
+    const std::uint64_t k = g / ranks, parent = relay_parent(k, fanout);
+    setup.feeders = {relay_feeder(parent)};
+    EngineTarget child;
+    child.engine_rank = g % ranks;
+    child.engine = k;
+    child.address = engines[g].data_address;
+    child.descriptor = engines[g].descriptor;
+    child.device = engines[g].device;
+    topology.engine_setups[parent * ranks + g % ranks].relay.push_back(std::move(child));
+  }
+  for (std::size_t g = 0; g < engines.size(); ++g) {
+    topology.engine_setups[g].engines = count;
+    topology.engine_setups[g].engine = g / ranks;
+  }
+  return Status::Ok();
+}
+
+}  // namespace refit

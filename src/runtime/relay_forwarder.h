@@ -1,0 +1,109 @@
+// RelayForwarder: an engine rank's relay (many engines, issue 18;
+// control/relay_topology.h) to the same rank of each engine it feeds. It is
+// the receiver's BucketTap: each bucket that lands in this rank's receive
+// pool is handed to one worker thread per child, which writes the slot's
+// bytes into the child's pool exactly as a full-weight trainer rank writes
+// a bucket (the child's credit, the bytes, kLanded; bucket_sender.h's
+// ordering rule: bucket j-1 is announced before j's credit is awaited), and
+// the receiver recycles the slot only once every child has it. So a child
+// receives bucket j while this rank receives j + 1, and each byte crosses
+// each link once.
+//
+// The link to a child is a data link like a trainer's: authenticated with
+// the job's secret, its hello carrying this engine's relay feeder id
+// (control/protocol.h relay_feeder) and the plan's digest, the child's pool
+// opened through the transport (host pools: shm maps it, tcp writes frames).
+//
+// Failures: a child that stops granting credits within --bucket-timeout, or
+// whose link breaks, fails this rank's refit naming the child; cancel()
+// (the coordinator's abort) ends every wait at once.
+//
+// Thread safety: landed, wait_forwarded, begin, finish and relink are
+// called by the engine rank's thread; cancel from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "control/protocol.h"
+#include "net/link.h"
+#include "receiver/receiver.h"
+#include "refit/deadline.h"
+#include "refit/plan.h"
+#include "refit/status.h"
+#include "runtime/engine_link_protocol.h"
+#include "transport/transport.h"
+
+namespace refit {
+
+struct RelaySettings {
+  std::string name;  // this rank's, "engine 0 rank 1", in errors
+  int rank = 0;
+  std::uint64_t engine = 0;
+  std::string secret;  // the job's; "" without one
+  std::string transport;
+  double bucket_timeout_s = 30;
+  // Asked while connecting: a reason ends the wait (the coordinator ended the job).
+  std::function<std::optional<Status>()> stopped;
+};
+
+class RelayForwarder final : public BucketTap {
+ public:
+  // Connects to every child (`children`: the setup's relay targets) and
+  // starts one worker per child. `plan` outlives the forwarder.
+  static StatusOr<std::unique_ptr<RelayForwarder>> Connect(RelaySettings settings, const Plan* plan,
+                                                          const std::vector<EngineTarget>& children,
+                                                          Deadline deadline);
+  ~RelayForwarder() override;
+
+  // After a failed refit (the coordinator's relink): fresh links to the same
+  // children, the targets kept (as a trainer rank relinks).
+  Status relink(Deadline deadline);
+  // Refit `version` begins: nothing is queued, nothing forwarded.
+  void begin(std::uint64_t version, Deadline deadline);
+  // BucketTap (receiver.h).
+  Status landed(std::uint64_t version, std::uint64_t bucket, const std::byte* bytes, std::uint64_t n) override;
+  Status wait_forwarded(std::uint64_t bucket, Deadline deadline) override;
+  // Returns once every bucket of the refit reached every child.
+  Status finish(Deadline deadline);
+  // Fails every wait with `why` and shuts the links (the workers stop).
+  void cancel(const Status& why);
+  // Bytes written to the children in this refit, over all of them.
+  std::uint64_t forwarded_bytes() const;
+
+ private:
+  struct Child;
+  struct Item {
+    std::uint64_t bucket = 0;
+    const std::byte* bytes = nullptr;
+    std::uint64_t n = 0;
+  };
+  RelayForwarder(RelaySettings settings, const Plan* plan);
+  Status link(Child& child, Deadline deadline);
+  void work(Child* child);
+  Status forward(Child& child, const Item& item, std::uint64_t version, Deadline deadline);
+  // The fewest buckets any child has. REQUIRES: mu_ held.
+  std::uint64_t forwarded_by_all() const;
+
+  RelaySettings settings_;
+  const Plan* plan_;
+  std::unique_ptr<Transport> transport_;
+  std::vector<std::unique_ptr<Child>> children_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::uint64_t version_ = 0;
+  Deadline deadline_ = Deadline::Never();
+  std::vector<Item> items_;  // this refit's landed buckets, in bucket order
+  Status error_;             // the first failure of this refit (or a cancel)
+  bool stopping_ = false;
+};
+
+}  // namespace refit
