@@ -15,6 +15,7 @@
 namespace refit::testing {
 
 struct JobSpec {
+  int engines = 1;  // --engines: engine k's rank r is "engine k rank r" when more than one
   int engine_ranks = 2;
   int trainer_ranks = 2;
   int refits = 2;
@@ -25,24 +26,31 @@ struct JobSpec {
   double refit_timeout_s = 20;
   std::vector<std::string> rank_args;         // appended to every rank's flags ("--device", "cuda")
   std::vector<std::string> coordinator_args;
-  std::map<std::string, std::vector<std::string>> extra;  // by process name: "engine rank 1"
+  std::map<std::string, std::vector<std::string>> extra;  // by process name: "engine rank 1", "engine 2 rank 0"
   std::vector<std::string> skip;                          // process names not to start
 };
 
-// The flags of rank `rank` of `role` ("trainer", "engine") in the job, with
-// its coordinator at `address`: the base flags, then `spec.extra` for its
-// name (an extra "--flag value" replaces the flag's base value; other flags
-// are appended).
+// The process name of rank `rank` of `role` (of engine `engine`).
+inline std::string job_rank_name(const JobSpec& spec, const std::string& role, int rank, int engine = 0) {
+  if (role == "engine" && spec.engines > 1) return "engine " + std::to_string(engine) + " rank " + std::to_string(rank);
+  return role + " rank " + std::to_string(rank);
+}
+
+// The flags of rank `rank` of `role` ("trainer", "engine"; of engine
+// `engine`) in the job, with its coordinator at `address`: the base flags,
+// then `spec.extra` for its name (an extra "--flag value" replaces the
+// flag's base value; other flags are appended).
 inline std::vector<std::string> job_rank_args(const JobSpec& spec, const std::string& address,
-                                              const std::string& role, int rank) {
+                                              const std::string& role, int rank, int engine = 0) {
   std::vector<std::string> a = {role, "--coordinator", address, "--rank", std::to_string(rank), "--model",
                                 spec.model, "--transport", spec.transport, "--bucket-size", spec.bucket_size,
                                 "--trainer-ranks", std::to_string(spec.trainer_ranks), "--engine-ranks",
                                 std::to_string(spec.engine_ranks), "--setup-timeout",
                                 std::to_string(spec.setup_timeout_s), "--timeout",
                                 std::to_string(spec.refit_timeout_s)};
+  if (engine != 0) a.insert(a.end(), {"--engine", std::to_string(engine)});
   a.insert(a.end(), spec.rank_args.begin(), spec.rank_args.end());
-  if (auto it = spec.extra.find(role + " rank " + std::to_string(rank)); it != spec.extra.end()) {
+  if (auto it = spec.extra.find(job_rank_name(spec, role, rank, engine)); it != spec.extra.end()) {
     const auto& x = it->second;
     for (std::size_t i = 0; i < x.size(); ++i) {
       bool has_value = i + 1 < x.size() && x[i + 1].rfind("--", 0) != 0;
@@ -75,18 +83,22 @@ inline bool start_job(ProcessGroup& group, const JobSpec& spec) {
                                     std::to_string(spec.engine_ranks), "--setup-timeout",
                                     std::to_string(spec.setup_timeout_s), "--timeout",
                                     std::to_string(spec.refit_timeout_s)};
+  if (spec.engines > 1) coord.insert(coord.end(), {"--engines", std::to_string(spec.engines)});
   coord.insert(coord.end(), spec.coordinator_args.begin(), spec.coordinator_args.end());
   std::string address = group.spawn_coordinator(coord);
   if (address.empty()) return false;
   auto skipped = [&](const std::string& name) {
     return std::find(spec.skip.begin(), spec.skip.end(), name) != spec.skip.end();
   };
-  for (const char* role : {"engine", "trainer"}) {
-    const int ranks = std::string(role) == "engine" ? spec.engine_ranks : spec.trainer_ranks;
-    for (int r = 0; r < ranks; ++r) {
-      const std::string name = std::string(role) + " rank " + std::to_string(r);
-      if (!skipped(name)) group.spawn(name, job_rank_args(spec, address, role, r));
+  for (int k = 0; k < spec.engines; ++k) {
+    for (int r = 0; r < spec.engine_ranks; ++r) {
+      const std::string name = job_rank_name(spec, "engine", r, k);
+      if (!skipped(name)) group.spawn(name, job_rank_args(spec, address, "engine", r, k));
     }
+  }
+  for (int r = 0; r < spec.trainer_ranks; ++r) {
+    const std::string name = job_rank_name(spec, "trainer", r);
+    if (!skipped(name)) group.spawn(name, job_rank_args(spec, address, "trainer", r));
   }
   return true;
 }

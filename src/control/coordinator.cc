@@ -279,6 +279,7 @@ class Coordinator {
     PhaseOptions phase_options;
     phase_options.trainer_ranks = options_.trainer_ranks;
     phase_options.engine_ranks = options_.engine_ranks * options_.engines;
+    phase_options.engines = options_.engines;
     phase_options.refits = options_.refits;
     phase_options.setup_timeout_s = options_.setup_timeout_s;
     phase_options.refit_timeout_s = options_.refit_timeout_s;

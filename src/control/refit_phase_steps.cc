@@ -71,8 +71,11 @@ PhaseTime RefitPhases::wake_at() const {
 }
 
 std::string RefitPhases::member_name(int member) const {
-  return is_trainer(member) ? "trainer rank " + std::to_string(member)
-                            : "engine rank " + std::to_string(member - options_.trainer_ranks);
+  if (is_trainer(member)) return "trainer rank " + std::to_string(member);
+  const int g = member - options_.trainer_ranks;
+  if (options_.engines <= 1) return "engine rank " + std::to_string(g);
+  const int ranks = options_.engine_ranks / options_.engines;
+  return "engine " + std::to_string(g / ranks) + " rank " + std::to_string(g % ranks);
 }
 
 std::string RefitPhases::waiting_for() const {

@@ -56,7 +56,10 @@ namespace refit {
 
 struct PhaseOptions {
   int trainer_ranks = 1;
-  int engine_ranks = 1;
+  int engine_ranks = 1;  // of every engine together
+  // Many engines: engine_ranks / engines ranks each; member T + k * R + r is
+  // "engine k rank r" in messages (one engine: "engine rank r").
+  int engines = 1;
   int refits = 1;  // 0: on demand (trainers send request/finish)
   double setup_timeout_s = 60;
   double refit_timeout_s = 300;

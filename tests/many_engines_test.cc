@@ -1,0 +1,168 @@
+// End to end: many engines (issue 18, step 1: fixed membership) in real
+// processes. Engine 0 is fed by the trainer ranks; every other engine's rank
+// r by rank r of its parent in the relay tree (--relay-fanout; 1: a chain),
+// which forwards each bucket from its receive pool as it lands. Every
+// engine verifies every byte of every version; a refit commits only once
+// every rank of every engine has it. The relay tree's own rules are in
+// src/control/relay_topology_test.cc, the receiver's hold on a slot until
+// it was forwarded in src/receiver/receiver_tap_test.cc.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "job.h"
+#include "kill_mid_job.h"
+#include "process_harness.h"
+
+namespace refit {
+namespace {
+
+using nlohmann::json;
+using testing::JobSpec;
+using testing::ProcessGroup;
+using testing::run_refit;
+
+json run_engines_demo(std::vector<std::string> args) {
+  std::vector<std::string> base = {"demo", "--json", "--model", "tiny", "--refits", "3", "--timeout", "120"};
+  base.insert(base.end(), args.begin(), args.end());
+  auto r = run_refit(base);
+  EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
+  return r.exit_code == 0 ? json::parse(r.out) : json();
+}
+
+// Every engine committed every version, verified; the trainers' links
+// carried one engine's bytes per refit and every link together E times
+// that; the report names the relay tree; each relaying rank forwarded its
+// stream once per child.
+void expect_relayed(const json& report, std::size_t engines, const std::vector<json>& parents) {
+  ASSERT_FALSE(report.is_null());
+  EXPECT_TRUE(report["verified"].get<bool>()) << report.dump(2);
+  ASSERT_EQ(report["engines"].size(), engines) << report.dump(2);
+  for (std::size_t k = 0; k < engines; ++k) {
+    EXPECT_EQ(report["engines"][k]["engine"], k);
+    EXPECT_EQ(report["engines"][k]["versions"], json::array({1, 2, 3})) << report["engines"][k].dump();
+    EXPECT_TRUE(report["engines"][k]["lost"].is_null());
+    EXPECT_GT(report["engines"][k]["gbps"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(report["relay"]["parents"], json(parents)) << report["relay"].dump();
+  ASSERT_EQ(report["refits"].size(), 3u);
+  for (const json& refit : report["refits"]) {
+    const auto bytes = refit["bytes"].get<std::uint64_t>();
+    EXPECT_EQ(refit["trainer_link_bytes"].get<std::uint64_t>(), bytes) << refit.dump();
+    EXPECT_EQ(refit["wire_bytes"].get<std::uint64_t>(), engines * bytes) << refit.dump();
+  }
+  std::vector<std::uint64_t> children(engines, 0);
+  for (std::size_t k = 1; k < engines; ++k) ++children[parents[k].get<std::size_t>()];
+  for (const json& rank : report["ranks"]) {
+    const auto k = rank["engine"].get<std::size_t>();
+    EXPECT_EQ(rank.value("relay_bytes", std::uint64_t{0}), children[k] * rank["bytes"].get<std::uint64_t>())
+        << rank.dump();
+  }
+}
+
+// A chain of three engines of two ranks over shm and tcp, 1 MiB buckets
+// (tensors cut at bucket edges, many buckets in flight) and recycled slots
+// poisoned, then the same with the default bucket size and pool. Catches:
+// a slot recycled before its bucket was forwarded (the child receives
+// poison: its verification fails), a child fed by the trainers instead of
+// its parent (trainer_link_bytes), a relay that skips buckets completing no
+// tensor (the child waits for them: timeout), versions committed before
+// every engine had them (the coordinator's count of engine ranks).
+// Tried once: release_slot without wait_forwarded failed verification of
+// engine 1 under --poison-recycled.
+TEST(ManyEngines, AChainOfThreeEnginesCommitsEveryVersionAndTheTrainersSendEachByteOnce) {
+  for (const char* transport : {"shm", "tcp"}) {
+    SCOPED_TRACE(transport);
+    expect_relayed(run_engines_demo({"--engines", "3", "--engine-ranks", "2", "--transport", transport,
+                                     "--bucket-size", "1MiB", "--poison-recycled"}),
+                   3, {nullptr, 0, 1});
+    expect_relayed(run_engines_demo({"--engines", "3", "--engine-ranks", "2", "--transport", transport}), 3,
+                   {nullptr, 0, 1});
+  }
+}
+
+// --relay-fanout 2: engine 0 feeds 1 and 2, engine 1 feeds 3; each
+// relaying rank writes its stream once per child. Catches: a parent
+// computed as k - 1 whatever the fanout, one child per parent served.
+TEST(ManyEngines, AFanoutTwoTreeFeedsEveryEngineFromItsParent) {
+  expect_relayed(run_engines_demo({"--engines", "4", "--engine-ranks", "1", "--relay-fanout", "2", "--transport",
+                                   "tcp", "--bucket-size", "1MiB"}),
+                 4, {nullptr, 0, 0, 1});
+}
+
+// Delta refits in a relay: engine 0 gets changed words from the trainers,
+// every other engine full bytes from its parent (its pool holds the
+// decoded bucket). Catches: a relay of the encoding to a child that never
+// offered that base (its verification fails).
+TEST(ManyEngines, DeltaRefitsReachEngineZeroEncodedAndTheOthersWhole) {
+  const json report = run_engines_demo({"--engines", "3", "--engine-ranks", "1", "--transport", "tcp", "--delta",
+                                        "--change-fraction", "0.01", "--bucket-size", "1MiB"});
+  ASSERT_FALSE(report.is_null());
+  EXPECT_TRUE(report["verified"].get<bool>()) << report.dump(2);
+  for (const json& engine : report["engines"]) EXPECT_EQ(engine["versions"], json::array({1, 2, 3}));
+  for (std::size_t v = 1; v < 3; ++v) {
+    const json& refit = report["refits"][v];
+    const auto bytes = refit["bytes"].get<std::uint64_t>(), trainers = refit["trainer_link_bytes"].get<std::uint64_t>();
+    EXPECT_LT(trainers, bytes / 10) << refit.dump();
+    EXPECT_EQ(refit["wire_bytes"].get<std::uint64_t>(), trainers + 2 * bytes) << refit.dump();
+  }
+}
+
+// Settings relays do not carry yet are refused at setup, named once, by
+// every process. Catches: --engines silently ignored in direct mode (only
+// engine 0 would get the weights, and the job would still report success).
+TEST(ManyEngines, DirectModeIsRefusedNamingTheSetting) {
+  auto r = run_refit({"demo", "--model", "tiny", "--engines", "2", "--engine-ranks", "1", "--mode", "direct",
+                      "--transport", "ucx", "--refits", "1", "--timeout", "60"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--engines 2 relays landed buckets from engine to engine out of the receive pool, which "
+                       "--mode direct has not: use --mode staged"),
+            std::string::npos)
+      << r.err;
+}
+
+// An engine whose plan differs from engine 0's (another --layers) is
+// refused at setup naming both engine ranks and the first tensor that
+// differs; nothing is refitted. Catches: engines after 0 never compared
+// (engine 1 would be fed buckets of another plan).
+TEST(ManyEngines, AnEngineOfAnotherPlanIsRefusedNamingBothRanks) {
+  JobSpec spec;
+  spec.engines = 2;
+  spec.engine_ranks = 1;
+  spec.trainer_ranks = 1;
+  spec.extra["engine 1 rank 0"] = {"--layers", "1"};
+  ProcessGroup group;
+  ASSERT_TRUE(testing::start_job(group, spec)) << group.all_stderr();
+  ASSERT_TRUE(group.wait_all(60)) << group.all_stderr();
+  const std::string err = group.err("coordinator");
+  EXPECT_NE(err.find("plan digest differs: engine 0 rank 0 has"), std::string::npos) << err;
+  EXPECT_NE(err.find(", engine 1 rank 0 has"), std::string::npos) << err;
+  for (const auto& name : group.names()) EXPECT_NE(group.exit_code(name), 0) << name;
+}
+
+// kill -9 of the middle engine of a chain during refit 2 (the trainer
+// stopped itself after its first bucket): with fixed membership the job
+// fails, naming the lost engine rank, in every survivor and the report;
+// nobody hangs on the relay. (Engines leaving and the survivors finishing,
+// --min-engines, are the next step of issue 18.)
+TEST(ManyEngines, AnEngineKilledMidRelayEndsTheJobNamingIt) {
+  JobSpec spec;
+  spec.engines = 3;
+  spec.engine_ranks = 1;
+  spec.trainer_ranks = 1;
+  spec.refits = 3;
+  testing::stop_mid_refit(spec, "trainer rank 0", 2);
+  ProcessGroup group;
+  ASSERT_TRUE(testing::start_job(group, spec)) << group.all_stderr();
+  ASSERT_NO_FATAL_FAILURE(
+      testing::KillMidJobAndExpectEverySurvivorToNameIt(group, "engine 1 rank 0", 60, "trainer rank 0", 2));
+  const json report = json::parse(group.report());
+  EXPECT_EQ(report["committed_version"], 1u) << report.dump(2);
+}
+
+}  // namespace
+}  // namespace refit
