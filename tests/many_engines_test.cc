@@ -164,5 +164,48 @@ TEST(ManyEngines, AnEngineKilledMidRelayEndsTheJobNamingIt) {
   EXPECT_EQ(report["committed_version"], 1u) << report.dump(2);
 }
 
+// kill -9 of the middle engine of a chain of three during refit 2, with
+// --min-engines 2: engine 1 is dropped, engine 0 feeds engine 2 from then
+// on, refit 2 runs again on the two and every later refit commits; every
+// survivor exits 0, the report is verified (every surviving engine
+// verified every version) and names the lost engine and rank. Catches: an
+// orphan left waiting for its dead parent (relink times out), the retry
+// skipping version 2 (engine 2's versions), a drop counted as a failed
+// refit (verified false).
+TEST(ManyEngines, AnEngineKilledMidRelayIsDroppedAndTheOthersGetEveryVersion) {
+  for (const char* transport : {"shm", "tcp"}) {
+    SCOPED_TRACE(transport);
+    JobSpec spec;
+    spec.transport = transport;
+    spec.engines = 3;
+    spec.engine_ranks = 1;
+    spec.trainer_ranks = 1;
+    spec.refits = 4;
+    spec.coordinator_args = {"--min-engines", "2"};
+    testing::stop_mid_refit(spec, "trainer rank 0", 2);
+    ProcessGroup group;
+    ASSERT_TRUE(testing::start_job(group, spec)) << group.all_stderr();
+    ASSERT_TRUE(testing::wait_for_refit_under_way(group, "trainer rank 0", 2)) << group.all_stderr();
+    group.kill("engine 1 rank 0", SIGKILL);
+    group.resume("trainer rank 0");
+    ASSERT_TRUE(group.wait_all(90)) << group.all_stderr();
+    for (const auto& name : group.names()) {
+      if (name == "engine 1 rank 0") continue;
+      EXPECT_EQ(group.exit_code(name), 0) << name << "\n" << group.all_stderr();
+    }
+    const json report = json::parse(group.report());
+    EXPECT_TRUE(report["verified"].get<bool>()) << report.dump(2);
+    EXPECT_EQ(report["committed_version"], 4u);
+    EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+    EXPECT_EQ(report["engines"][0]["versions"], json::array({1, 2, 3, 4}));
+    EXPECT_EQ(report["engines"][2]["versions"], json::array({1, 2, 3, 4}));
+    EXPECT_EQ(report["engines"][1]["versions"], json::array({1}));
+    EXPECT_NE(report["engines"][1]["lost"].get<std::string>().find("lost engine 1 rank 0 during refit 2"),
+              std::string::npos)
+        << report["engines"][1].dump();
+    EXPECT_EQ(report["engines"][1]["lost_at"], 2u);
+  }
+}
+
 }  // namespace
 }  // namespace refit

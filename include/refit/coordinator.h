@@ -47,6 +47,14 @@ struct CoordinatorOptions {
   // commits only once every rank of every engine has it. Default: 1.
   int engines = 1;
   int relay_fanout = 1;
+  // The fewest engines the job goes on with: an engine whose rank dies,
+  // stalls past the heartbeat deadline or misses a refit's deadline is
+  // dropped while at least this many stay (its relay children are fed by
+  // its parent from then on; a refit in flight is aborted and run again on
+  // the others; the report names the lost engine and rank). Engine 0, fed by
+  // the trainers, is never dropped. 0: every engine (a lost engine ends the
+  // job). Default: 0.
+  int min_engines = 0;
   // Refits to run; 0: on demand, each refit asked for by every trainer rank
   // (TrainerRank::refit). Default: 1.
   int refits = 1;

@@ -134,7 +134,8 @@ struct RankOptions {
   // Fault injection for tests (trainer only): in refit N, after sending its
   // first bucket, log one line ("... after sending bucket B of refit N") and
   // stop itself by SIGSTOP, as a trainer stalled mid-refit would; the line
-  // tells a test that the refit is under way. Default: 0 (off).
+  // tells a test that the refit is under way. Once per process (refit N run
+  // again after an engine was dropped goes on). Default: 0 (off).
   std::uint64_t debug_stop_after_bucket = 0;
   // Fault injection for tests (sharded trainer rank): before each of its
   // bucket parts, hold this rank's stream behind a GPU delay of N ms (device

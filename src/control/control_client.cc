@@ -174,11 +174,16 @@ StatusOr<CoordinatorMessage> ControlClient::wait(Deadline deadline) {
   }
 }
 
-StatusOr<std::optional<Start>> ControlClient::wait_for_start(Deadline deadline, const OnAcquire& on_acquire) {
+StatusOr<std::optional<Start>> ControlClient::wait_for_start(Deadline deadline, const OnAcquire& on_acquire,
+                                                             const OnRelink& on_relink) {
   for (;;) {
     ASSIGN_OR_RETURN(CoordinatorMessage message, wait(deadline));
     if (auto* start = std::get_if<Start>(&message)) return std::optional<Start>(*start);
     if (std::holds_alternative<Shutdown>(message)) return std::optional<Start>();
+    if (const auto* relink = std::get_if<Relink>(&message); relink != nullptr && on_relink) {
+      RETURN_IF_ERROR(on_relink(*relink));
+      continue;
+    }
     const auto* acquire = std::get_if<Acquire>(&message);
     if (acquire == nullptr || !on_acquire) {
       return InvalidArgument("protocol error: expected 'start' from the coordinator, got '" + message_name(message) +
@@ -188,27 +193,28 @@ StatusOr<std::optional<Start>> ControlClient::wait_for_start(Deadline deadline, 
   }
 }
 
-StatusOr<std::optional<Start>> ControlClient::wait_for_start_while_alive(const OnAcquire& on_acquire) {
+StatusOr<std::optional<Start>> ControlClient::wait_for_start_while_alive(const OnAcquire& on_acquire,
+                                                                        const OnRelink& on_relink) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!reading_) return Internal("wait_for_start_while_alive before start_reader: nothing checks the coordinator");
   }
   // No fixed deadline: the reader's heartbeat deadline closes the client
   // (and so ends this wait) once the coordinator is silent.
-  return wait_for_start(Deadline::Never(), on_acquire);
+  return wait_for_start(Deadline::Never(), on_acquire, on_relink);
 }
 
-StatusOr<bool> ControlClient::wait_for_recovery(Deadline deadline) {
+StatusOr<std::optional<Relink>> ControlClient::wait_for_recovery(Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     while (!queue_.empty()) {
       CoordinatorMessage message = std::move(queue_.front());
       queue_.pop_front();
-      if (std::holds_alternative<Relink>(message)) {
+      if (auto* relink = std::get_if<Relink>(&message)) {
         abort_.reset();
-        return true;
+        return std::optional<Relink>(std::move(*relink));
       }
-      if (std::holds_alternative<Shutdown>(message)) return false;
+      if (std::holds_alternative<Shutdown>(message)) return std::optional<Relink>();
       // The Abort and whatever the failed refit still had queued.
     }
     if (closed_) return Unavailable("lost the coordinator while waiting for recovery");

@@ -79,21 +79,26 @@ class ControlClient {
   // What an acquire (--release-between-refits) before a start asks of the
   // rank: allocate or open the pools, answer; an error ends the wait.
   using OnAcquire = std::function<Status(const Acquire&)>;
+  // What a relink between refits (many engines: an engine was dropped, the
+  // relay tree changed) asks of an engine rank: link again, say linked.
+  using OnRelink = std::function<Status(const Relink&)>;
   // The next refit's Start, or nullopt when the coordinator ended the job
   // cleanly (a Shutdown without an error). An Acquire on the way goes to
-  // `on_acquire` (none: a protocol error).
-  StatusOr<std::optional<Start>> wait_for_start(Deadline deadline, const OnAcquire& on_acquire = {});
+  // `on_acquire`, a Relink to `on_relink` (none: a protocol error).
+  StatusOr<std::optional<Start>> wait_for_start(Deadline deadline, const OnAcquire& on_acquire = {},
+                                                const OnRelink& on_relink = {});
   // The same for as long as the coordinator is alive: no fixed deadline (a
   // trainer step between refits may take hours), only the heartbeat
   // deadline. REQUIRES: start_reader() was called.
-  StatusOr<std::optional<Start>> wait_for_start_while_alive(const OnAcquire& on_acquire = {});
+  StatusOr<std::optional<Start>> wait_for_start_while_alive(const OnAcquire& on_acquire = {},
+                                                            const OnRelink& on_relink = {});
 
   // After a failed refit: the coordinator's next instruction, skipping the
-  // Abort that ended the refit: true for Relink (recover: the abort state is
-  // cleared, so the next refit starts clean), false for Shutdown. A lost
-  // coordinator is kUnavailable; no instruction by `deadline`,
+  // Abort that ended the refit: the Relink (recover: the abort state is
+  // cleared, so the next refit starts clean), or nullopt for Shutdown. A
+  // lost coordinator is kUnavailable; no instruction by `deadline`,
   // kDeadlineExceeded.
-  StatusOr<bool> wait_for_recovery(Deadline deadline);
+  StatusOr<std::optional<Relink>> wait_for_recovery(Deadline deadline);
 
   // The coordinator is lost (its connection closed or its heartbeats
   // stopped): nothing more will come from it (thread-safe).

@@ -134,6 +134,11 @@ class Coordinator {
       for (Setup& setup : *group) setup.release_between_refits = options_.release_between_refits;
     }
     report_.set_topology(engine_joins[0], topology, options_.engines, options_.relay_fanout);
+    engine_joins_ = engine_joins;
+    engine_setups_ = topology.engine_setups;
+    live_engines_.assign(static_cast<std::size_t>(options_.engines), true);
+    for (const Setup& setup : engine_setups_) routes_.push_back(Route{setup.feeders, setup.relay});
+    reroutes_.assign(routes_.size(), std::nullopt);
     for (std::size_t e = 0; e < engine_joins.size(); ++e) {
       Member& m = roster_.engine_rank(e);
       RETURN_IF_ERROR(send_message(*m.link, CoordinatorMessage(topology.engine_setups[e]), setup_deadline_)
@@ -280,6 +285,7 @@ class Coordinator {
     phase_options.trainer_ranks = options_.trainer_ranks;
     phase_options.engine_ranks = options_.engine_ranks * options_.engines;
     phase_options.engines = options_.engines;
+    phase_options.min_engines = options_.min_engines;
     phase_options.refits = options_.refits;
     phase_options.setup_timeout_s = options_.setup_timeout_s;
     phase_options.refit_timeout_s = options_.refit_timeout_s;
@@ -377,12 +383,15 @@ class Coordinator {
       const std::size_t audience = send->audience == Audience::kTrainers ? trainers : members_.size();
       for (std::size_t i = first; i < audience; ++i) {
         if (members_[i]->closed) continue;
-        Status sent = send_message(*members_[i]->link, send->message, by);
+        Status sent = send_message(*members_[i]->link, routed(send->message, i), by);
         if (!sent.ok() && !ending) {
           members_[i]->closed = true;
           lost->push_back(Lost{static_cast<int>(i), sent.message()});
         }
       }
+      if (std::holds_alternative<Relink>(send->message)) reroutes_.assign(reroutes_.size(), std::nullopt);
+    } else if (auto* drop = std::get_if<DropEngine>(&action)) {
+      drop_engine(*drop);
     } else if (auto* commit = std::get_if<RecordCommit>(&action)) {
       report_.record_commit(*commit);
       tally_.add(commit->version, report_.bytes_per_refit());
@@ -416,6 +425,45 @@ class Coordinator {
       ended_ = true;
       end_status_ = end->status;
     }
+  }
+
+  // Many engines: engine `drop.engine` leaves the job. Its ranks still
+  // connected are told (a shutdown with the reason) and no longer heard;
+  // the live engines' routes are planned again (relay_topology.h), and the
+  // next relink carries each changed one.
+  void drop_engine(const DropEngine& drop) {
+    note(LogLevel::kWarning, "engine " + std::to_string(drop.engine) + " dropped from the job: " +
+                                 drop.why.message());
+    report_.record_drop(drop);
+    const std::size_t ranks = static_cast<std::size_t>(options_.engine_ranks);
+    const std::size_t trainers = static_cast<std::size_t>(options_.trainer_ranks);
+    const Status told = Aborted("engine " + std::to_string(drop.engine) + " was dropped from the job: " +
+                                drop.why.message());
+    for (std::size_t r = 0; r < ranks; ++r) {
+      Member& m = *members_[trainers + drop.engine * ranks + r];
+      if (m.closed) continue;
+      (void)send_message(*m.link, CoordinatorMessage(Shutdown{told, report_.committed_version()}),
+                         Deadline::After(std::chrono::seconds(2)));
+      m.closed = true;
+    }
+    live_engines_[drop.engine] = false;
+    const std::vector<Route> routes = relay_routes(engine_joins_, options_.engine_ranks,
+                                                   static_cast<std::uint64_t>(options_.relay_fanout), live_engines_,
+                                                   engine_setups_);
+    for (std::size_t g = 0; g < routes.size(); ++g) {
+      if (!live_engines_[g / ranks] || routes[g] == routes_[g]) continue;
+      routes_[g] = routes[g];
+      reroutes_[g] = routes[g];
+    }
+  }
+
+  // `message` as member `i` gets it: a relink carries the member's new route
+  // when an engine was dropped since the last one.
+  CoordinatorMessage routed(const CoordinatorMessage& message, std::size_t i) const {
+    const auto* relink = std::get_if<Relink>(&message);
+    const std::size_t trainers = static_cast<std::size_t>(options_.trainer_ranks);
+    if (relink == nullptr || i < trainers || !reroutes_[i - trainers]) return message;
+    return CoordinatorMessage(Relink{relink->version, reroutes_[i - trainers]});
   }
 
   // The engine ranks' pools after an acquire: a replacement trainer rank's
@@ -465,6 +513,14 @@ class Coordinator {
   std::unique_ptr<JoinGate> gate_;
   std::vector<Member*> members_;  // the machine's numbering
   std::vector<Setup> trainer_setups_;
+  // Many engines: every engine rank's join and setup (k * R + r), which
+  // engines are live, each rank's route now, and those the next relink
+  // carries (changed by a drop).
+  std::vector<Join> engine_joins_;
+  std::vector<Setup> engine_setups_;
+  std::vector<bool> live_engines_;
+  std::vector<Route> routes_;
+  std::vector<std::optional<Route>> reroutes_;
   // Set by setup() before any use; Never() only as the initial value.
   Deadline setup_deadline_ = Deadline::Never();
   HeartbeatTiming heartbeats_;

@@ -7,6 +7,7 @@ void EngineHoldings::committed(const RecordCommit& commit) {
   if (engines_.size() < commit.engines.size()) engines_.resize(commit.engines.size());
   for (std::size_t e = 0; e < commit.engines.size(); ++e) {
     const Done& done = commit.engines[e];
+    if (done.stats.is_object() && done.stats.value("dropped", false)) continue;  // its engine left the job
     Engine& engine = engines_[e];
     engine.weight_version = commit.version;
     if (done.verified) engine.verified_version = commit.version;

@@ -370,7 +370,14 @@ Json encode(const CoordinatorMessage& message) {
                                m["error"] = status_to_json(a.error);
                                return m;
                              },
-                             [](const Relink& r) { return versioned("relink", r.version); },
+                             [](const Relink& r) {
+                               Json m = versioned("relink", r.version);
+                               if (r.route) {
+                                 m["route"] = Json{{"feeders", r.route->feeders},
+                                                   {"relay", targets_to_json(r.route->relay)}};
+                               }
+                               return m;
+                             },
                              [](const Shutdown& s) {
                                Json m = typed("shutdown");
                                m["committed_version"] = s.committed_version;
@@ -470,7 +477,20 @@ StatusOr<CoordinatorMessage> decode_coordinator_message(const Json& m) {
   if (type == "abort") {
     return CoordinatorMessage(Abort{u64(m, "version"), status_field(m, "error").value_or(Internal("no error given"))});
   }
-  if (type == "relink") return CoordinatorMessage(Relink{u64(m, "version")});
+  if (type == "relink") {
+    Relink relink{u64(m, "version"), std::nullopt};
+    if (auto it = m.find("route"); it != m.end()) {
+      Route route;
+      const Json& feeders = it->value("feeders", Json::array());
+      for (const Json& f : feeders) {
+        if (!f.is_number_unsigned()) return InvalidArgument("'relink' field 'route': 'feeders' must hold integers >= 0");
+        route.feeders.push_back(f.get<std::uint64_t>());
+      }
+      ASSIGN_OR_RETURN(route.relay, targets_from_json(it->value("relay", Json::array()), "'relink' field 'route'"));
+      relink.route = std::move(route);
+    }
+    return CoordinatorMessage(std::move(relink));
+  }
   if (type == "shutdown") return CoordinatorMessage(Shutdown{status_field(m, "error"), u64(m, "committed_version")});
   if (type == "error") return CoordinatorMessage(Refusal{*status_field(m, "error")});
   if (type == "heartbeat") return CoordinatorMessage(Heartbeat{});

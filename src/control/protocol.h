@@ -327,9 +327,21 @@ struct Abort {
   std::uint64_t version = 0;
   Status error;
 };
-// After an abort: reconnect the data links and say linked again.
+// Many engines: an engine rank's place in the relay tree once an engine was
+// dropped from the job (relay_topology.h): its feeders and relay targets,
+// as in its Setup.
+struct Route {
+  std::vector<std::uint64_t> feeders;
+  std::vector<EngineTarget> relay;
+  friend bool operator==(const Route&, const Route&) = default;
+};
+// After an abort: reconnect the data links and say linked again. Many
+// engines: also, to the engine ranks only and with no abort before it, once
+// an engine was dropped between refits. `route`: this rank's new place in
+// the relay tree (absent: the links as before).
 struct Relink {
   std::uint64_t version = 0;
+  std::optional<Route> route;
 };
 // --release-between-refits, once every rank committed `version`: free what
 // the next refit will allocate again (trainers first, then engines), answer

@@ -124,7 +124,8 @@ void add_coordinator_messages(std::vector<Schema>& s) {
   s.push_back({"release", {kVersion}});
   s.push_back({"acquire", {kVersion, {"descriptors", kArr, false, kMaxRanks, kStr}}});
   s.push_back({"start", {kVersion, {"arena", kUint, false, 1}}});
-  for (const char* t : {"go", "commit", "relink"}) s.push_back({t, {kVersion}});
+  for (const char* t : {"go", "commit"}) s.push_back({t, {kVersion}});
+  s.push_back({"relink", {kVersion, {"route", kObj}}});  // protocol.cc checks the route's fields
   s.push_back({"abort", {kVersion, kError}});
   s.push_back({"shutdown", {{"error", kObj}, {"committed_version", kUint}}});
   s.push_back({"error", {{"error", kObj, true}}});

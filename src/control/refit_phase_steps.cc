@@ -20,8 +20,12 @@ void RefitPhases::enter(Phase phase, Step awaited) {
   awaited_ = awaited;
 }
 
+// Dropped engines' ranks (many engines) are awaited no more.
 bool RefitPhases::all_reached(Step step) const {
-  return std::all_of(members_.begin(), members_.end(), [&](const Member& m) { return m.step >= step; });
+  for (int i = 0; i < static_cast<int>(members_.size()); ++i) {
+    if (members_[static_cast<std::size_t>(i)].step < step && !dropped(i)) return false;
+  }
+  return true;
 }
 
 bool RefitPhases::all_trainers_reached(Step step) const {
@@ -53,7 +57,7 @@ RefitPhases::Step RefitPhases::furthest_step(int member) const {
 // Whether the current phase waits for `member` (before it reached the
 // awaited step): in release's first stage only the trainers.
 bool RefitPhases::awaits(int member) const {
-  if (members_[static_cast<std::size_t>(member)].step >= awaited_) return false;
+  if (members_[static_cast<std::size_t>(member)].step >= awaited_ || dropped(member)) return false;
   return !(phase_ == Phase::kRelease && !second_stage_ && !is_trainer(member));
 }
 

@@ -34,6 +34,13 @@ std::vector<PhaseAction> RefitPhases::on(const PhaseEvent& event, PhaseTime now)
   out_.clear();
   if (phase_ == Phase::kEnded) return {};
   if (stalled_itself(now)) return std::move(out_);
+  const PhaseEvent* live_event = &event;  // what a dropped engine's rank still sends is dropped with it
+  if (const auto* r = std::get_if<Received>(&event); r != nullptr && dropped(r->member)) live_event = nullptr;
+  if (const auto* l = std::get_if<Lost>(&event); l != nullptr && dropped(l->member)) live_event = nullptr;
+  if (live_event == nullptr) {
+    advance(now);
+    return std::move(out_);
+  }
   if (const auto* received = std::get_if<Received>(&event)) {
     // Any message proves its sender alive.
     auto& heard = heard_[static_cast<std::size_t>(received->member)];
@@ -82,7 +89,9 @@ void RefitPhases::advance(PhaseTime now) {
         break;
       case Phase::kCommit:
         if (!all_reached(Step::kCommitted)) break;
-        if (options_.release_between_refits) {
+        if (reroute_pending_) {
+          reroute_engines(now);
+        } else if (options_.release_between_refits) {
           begin_release(now);
         } else {
           next_refit(now);
@@ -95,14 +104,7 @@ void RefitPhases::advance(PhaseTime now) {
         advance_acquire(now);
         break;
       case Phase::kRecovery:
-        if (all_reached(Step::kLinked)) {
-          RecordRecovery recovered{version_, {}};
-          for (int e = 0; e < options_.engine_ranks; ++e) {
-            recovered.engines.push_back(members_[static_cast<std::size_t>(options_.trainer_ranks + e)].linked.value());
-          }
-          out_.push_back(std::move(recovered));
-          next_refit(now);
-        }
+        if (all_reached(Step::kLinked)) finish_recovery(now);
         break;
       case Phase::kBlame:
       case Phase::kEnded:
@@ -228,6 +230,7 @@ void RefitPhases::on_failed(int member, const Failed& failed, PhaseTime now) {
 void RefitPhases::on_lost(int member, const std::string& why, PhaseTime now) {
   const std::string who = member_name(member);
   if (replace_lost_trainer(member, why, now)) return;
+  if (!is_trainer(member) && drop_engines({engine_of(member)}, who, why, now)) return;
   if (phase_ == Phase::kBlame) {
     // A rank that reported its own failure and then exited is not the cause.
     Member& m = members_[static_cast<std::size_t>(member)];
@@ -359,6 +362,7 @@ void RefitPhases::on_deadline(PhaseTime now) {
   if (phase_ == Phase::kCommit || phase_ == Phase::kRelease) {
     return end(DeadlineExceeded("refit " + std::to_string(version_) + " was committed, but " + late));
   }
+  if (drop_late_engines(now)) return;
   fail(DeadlineExceeded(late), now);
 }
 
@@ -449,6 +453,10 @@ void RefitPhases::decide_commit(PhaseTime) {
   commit.version = version_;
   commit.seconds = std::chrono::duration<double>(last_sent_ - go_time_).count();
   for (int i = 0; i < static_cast<int>(members_.size()); ++i) {
+    if (dropped(i)) {  // its engine was dropped: nothing of it counts
+      commit.engines.push_back(Done{version_, false, Json{{"dropped", true}}, ""});
+      continue;
+    }
     const Done& done = members_[static_cast<std::size_t>(i)].done.value();
     if (!is_trainer(i)) commit.verified = commit.verified && done.verified;
     (is_trainer(i) ? commit.trainers : commit.engines).push_back(done);
@@ -502,7 +510,9 @@ void RefitPhases::fail(const Status& failure, PhaseTime now) {
   }
   out_.push_back(RecordFailure{version_, failure});
   out_.push_back(SendAll{Abort{version_, failure}});
-  out_.push_back(SendAll{Relink{version_}});
+  out_.push_back(SendAll{Relink{version_, std::nullopt}});
+  failure_recovery_ = true;
+  retry_ = false;
   for (Member& m : members_) m = Member{};  // a request sent before the abort is dropped with it
   recovering_ = failure;
   deadline_ = now + std::chrono::duration_cast<PhaseClock::duration>(

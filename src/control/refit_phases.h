@@ -60,6 +60,12 @@ struct PhaseOptions {
   // Many engines: engine_ranks / engines ranks each; member T + k * R + r is
   // "engine k rank r" in messages (one engine: "engine rank r").
   int engines = 1;
+  // Many engines: the fewest engines the job goes on with (refit_phase_
+  // engines.cc). An engine rank lost (or past a refit's deadline) drops its
+  // engine while at least this many stay: a refit in flight is aborted and,
+  // in scheduled jobs, run again on the others; the engines relink around
+  // it. 0: every engine (a lost engine rank ends the job, as with one).
+  int min_engines = 0;
   int refits = 1;  // 0: on demand (trainers send request/finish)
   double setup_timeout_s = 60;
   double refit_timeout_s = 300;
@@ -126,6 +132,14 @@ struct RecordCommit {
   bool verified = true;
   std::vector<Done> engines, trainers;  // by rank
 };
+// Many engines: engine `engine` was dropped from the job during refit
+// `version` (`why` names the rank and the cause): the shell shuts its ranks
+// down and routes the relay around it before the relink that follows.
+struct DropEngine {
+  std::uint64_t engine = 0;
+  std::uint64_t version = 0;
+  Status why;
+};
 // A refit that failed before its decision and was aborted; recovery follows.
 struct RecordFailure {
   std::uint64_t version = 0;
@@ -155,8 +169,8 @@ struct Note {
 struct EndJob {
   Status status;
 };
-using PhaseAction =
-    std::variant<SendAll, RecordCommit, RecordFailure, RecordRecovery, RecordRelease, ShowProgress, Note, EndJob>;
+using PhaseAction = std::variant<SendAll, RecordCommit, RecordFailure, RecordRecovery, RecordRelease, ShowProgress,
+                                 Note, EndJob, DropEngine>;
 
 class RefitPhases {
  public:
@@ -237,6 +251,14 @@ class RefitPhases {
   std::string phase_name() const;
   std::string awaited_name() const;
   bool is_trainer(int member) const { return member < options_.trainer_ranks; }
+  // Many engines (refit_phase_engines.cc).
+  int engine_of(int member) const;  // -1: a trainer rank
+  bool dropped(int member) const;
+  int live_engines() const;
+  bool drop_engines(const std::vector<int>& engines, const std::string& who, const std::string& why, PhaseTime now);
+  bool drop_late_engines(PhaseTime now);
+  void reroute_engines(PhaseTime now);
+  void finish_recovery(PhaseTime now);
 
   PhaseOptions options_;
   std::vector<Member> members_;
@@ -257,6 +279,15 @@ class RefitPhases {
   PhaseTime blame_until_{};
   // kRecovery: the failure being recovered from.
   Status recovering_;
+  // Many engines: the engines dropped so far; whether the recovery in
+  // progress follows a failure (RecordRecovery) or a drop, and whether it
+  // runs version_ again (a drop mid-refit, scheduled jobs); an engine
+  // dropped after the decision: relink the engines once every live rank
+  // committed.
+  std::vector<bool> engine_dropped_;
+  bool failure_recovery_ = false;
+  bool retry_ = false;
+  bool reroute_pending_ = false;
   // Liveness: when each member was last heard from (PhaseTime::max() once
   // it is lost: no longer watched), and when the next heartbeat is due.
   std::vector<PhaseTime> heard_;

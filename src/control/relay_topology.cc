@@ -106,4 +106,30 @@ Status plan_relay(const std::vector<Join>& engines, int engine_ranks, std::uint6
   return Status::Ok();
 }
 
+std::vector<Route> relay_routes(const std::vector<Join>& engines, int engine_ranks, std::uint64_t fanout,
+                                const std::vector<bool>& live, const std::vector<Setup>& setups) {
+  const std::size_t ranks = static_cast<std::size_t>(engine_ranks);
+  std::vector<Route> routes(engines.size());
+  std::vector<std::uint64_t> order;  // the live engines, in engine order
+  for (std::size_t k = 0; k < live.size(); ++k) {
+    if (live[k]) order.push_back(k);
+  }
+  for (std::size_t r = 0; r < ranks; ++r) routes[r].feeders = setups[r].feeders;
+  for (std::size_t i = 1; i < order.size(); ++i) {
+    const std::uint64_t k = order[i], parent = order[(i - 1) / fanout];
+    for (std::size_t r = 0; r < ranks; ++r) {
+      const std::size_t g = k * ranks + r;
+      routes[g].feeders = {relay_feeder(parent)};
+      EngineTarget child;
+      child.engine_rank = r;
+      child.engine = k;
+      child.address = engines[g].data_address;
+      child.descriptor = engines[g].descriptor;
+      child.device = engines[g].device;
+      routes[parent * ranks + r].relay.push_back(std::move(child));
+    }
+  }
+  return routes;
+}
+
 }  // namespace refit

@@ -38,4 +38,12 @@ std::uint64_t relay_parent(std::uint64_t engine, std::uint64_t fanout);
 Status plan_relay(const std::vector<Join>& engines, int engine_ranks, std::uint64_t fanout, bool release_between_refits,
                   Topology& topology);
 
+// Engines dropped from the job (`live[k]` false; engine 0 stays): every
+// engine rank's route in the tree of the live engines, by k * R + r: the
+// i-th live engine's parent is the ((i - 1) / F)-th, engine 0 keeps the
+// feeders of its setup (`setups`, by k * R + r as plan_relay left them); a
+// dropped engine's route is empty.
+std::vector<Route> relay_routes(const std::vector<Join>& engines, int engine_ranks, std::uint64_t fanout,
+                                const std::vector<bool>& live, const std::vector<Setup>& setups);
+
 }  // namespace refit

@@ -170,6 +170,7 @@ void ReportBuilder::record_engines(const RecordCommit& commit) {
       if (g < commit.engines.size()) slowest_ms = std::max(slowest_ms, commit.engines[g].stats.value("refit_ms", 0.0));
     }
     Json& engine = report_["engines"][k];
+    if (!engine["lost"].is_null()) continue;  // dropped: it holds none of the later versions
     engine["versions"].push_back(commit.version);
     engine["gbps"] = slowest_ms > 0 ? static_cast<double>(bytes_per_refit_) / (slowest_ms / 1e3) / 1e9 : 0.0;
   }
@@ -199,6 +200,12 @@ void ReportBuilder::record_failure(const RecordFailure& failure) {
 }
 
 void ReportBuilder::record_go(std::uint64_t version) { holdings_.went(version); }
+
+void ReportBuilder::record_drop(const DropEngine& drop) {
+  if (!report_.contains("engines") || drop.engine >= report_["engines"].size()) return;
+  report_["engines"][drop.engine]["lost"] = drop.why.message();
+  report_["engines"][drop.engine]["lost_at"] = drop.version;
+}
 
 void ReportBuilder::record_recovery(const RecordRecovery& recovery) {
   holdings_.recovered(recovery);

@@ -41,6 +41,8 @@ class ReportBuilder {
   // engine rank's stream; the largest of any refit).
   void record_commit(const RecordCommit& commit);
   void record_failure(const RecordFailure& failure);
+  // Many engines: engine drop.engine left the job (its `lost`, `lost_at`).
+  void record_drop(const DropEngine& drop);
   void record_recovery(const RecordRecovery& recovery);
   // --release-between-refits: the bytes each engine rank returned after the
   // refit, in its `refits` entry (`released_bytes`, by engine rank).

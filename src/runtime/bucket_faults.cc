@@ -3,6 +3,8 @@
 
 #include <signal.h>
 
+#include <atomic>
+
 #include "refit/log.h"
 
 namespace refit {
@@ -19,7 +21,8 @@ Status after_bucket_faults(const RankOptions& options, const std::string& name, 
     log(LogLevel::kInfo, name, what + " sent behind a 30 s GPU delay; dying by SIGKILL (--debug-die-after-announce)");
     ::raise(SIGKILL);
   }
-  if (version == options.debug_stop_after_bucket && stop_here) {
+  static std::atomic<bool> stopped{false};  // once per process: a refit run again goes on
+  if (version == options.debug_stop_after_bucket && stop_here && !stopped.exchange(true)) {
     log(LogLevel::kWarning, name, "stopping by SIGSTOP after sending " + what + " (--debug-stop-after-bucket)");
     ::raise(SIGSTOP);
   }

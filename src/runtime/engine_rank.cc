@@ -16,7 +16,8 @@ Status EngineRank::Impl::serve() {
 StatusOr<std::optional<std::uint64_t>> EngineRank::Impl::next() {
   recovered_ = false;
   ASSIGN_OR_RETURN(std::optional<Start> start,
-                   client_->wait_for_start_while_alive([this](const Acquire& a) { return acquire(a); }));
+                   client_->wait_for_start_while_alive([this](const Acquire& a) { return acquire(a); },
+                                                       [this](const Relink& r) { return reroute(r); }));
   if (!start) return std::optional<std::uint64_t>();
   const std::uint64_t version = start->version;
   Status status = refit(version);

@@ -81,6 +81,8 @@ class EngineRank::Impl {
   Status accept_links(Deadline deadline);
 
   StatusOr<bool> recover();
+  Status relink_data(const Relink& relink);
+  Status reroute(const Relink& relink);
   Status refit(std::uint64_t version);
 
   // --delta: the version this rank's trainers may encode against: the one

@@ -106,20 +106,10 @@ Status EngineRank::Impl::accept_links(Deadline deadline) {
 // reports its weights: the last committed version, incomplete.
 // Returns false when the coordinator ended the job instead.
 StatusOr<bool> EngineRank::Impl::recover() {
-  ASSIGN_OR_RETURN(bool relink, client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s)));
+  ASSIGN_OR_RETURN(std::optional<Relink> relink,
+                   client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s)));
   if (!relink) return false;
-  Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
-  std::unique_ptr<Receiver> old;
-  {
-    std::lock_guard<std::mutex> lock(data_mu_);
-    old = std::move(receiver_);
-  }
-  RETURN_IF_ERROR(make_receiver(old->release_pool()));
-  // A trainer rank may come back as a new process that must open the pool.
-  ASSIGN_OR_RETURN(const bool reopened, receiver_->pool().unseal());
-  RETURN_IF_ERROR(accept_links(deadline));
-  if (relay_) RETURN_IF_ERROR(relay_->relink(deadline));
-  if (reopened) RETURN_IF_ERROR(receiver_->pool().seal());
+  RETURN_IF_ERROR(relink_data(*relink));
   log(LogLevel::kInfo, name(),
       "recovered: weights at version " + std::to_string(engine_->weight_version()) + " (" +
           (engine_->weights_complete() ? "complete" : "incomplete: the failed refit wrote part of them") +
@@ -127,4 +117,48 @@ StatusOr<bool> EngineRank::Impl::recover() {
   RETURN_IF_ERROR(client_->send(Linked{engine_->weight_version(), engine_->weights_complete()}));
   return true;
 }
+
+// The data links made again (after a failed refit, or between refits once
+// an engine was dropped): a new receiver over the same pool, its feeders'
+// links accepted again, the relay to its children linked again. A relink
+// with a route (many engines: the relay tree changed) takes its feeders and
+// children from it: the relay to the old children goes, one to the new
+// ones is made.
+Status EngineRank::Impl::relink_data(const Relink& relink) {
+  Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
+  std::unique_ptr<Receiver> old;
+  std::unique_ptr<RelayForwarder> old_relay;
+  {
+    std::lock_guard<std::mutex> lock(data_mu_);
+    old = std::move(receiver_);
+    if (relink.route) old_relay = std::move(relay_);
+  }
+  old_relay.reset();  // its links to the old children close
+  if (relink.route) feeders_ = relink.route->feeders;
+  RETURN_IF_ERROR(make_receiver(old->release_pool()));
+  // A trainer rank may come back as a new process that must open the pool.
+  ASSIGN_OR_RETURN(const bool reopened, receiver_->pool().unseal());
+  RETURN_IF_ERROR(accept_links(deadline));
+  if (relink.route) {
+    RETURN_IF_ERROR(link_relay(relink.route->relay, deadline));
+  } else if (relay_) {
+    RETURN_IF_ERROR(relay_->relink(deadline));
+  }
+  if (reopened) RETURN_IF_ERROR(receiver_->pool().seal());
+  return Status::Ok();
+}
+
+// Many engines, between refits: an engine was dropped and the relay tree
+// changed; this rank links again as the route says and says linked.
+Status EngineRank::Impl::reroute(const Relink& relink) {
+  Status status = relink_data(relink);
+  if (!status.ok()) {
+    status = status.WithContext(name() + ", linking again after an engine was dropped");
+    (void)client_->send(Failed{relink.version, status});
+    return status;
+  }
+  log(LogLevel::kInfo, name(), "relinked: an engine was dropped from the job and the relay tree changed");
+  return client_->send(Linked{engine_->weight_version(), engine_->weights_complete()});
+}
+
 }  // namespace refit

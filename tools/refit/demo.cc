@@ -273,6 +273,7 @@ std::string start_coordinator(const DemoOptions& o, DemoJob& job) {
   if (o.release_between_refits) args.push_back("--release-between-refits");
   if (o.engines > 1) {
     args.insert(args.end(), {"--engines", std::to_string(o.engines), "--relay-fanout", std::to_string(o.relay_fanout)});
+    if (o.min_engines > 0) args.insert(args.end(), {"--min-engines", std::to_string(o.min_engines)});
   }
   args.insert(args.end(), job.common.begin(), job.common.end());
   if (!o.json && ::isatty(2)) args.push_back("--progress");

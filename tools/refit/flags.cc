@@ -328,7 +328,7 @@ void add_shadow_flags(CLI::App& cmd, bool& shadow, int& readers) {
       ->capture_default_str();
 }
 
-void add_engines_flags(CLI::App& cmd, int& engines, int& relay_fanout) {
+void add_engines_flags(CLI::App& cmd, int& engines, int& relay_fanout, int& min_engines) {
   cmd.add_option("--engines", engines,
                  "Engines (replicas of --engine-ranks ranks each): engine 0 is fed by the trainers, every other by "
                  "the engine before it in the relay tree, so the trainers' links carry each byte once")
@@ -338,6 +338,11 @@ void add_engines_flags(CLI::App& cmd, int& engines, int& relay_fanout) {
                  "Engines each engine relays to (1: a chain, every link carries each byte once)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  cmd.add_option("--min-engines", min_engines,
+                 "The fewest engines the job goes on with: an engine that dies, stalls or misses a deadline is dropped "
+                 "while this many stay (a refit in flight runs again on the others); engine 0 is never dropped "
+                 "(default: --engines, a lost engine ends the job)")
+      ->check(CLI::Range(1, 1024));
 }
 
 void add_release_flag(CLI::App& cmd, bool& release) {

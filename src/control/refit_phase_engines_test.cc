@@ -1,0 +1,163 @@
+// The phase machine's many-engine rules (refit_phase_engines.cc), driven by
+// fake ranks: 1 trainer rank (member 0) and 3 engines of 1 rank (members
+// 1, 2, 3: engines 0, 1, 2), --min-engines 2.
+#include "control/refit_phases.h"
+#include "testing/expect_has.h"
+#include "testing/phase_actions.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace refit {
+namespace {
+
+using namespace std::chrono_literals;
+
+class Engines {
+ public:
+  explicit Engines(int refits = 3, int min_engines = 2) : phases_([&] {
+    PhaseOptions o;
+    o.trainer_ranks = 1;
+    o.engine_ranks = 3;
+    o.engines = 3;
+    o.min_engines = min_engines;
+    o.refits = refits;
+    o.setup_timeout_s = 10;
+    o.refit_timeout_s = 20;
+    return o;
+  }()) {
+    (void)phases_.start(now_ + 10s);
+  }
+  void Send(int member, RankMessage message) { actions_.take(phases_.on(Received{member, std::move(message)}, now_)); }
+  void Lose(int member) { actions_.take(phases_.on(Lost{member, "connection closed"}, now_)); }
+  void Wait(std::chrono::milliseconds d) {
+    now_ += d;
+    actions_.take(phases_.on(Tick{}, now_));
+  }
+  void Each(const std::vector<int>& members, const std::function<RankMessage()>& make) {
+    for (int m : members) Send(m, make());
+  }
+  std::vector<std::string> Names() const {
+    std::vector<std::string> out;
+    for (const PhaseAction& a : actions_.all()) {
+      if (const auto* s = std::get_if<SendAll>(&a)) out.push_back(message_name(s->message));
+    }
+    return out;
+  }
+  testing::PhaseActions& actions() { return actions_; }
+  RefitPhases& phases() { return phases_; }
+
+ private:
+  PhaseTime now_ = PhaseTime() + 1000s;
+  RefitPhases phases_;
+  testing::PhaseActions actions_;
+};
+
+const std::vector<int> kAll = {0, 1, 2, 3};
+
+// Engine 1 lost in the middle of refit 2's transfer: it is dropped (named),
+// refit 2 is aborted, every live rank relinks (the shell routes the relay
+// around it), and refit 2 runs again on the others; its commit counts only
+// engines 0 and 2 and is verified. Catches: a loss that ends the job
+// although enough engines stay, a retry of v + 1 instead of v (engine 2
+// would miss version 2), a commit that waits for the dropped rank (hangs),
+// a dropped rank's `done` counted as unverified (the refit would not be).
+TEST(RefitPhaseEngines, AnEngineLostMidRefitIsDroppedAndTheRefitRunsAgainOnTheOthers) {
+  Engines job;
+  job.Each(kAll, [] { return RankMessage(Linked{}); });
+  job.Each(kAll, [] { return RankMessage(Ready{1}); });
+  job.Each(kAll, [] { return RankMessage(Sent{1}); });
+  job.Each(kAll, [] { return RankMessage(Done{1, true, Json::object(), ""}); });
+  job.Each(kAll, [] { return RankMessage(Committed{1}); });
+  job.Each(kAll, [] { return RankMessage(Ready{2}); });
+  job.Lose(2);
+  ASSERT_FALSE(job.actions().ended()) << job.actions().ended()->ToString();
+  const auto drops = job.actions().of<DropEngine>();
+  ASSERT_EQ(drops.size(), 1u);
+  EXPECT_EQ(drops[0].engine, 1u);
+  EXPECT_EQ(drops[0].version, 2u);
+  EXPECT_HAS(drops[0].why.message(), "lost engine 1 rank 0 during refit 2");
+  EXPECT_HAS(job.actions().last_sent<Abort>()->error.message(), "refit 2 runs again on the others");
+  EXPECT_EQ(job.phases().phase(), RefitPhases::Phase::kRecovery);
+  job.Each({0, 1, 3}, [] { return RankMessage(Linked{}); });
+  ASSERT_EQ(job.actions().last_sent<Start>()->version, 2u) << "the dropped refit runs again";
+  job.Each({0, 1, 3}, [] { return RankMessage(Ready{2}); });
+  job.Each({0, 1, 3}, [] { return RankMessage(Sent{2}); });
+  job.Each({0, 1, 3}, [] { return RankMessage(Done{2, true, Json::object(), ""}); });
+  const auto commits = job.actions().of<RecordCommit>();
+  ASSERT_EQ(commits.size(), 2u);
+  EXPECT_EQ(commits[1].version, 2u);
+  EXPECT_TRUE(commits[1].verified);
+  EXPECT_TRUE(commits[1].engines[1].stats.value("dropped", false));
+  EXPECT_TRUE(job.actions().of<RecordFailure>().empty()) << "a drop is not a failed refit";
+}
+
+// Too few engines would be left: the job ends naming the lost rank, the
+// count and the setting. And engine 0, fed by the trainers, is never
+// dropped. Catches: a count off by one (3 engines, --min-engines 3 would
+// drop one), engine 0 dropped (the trainers would feed nobody).
+TEST(RefitPhaseEngines, FewerThanMinEnginesOrEngineZeroEndsTheJob) {
+  Engines strict(3, 3);
+  strict.Each(kAll, [] { return RankMessage(Linked{}); });
+  strict.Lose(3);
+  ASSERT_TRUE(strict.actions().ended());
+  EXPECT_HAS(strict.actions().ended()->message(), "lost engine 2 rank 0");
+  EXPECT_TRUE(strict.actions().of<DropEngine>().empty());
+
+  Engines job(3, 2);
+  job.Each(kAll, [] { return RankMessage(Linked{}); });
+  job.Each(kAll, [] { return RankMessage(Ready{1}); });
+  job.Lose(3);
+  ASSERT_FALSE(job.actions().ended());
+  job.Each({0, 1, 2}, [] { return RankMessage(Linked{}); });
+  job.Each({0, 1, 2}, [] { return RankMessage(Ready{1}); });
+  job.Lose(2);
+  ASSERT_TRUE(job.actions().ended());
+  EXPECT_HAS(job.actions().ended()->message(),
+             "lost engine 1 rank 0 during refit 1 (transfer): connection closed; 1 of 3 engines would be left, fewer "
+             "than --min-engines 2");
+
+  Engines zero(3, 1);
+  zero.Each(kAll, [] { return RankMessage(Linked{}); });
+  zero.Lose(1);
+  ASSERT_TRUE(zero.actions().ended());
+  EXPECT_TRUE(zero.actions().of<DropEngine>().empty());
+}
+
+// An engine lost between refits (on demand, idle): only the engine ranks
+// relink (no abort), and the trainer's request, kept, starts the next
+// refit once they linked. A refit's deadline with only an engine late
+// drops that engine. Catches: an idle drop that aborts nothing yet waits
+// for the trainer to relink (it never will: hang), a request dropped with
+// the relink, a late engine failing the refit for everyone.
+TEST(RefitPhaseEngines, BetweenRefitsOnlyTheEnginesRelinkAndALateEngineIsDropped) {
+  Engines job(0, 1);
+  job.Each(kAll, [] { return RankMessage(Linked{}); });
+  job.Lose(3);  // idle: no refit asked for yet
+  ASSERT_FALSE(job.actions().ended());
+  EXPECT_FALSE(job.actions().last_sent<Abort>().has_value());
+  EXPECT_TRUE(job.actions().last_sent<Relink>().has_value());
+  for (const SendAll& send : job.actions().of<SendAll>()) {
+    if (std::holds_alternative<Relink>(send.message)) {
+      EXPECT_EQ(send.audience, Audience::kEngines);
+    }
+  }
+  job.Send(0, Request{1});  // while the engines relink
+  EXPECT_FALSE(job.actions().last_sent<Start>().has_value()) << "started before the engines relinked";
+  job.Each({1, 2}, [] { return RankMessage(Linked{}); });
+  ASSERT_TRUE(job.actions().last_sent<Start>().has_value());
+  EXPECT_EQ(job.actions().last_sent<Start>()->version, 1u);
+  job.Each({0, 1, 2}, [] { return RankMessage(Ready{1}); });
+  job.Each({0, 1}, [] { return RankMessage(Sent{1}); });
+  job.Wait(21s);  // engine 1 (member 2) never sends: past the refit's deadline
+  ASSERT_FALSE(job.actions().ended()) << job.actions().ended()->ToString();
+  const auto drops = job.actions().of<DropEngine>();
+  ASSERT_EQ(drops.size(), 2u);
+  EXPECT_EQ(drops[1].engine, 1u);
+  EXPECT_HAS(drops[1].why.message(), "missed the refit's deadline");
+}
+
+}  // namespace
+}  // namespace refit
