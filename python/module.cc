@@ -64,13 +64,17 @@ void bind_options(py::module_& m) {
       .def_readwrite("poison_recycled", &EngineOptions::poison_recycled)
       .def_readwrite("supported_dtypes", &EngineOptions::supported_dtypes)
       .def_readwrite("base_gpu_id", &EngineOptions::base_gpu_id)
-      .def_readwrite("shadow", &EngineOptions::shadow);
+      .def_readwrite("shadow", &EngineOptions::shadow)
+      .def_readwrite("engine", &EngineOptions::engine);
   // The secret is not bound: Coordinator(secret=...) passes it on.
   py::class_<CoordinatorOptions>(m, "CoordinatorOptions", "Settings of a coordinator (src/control/coordinator.h).")
       .def(py::init<>())
       .def_readwrite("listen", &CoordinatorOptions::listen)
       .def_readwrite("trainer_ranks", &CoordinatorOptions::trainer_ranks)
       .def_readwrite("engine_ranks", &CoordinatorOptions::engine_ranks)
+      .def_readwrite("engines", &CoordinatorOptions::engines)
+      .def_readwrite("relay_fanout", &CoordinatorOptions::relay_fanout)
+      .def_readwrite("min_engines", &CoordinatorOptions::min_engines)
       .def_readwrite("refits", &CoordinatorOptions::refits)
       .def_readwrite("seed", &CoordinatorOptions::seed)
       .def_readwrite("setup_timeout_s", &CoordinatorOptions::setup_timeout_s)

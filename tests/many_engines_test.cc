@@ -207,5 +207,68 @@ TEST(ManyEngines, AnEngineKilledMidRelayIsDroppedAndTheOthersGetEveryVersion) {
   }
 }
 
+// An engine stopped (SIGSTOP) in the middle of refit 2, past the
+// coordinator's heartbeat deadline, with --min-engines 2: it is dropped
+// like a dead one, and the leaf's parent stops relaying to it. Catches: a
+// drop only on a closed connection (a stalled engine would end the job at
+// the heartbeat deadline), a parent still waiting for the stalled child's
+// credits (the retry times out).
+TEST(ManyEngines, AnEngineStalledPastTheHeartbeatDeadlineIsDropped) {
+  JobSpec spec;
+  spec.engines = 3;
+  spec.engine_ranks = 1;
+  spec.trainer_ranks = 1;
+  spec.refits = 3;
+  spec.coordinator_args = {"--min-engines", "2", "--heartbeat-timeout", "2"};
+  testing::stop_mid_refit(spec, "trainer rank 0", 2);
+  ProcessGroup group;
+  ASSERT_TRUE(testing::start_job(group, spec)) << group.all_stderr();
+  ASSERT_TRUE(testing::wait_for_refit_under_way(group, "trainer rank 0", 2)) << group.all_stderr();
+  group.kill("engine 2 rank 0", SIGSTOP);
+  group.resume("trainer rank 0");
+  ASSERT_TRUE(testing::wait_for_text(group, "coordinator", "engine 2 dropped from the job")) << group.all_stderr();
+  for (const char* name : {"coordinator", "trainer rank 0", "engine 0 rank 0", "engine 1 rank 0"}) {
+    ASSERT_TRUE(group.wait_one(name, 60)) << name << "\n" << group.all_stderr();
+    EXPECT_EQ(group.exit_code(name), 0) << name << "\n" << group.all_stderr();
+  }
+  group.kill("engine 2 rank 0", SIGKILL);
+  group.resume("engine 2 rank 0");
+  const json report = json::parse(group.report());
+  EXPECT_EQ(report["engines"][1]["versions"], json::array({1, 2, 3})) << report.dump(2);
+  EXPECT_NE(report["engines"][2]["lost"].get<std::string>().find("heard nothing from it"), std::string::npos)
+      << report["engines"][2].dump();
+}
+
+// The trainer killed in the middle of a relayed refit: no engine commits
+// any of it, the job fails naming the trainer, every engine keeps version
+// 1 (--min-engines does not save a job whose trainer is gone). Catches: an
+// engine down the chain committing what the relay had forwarded so far.
+TEST(ManyEngines, ATrainerKilledDuringARelayLeavesEveryEngineAtItsCommittedVersion) {
+  JobSpec spec;
+  spec.engines = 3;
+  spec.engine_ranks = 1;
+  spec.trainer_ranks = 1;
+  spec.refits = 3;
+  spec.coordinator_args = {"--min-engines", "1"};
+  testing::stop_mid_refit(spec, "trainer rank 0", 2);
+  ProcessGroup group;
+  ASSERT_TRUE(testing::start_job(group, spec)) << group.all_stderr();
+  ASSERT_NO_FATAL_FAILURE(
+      testing::KillMidJobAndExpectEverySurvivorToNameIt(group, "trainer rank 0", 60, "trainer rank 0", 2));
+  const json report = json::parse(group.report());
+  EXPECT_EQ(report["committed_version"], 1u);
+  for (const json& engine : report["engines"]) EXPECT_EQ(engine["versions"], json::array({1})) << engine.dump();
+  for (const json& held : report["engines_at_end"]) EXPECT_EQ(held["weight_version"], 1u) << held.dump();
+}
+
+// --min-engines above --engines is refused at setup, naming both.
+// Catches: a job that could never drop an engine accepted silently.
+TEST(ManyEngines, MinEnginesAboveEnginesIsRefused) {
+  auto r = run_refit({"demo", "--model", "tiny", "--engines", "2", "--min-engines", "3", "--engine-ranks", "1",
+                      "--refits", "1", "--timeout", "60"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--min-engines 3 is not a count of engines in 1..2 (--engines)"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace refit

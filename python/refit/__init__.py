@@ -179,15 +179,28 @@ class Coordinator:
     rank released; Engine.next() returns the version once its rank released,
     and its next call takes the pool again: a server calls nothing new.
     Direct mode has no pool (the weights are the target). Default False.
+
+    engines (many engine replicas, each of engine_ranks ranks: refit.Engine(
+    ..., engine=k)): engine 0 is fed by the trainer ranks, every other by its
+    parent in a relay tree of `relay_fanout` (default 1: a chain), so the
+    trainers' links carry each byte once. A refit commits once every rank of
+    every engine has it. min_engines: an engine whose rank dies, stalls or
+    misses a deadline is dropped while this many stay (engine 0 never is); a
+    refit in flight is aborted (Trainer.refit raises; call it again with the
+    same version) and the relay routed around it. Default None: every
+    engine, a lost engine ends the job. Staged mode, host pools only.
     """
 
     def __init__(self, trainer_ranks=None, engine_ranks=None, refits=0, listen=None, *, seed=None,
                  setup_timeout=None, refit_timeout=None, heartbeat_interval=None, heartbeat_timeout=None,
                  handshake_timeout=None, secret=None, progress=None, log_joins=False, trainer_replace_timeout=None,
-                 release_between_refits=False):
+                 release_between_refits=False, engines=None, relay_fanout=None, min_engines=None):
         o = _refit.CoordinatorOptions()
         _set(o, "trainer_ranks", trainer_ranks)
         _set(o, "engine_ranks", engine_ranks)
+        _set(o, "engines", engines)
+        _set(o, "relay_fanout", relay_fanout)
+        _set(o, "min_engines", min_engines)
         _set(o, "listen", listen)
         _set(o, "seed", seed)
         _set(o, "setup_timeout_s", setup_timeout, float)

@@ -66,7 +66,8 @@ class Engine:
                  transport=None, mode=None, device=None, gpu=None, base_gpu_id=None, pool_slots=None,
                  memory_limit=None, listen_host=None, poison_recycled=None, supported_dtypes=None,
                  setup_timeout=None, refit_timeout=None, bucket_timeout=None, heartbeat_interval=None,
-                 heartbeat_timeout=None, secret=None, on_commit=None, quantize=None, shadow=False, on_flip=None):
+                 heartbeat_timeout=None, secret=None, on_commit=None, quantize=None, shadow=False, on_flip=None,
+                 engine=None):
         entries = self._entries(params)
         if quantize not in (None, "none"):
             if any(len(e) != 3 for e in entries):
@@ -85,6 +86,7 @@ class Engine:
         _set(options, "poison_recycled", poison_recycled)
         options.supported_dtypes = [_dtype_name(d) for d in (supported_dtypes or [])]
         options.shadow = bool(shadow)
+        _set(options, "engine", engine)
         self._impl = _refit.Engine(options, entries, on_commit, on_flip)
 
     @staticmethod

@@ -145,7 +145,8 @@ class Failures(unittest.TestCase):
         report = j.result("coordinator")
         self.assertEqual([r["version"] for r in report["refits"]], [1, 2, 3])
         self.assertEqual([f["version"] for f in report["failures"]], [2])
-        self.assertEqual(report["failures"][0]["engines_after"], [{"rank": 0, "version": 1, "weights_complete": True}])
+        self.assertEqual(report["failures"][0]["engines_after"],
+                         [{"engine": 0, "rank": 0, "version": 1, "weights_complete": True}])
         self.assertEqual(report["committed_version"], 3)
 
     # A replacement whose tensors differ from the lost process's (another plan) is refused, named,

@@ -127,7 +127,8 @@ def run_coordinator(c):
                                     heartbeat_interval=c.get("heartbeat_interval"),
                                     heartbeat_timeout=c.get("heartbeat_timeout"),
                                     trainer_replace_timeout=c.get("trainer_replace_timeout"),
-                                    release_between_refits=c.get("release", False))
+                                    release_between_refits=c.get("release", False),
+                                    engines=c.get("engines"), min_engines=c.get("min_engines"))
     print(coordinator.address, flush=True)
     _write(os.path.join(c["out"], "coordinator.json"), coordinator.wait())
 
@@ -205,7 +206,13 @@ def run_trainer(c):
                         np.copyto(local[name], arrays[name][piece])
                 np.savez(os.path.join(out, f"trainer{rank}_v{v}.npz"), **arrays)
                 started = time.monotonic()
-                trainer.refit(v)
+                try:
+                    trainer.refit(v)
+                except refit.AbortedError as e:  # an engine dropped mid-refit (retry_aborted): ask for v again
+                    if len(result.get("retried", [])) >= c.get("retry_aborted", 0):
+                        raise
+                    result.setdefault("retried", []).append(str(e))
+                    trainer.refit(v)
                 result["versions"].append(v)
                 result.setdefault("pool_maps", []).append(pool_maps())
             result["committed"] = trainer.committed_version
@@ -218,6 +225,8 @@ def run_engine(c):
     import numpy as np
     import refit
     rank, ranks, out, model = c["rank"], c["engine_ranks"], c["out"], c.get("model", MODEL)
+    # Many engines: engine k's files are engine<k>.<rank>*; engine 0's as before.
+    tag = f"engine{rank}" if not c.get("engine") else f"engine{c['engine']}.{rank}"
     shapes = {t["name"]: shard_shape(t["shape"], engine_rule(model, t, rank, ranks, c.get("engine_experts")), rank,
                                      ranks) for t in model}
     store = {}
@@ -266,7 +275,7 @@ def run_engine(c):
                           refit_timeout=c.get("refit_timeout", 60), setup_timeout=30,
                           heartbeat_interval=c.get("heartbeat_interval"), heartbeat_timeout=c.get("heartbeat_timeout"),
                           on_commit=result["flushes"].append, shadow=c.get("shadow", False),
-                          on_flip=on_flip if c.get("shadow") else None) as engine:
+                          on_flip=on_flip if c.get("shadow") else None, engine=c.get("engine")) as engine:
             held.append(engine)
             try:
                 while True:
@@ -281,7 +290,7 @@ def run_engine(c):
                         break
                     result["versions"].append(version)
                     result.setdefault("pool_maps", []).append(pool_maps())
-                    np.savez(os.path.join(out, f"engine{rank}_v{version}.npz"), **store)
+                    np.savez(os.path.join(out, f"{tag}_v{version}.npz"), **store)
                     if c.get("params") == "retarget" and load_fn is not None:
                         _retarget(engine, store)
                         load_fn = None
@@ -292,7 +301,7 @@ def run_engine(c):
                 result["complete"] = engine.weights_complete
                 if c.get("shadow"):  # what the engine serves at its end (after a failed refit too)
                     served = {name: np.from_dlpack(view).copy() for name, view in engine.weights().items()}
-                    np.savez(os.path.join(out, f"engine{rank}_served.npz"), **served)
+                    np.savez(os.path.join(out, f"{tag}_served.npz"), **served)
                     result["weight_memory_bytes"] = engine.weight_memory_bytes
         try:
             if kept:
@@ -302,7 +311,7 @@ def run_engine(c):
             result["expired"] = True
     except refit.Error as e:
         result.update(_error(e, started))
-    _write(os.path.join(out, f"engine{rank}.json"), result)
+    _write(os.path.join(out, f"{tag}.json"), result)
 
 
 def _retarget(engine, store):

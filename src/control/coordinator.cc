@@ -84,6 +84,10 @@ class Coordinator {
       return InvalidArgument("coordinator: --engines (" + std::to_string(options_.engines) + ") and --relay-fanout (" +
                              std::to_string(options_.relay_fanout) + ") must be at least 1");
     }
+    if (options_.min_engines < 0 || options_.min_engines > options_.engines) {
+      return InvalidArgument("coordinator: --min-engines " + std::to_string(options_.min_engines) +
+                             " is not a count of engines in 1.." + std::to_string(options_.engines) + " (--engines)");
+    }
     // A report file that cannot be written fails now, before any rank joins.
     RETURN_IF_ERROR(report_.persist_running("at setup, before any refit was committed"));
     ASSIGN_OR_RETURN(heartbeats_,

@@ -1,0 +1,67 @@
+"""Many engines through the Python binding (issue 18): refit.Coordinator(engines=3,
+min_engines=2) and three refit.Engine(..., engine=k) processes of one rank each,
+relayed in a chain (engine 0 fed by the trainer, 1 by 0, 2 by 1). The middle engine's
+process is killed (SIGKILL inside its loader) during refit 2: it is dropped, the relay is
+routed around it, the trainer's refit(2) raises AbortedError and is asked again, and
+engines 0 and 2 hold every version byte for byte as the trainer had it.
+
+Roles run as separate processes (job.py). Engines joining late are not built yet.
+"""
+import os
+import tempfile
+import unittest
+
+try:
+    import numpy as np
+except ImportError:
+    np = None
+
+import job
+
+
+@unittest.skipIf(np is None, "numpy is not installed for this python (Debian: python3-numpy)")
+class ManyEngines(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory(prefix="refit-py-")
+        self.out = self._tmp.name
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    # Mutations caught: Engine(engine=k) not passed to the rank (engines 1 and 2 would join as
+    # engine 0: refused as duplicates); a dropped engine ending the job (the trainer's retry
+    # fails); the orphan (engine 2) left without a feeder (its
+    # relink times out); a relay that forwards a recycled slot (engine 2's arrays differ).
+    def test_an_engine_killed_mid_job_is_dropped_and_the_others_get_every_version(self):
+        j = job.Job(self.out, versions=[1, 2, 3], timeout=120, bucket_timeout=30, refit_timeout=30,
+                    engines=3, min_engines=2)
+        j.start("engine", 0, name="engine0", engine=0, keep_serving=1)
+        j.start("engine", 0, name="engine1.0", engine=1, die_at_version=2)
+        j.start("engine", 0, name="engine2.0", engine=2, keep_serving=1)
+        j.start("trainer", 0, retry_aborted=1)
+        exits = j.wait()
+        self.assertEqual(exits["engine1.0"][0], -9, exits["engine1.0"][1])
+        for name in ("coordinator", "trainer0", "engine0", "engine2.0"):
+            self.assertEqual(exits[name][0], 0, f"{name}:\n{exits[name][1]}")
+        trainer = j.result("trainer0")
+        self.assertEqual(trainer["versions"], [1, 2, 3], trainer)
+        self.assertEqual(len(trainer.get("retried", [])), 1, trainer)
+        self.assertIn("engine 1 was dropped", trainer["retried"][0])
+        report = j.result("coordinator")
+        self.assertEqual(report["failures"], [], report)  # a drop is not a failed refit
+        self.assertEqual(report["committed_version"], 3)
+        self.assertIn("lost engine 1 rank 0", report["engines"][1]["lost"])
+        self.assertEqual(report["engines"][1]["versions"], [1])
+        for tag in ("engine0", "engine2.0"):
+            engine = j.result(tag)
+            self.assertEqual(engine["versions"], [1, 2, 3], engine)
+            for v in (1, 2, 3):
+                want = np.load(os.path.join(self.out, f"trainer0_v{v}.npz"))
+                got = np.load(os.path.join(self.out, f"{tag}_v{v}.npz"))
+                for name in want.files:
+                    self.assertEqual(want[name].tobytes(), got[name].tobytes(),
+                                    f"{tag} version {v}: {name} differs")
+
+
+if __name__ == "__main__":
+    unittest.main()
