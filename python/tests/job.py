@@ -115,6 +115,15 @@ def pool_maps():
         return sum("/dev/shm/#" in line or "memfd:refit-pool" in line for line in f)
 
 
+def _await_file(path, seconds=60):
+    """Returns once `path` exists (None: at once): the test says so when the event it waits for happened."""
+    until = time.monotonic() + seconds
+    while path and not os.path.exists(path):
+        if time.monotonic() > until:
+            raise TimeoutError(f"no {path} within {seconds} s")
+        time.sleep(0.01)
+
+
 def _error(e, started):
     return {"error_class": type(e).__name__, "message": str(e), "seconds": time.monotonic() - started,
             "cause": type(e.__cause__).__name__ if e.__cause__ is not None else None}
@@ -205,6 +214,7 @@ def run_trainer(c):
                             if shard_dim(t) is not None else ()
                         np.copyto(local[name], arrays[name][piece])
                 np.savez(os.path.join(out, f"trainer{rank}_v{v}.npz"), **arrays)
+                _await_file(c.get("go_files", {}).get(str(v)))  # the test's go-ahead for refit v
                 started = time.monotonic()
                 try:
                     trainer.refit(v)
@@ -289,6 +299,8 @@ def run_engine(c):
                     if version is None:
                         break
                     result["versions"].append(version)
+                    if c.get("die_after_version") == version:  # an engine process that dies between refits
+                        os.kill(os.getpid(), signal.SIGKILL)
                     result.setdefault("pool_maps", []).append(pool_maps())
                     np.savez(os.path.join(out, f"{tag}_v{version}.npz"), **store)
                     if c.get("params") == "retarget" and load_fn is not None:

@@ -62,6 +62,39 @@ class ManyEngines(unittest.TestCase):
                     self.assertEqual(want[name].tobytes(), got[name].tobytes(),
                                     f"{tag} version {v}: {name} differs")
 
+    # Between refits (on demand): the middle engine's process dies right after it committed
+    # version 1, and only then (the test waits for its exit) does the trainer ask for refit 2.
+    # Engine 0 keeps its trainer link and relays to engine 2 from then on; engine 2 takes its
+    # new feeder; refit 2 commits with no retry. Mutations caught: every engine rank rebuilding
+    # its receiver on such a relink (engine 0 would wait for a trainer that never relinks: the
+    # job times out); a relink sent to the trainer too (it is not waiting for one: protocol error).
+    def test_an_engine_lost_between_refits_is_routed_around_without_an_abort(self):
+        go = os.path.join(self.out, "go2")
+        j = job.Job(self.out, versions=[1, 2, 3], timeout=120, bucket_timeout=30, refit_timeout=30,
+                    engines=3, min_engines=2)
+        j.start("engine", 0, name="engine0", engine=0)
+        j.start("engine", 0, name="engine1.0", engine=1, die_after_version=1)
+        j.start("engine", 0, name="engine2.0", engine=2)
+        j.start("trainer", 0, go_files={"2": go})
+        j.processes["engine1.0"].wait(timeout=60)
+        with open(go, "w"):
+            pass
+        exits = j.wait()
+        self.assertEqual(exits["engine1.0"][0], -9, exits["engine1.0"][1])
+        for name in ("coordinator", "trainer0", "engine0", "engine2.0"):
+            self.assertEqual(exits[name][0], 0, f"{name}:\n{exits[name][1]}")
+        self.assertEqual(j.result("trainer0")["versions"], [1, 2, 3])
+        report = j.result("coordinator")
+        self.assertEqual(report["failures"], [], report)
+        self.assertEqual(report["engines"][1]["versions"], [1])
+        for tag in ("engine0", "engine2.0"):
+            self.assertEqual(j.result(tag)["versions"], [1, 2, 3], j.result(tag))
+            for v in (2, 3):
+                want = np.load(os.path.join(self.out, f"trainer0_v{v}.npz"))
+                got = np.load(os.path.join(self.out, f"{tag}_v{v}.npz"))
+                for name in want.files:
+                    self.assertEqual(want[name].tobytes(), got[name].tobytes(), f"{tag} version {v}: {name} differs")
+
 
 if __name__ == "__main__":
     unittest.main()

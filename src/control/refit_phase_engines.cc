@@ -108,6 +108,7 @@ void RefitPhases::reroute_engines(PhaseTime now) {
     m.linked.reset();
   }
   send_to(Relink{version_, std::nullopt}, Audience::kEngines);
+  rerouting_ = true;
   recovering_ = Aborted("an engine was dropped");
   failure_recovery_ = false;
   retry_ = false;
@@ -128,6 +129,7 @@ void RefitPhases::finish_recovery(PhaseTime now) {
     out_.emplace_back(std::in_place_type<RecordRecovery>, std::move(recovered));
   }
   failure_recovery_ = false;
+  rerouting_ = false;
   if (retry_) {
     retry_ = false;
     return begin_refit(version_, now);

@@ -159,5 +159,28 @@ TEST(RefitPhaseEngines, BetweenRefitsOnlyTheEnginesRelinkAndALateEngineIsDropped
   EXPECT_HAS(drops[1].why.message(), "missed the refit's deadline");
 }
 
+// A rank that cannot link around a dropped engine between refits (its
+// failed) ends the job at once, naming it; the trainer ranks' failed
+// after a drop mid-refit (their aborted refit) does not. Catches: a failed
+// ignored during the relink (the job waits out the setup deadline), every
+// failed in a drop's recovery ending the job (no refit could run again).
+TEST(RefitPhaseEngines, AFailedRelinkBetweenRefitsEndsTheJobNamingTheRank) {
+  Engines idle(0, 1);
+  idle.Each(kAll, [] { return RankMessage(Linked{}); });
+  idle.Lose(3);
+  idle.Send(1, Failed{0, Unavailable("engine 2 rank 0 never linked")});
+  ASSERT_TRUE(idle.actions().ended());
+  EXPECT_HAS(idle.actions().ended()->message(), "engine 0 rank 0 failed during refit 0 (recovery): engine 2 rank 0");
+
+  Engines busy(3, 2);
+  busy.Each(kAll, [] { return RankMessage(Linked{}); });
+  busy.Each(kAll, [] { return RankMessage(Ready{1}); });
+  busy.Lose(3);
+  busy.Send(0, Failed{1, Aborted("refit aborted by the coordinator")});
+  EXPECT_FALSE(busy.actions().ended());
+  busy.Each({0, 1, 2}, [] { return RankMessage(Linked{}); });
+  EXPECT_EQ(busy.actions().last_sent<Start>()->version, 1u);
+}
+
 }  // namespace
 }  // namespace refit

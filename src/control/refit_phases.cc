@@ -219,6 +219,10 @@ void RefitPhases::on_report(int member, Step step, const RankMessage& message, P
 // first looks for a lost connection to blame (kBlame) for a short grace.
 void RefitPhases::on_failed(int member, const Failed& failed, PhaseTime now) {
   members_[static_cast<std::size_t>(member)].reported_failure = true;
+  if (phase_ == Phase::kRecovery && rerouting_) {  // an engine rank could not link around a dropped engine
+    return end(Status(failed.error.code(), member_name(member) + " failed during " + phase_name() + ": " +
+                                               failed.error.message()));
+  }
   if (phase_ == Phase::kBlame || phase_ == Phase::kRecovery) return;
   blamed_ = Status(failed.error.code(),
                    member_name(member) + " failed during " + phase_name() + ": " + failed.error.message());

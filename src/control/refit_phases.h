@@ -288,6 +288,7 @@ class RefitPhases {
   bool failure_recovery_ = false;
   bool retry_ = false;
   bool reroute_pending_ = false;
+  bool rerouting_ = false;  // kRecovery relinks the engines between refits (no abort: a failed is final)
   // Liveness: when each member was last heard from (PhaseTime::max() once
   // it is lost: no longer watched), and when the next heartbeat is due.
   std::vector<PhaseTime> heard_;

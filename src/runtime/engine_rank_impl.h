@@ -81,7 +81,7 @@ class EngineRank::Impl {
   Status accept_links(Deadline deadline);
 
   StatusOr<bool> recover();
-  Status relink_data(const Relink& relink);
+  Status relink_data(const Relink& relink, bool after_failure);
   Status reroute(const Relink& relink);
   Status refit(std::uint64_t version);
 

@@ -109,7 +109,7 @@ StatusOr<bool> EngineRank::Impl::recover() {
   ASSIGN_OR_RETURN(std::optional<Relink> relink,
                    client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s)));
   if (!relink) return false;
-  RETURN_IF_ERROR(relink_data(*relink));
+  RETURN_IF_ERROR(relink_data(*relink, /*after_failure=*/true));
   log(LogLevel::kInfo, name(),
       "recovered: weights at version " + std::to_string(engine_->weight_version()) + " (" +
           (engine_->weights_complete() ? "complete" : "incomplete: the failed refit wrote part of them") +
@@ -118,30 +118,34 @@ StatusOr<bool> EngineRank::Impl::recover() {
   return true;
 }
 
-// The data links made again (after a failed refit, or between refits once
-// an engine was dropped): a new receiver over the same pool, its feeders'
-// links accepted again, the relay to its children linked again. A relink
-// with a route (many engines: the relay tree changed) takes its feeders and
-// children from it: the relay to the old children goes, one to the new
-// ones is made.
-Status EngineRank::Impl::relink_data(const Relink& relink) {
+// The data links made again. After a failed refit (`after_failure`: every
+// rank relinks): a new receiver over the same pool, its feeders' links
+// accepted again, the relay to its children linked again. Between refits
+// (many engines: an engine was dropped, only the engine ranks relink): the
+// receiver and its links stay unless the route names new feeders, and the
+// relay keeps the links to the children it keeps. A route (the relay tree
+// changed) gives the feeders and children.
+Status EngineRank::Impl::relink_data(const Relink& relink, bool after_failure) {
   Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
-  std::unique_ptr<Receiver> old;
-  std::unique_ptr<RelayForwarder> old_relay;
-  {
-    std::lock_guard<std::mutex> lock(data_mu_);
-    old = std::move(receiver_);
-    if (relink.route) old_relay = std::move(relay_);
+  const bool new_feeders = relink.route && relink.route->feeders != feeders_;
+  bool reopened = false;
+  if (after_failure || new_feeders) {
+    std::unique_ptr<Receiver> old;
+    {
+      std::lock_guard<std::mutex> lock(data_mu_);
+      old = std::move(receiver_);
+    }
+    if (relink.route) feeders_ = relink.route->feeders;
+    RETURN_IF_ERROR(make_receiver(old->release_pool()));
+    // A trainer rank may come back as a new process that must open the pool.
+    ASSIGN_OR_RETURN(reopened, receiver_->pool().unseal());
+    RETURN_IF_ERROR(accept_links(deadline));
   }
-  old_relay.reset();  // its links to the old children close
-  if (relink.route) feeders_ = relink.route->feeders;
-  RETURN_IF_ERROR(make_receiver(old->release_pool()));
-  // A trainer rank may come back as a new process that must open the pool.
-  ASSIGN_OR_RETURN(const bool reopened, receiver_->pool().unseal());
-  RETURN_IF_ERROR(accept_links(deadline));
-  if (relink.route) {
+  if (relink.route && relay_) {
+    RETURN_IF_ERROR(relay_->set_children(relink.route->relay, after_failure, deadline));
+  } else if (relink.route) {
     RETURN_IF_ERROR(link_relay(relink.route->relay, deadline));
-  } else if (relay_) {
+  } else if (relay_ && after_failure) {
     RETURN_IF_ERROR(relay_->relink(deadline));
   }
   if (reopened) RETURN_IF_ERROR(receiver_->pool().seal());
@@ -151,9 +155,10 @@ Status EngineRank::Impl::relink_data(const Relink& relink) {
 // Many engines, between refits: an engine was dropped and the relay tree
 // changed; this rank links again as the route says and says linked.
 Status EngineRank::Impl::reroute(const Relink& relink) {
-  Status status = relink_data(relink);
+  Status status = relink_data(relink, /*after_failure=*/false);
   if (!status.ok()) {
     status = status.WithContext(name() + ", linking again after an engine was dropped");
+    log(LogLevel::kError, name(), status.message());
     (void)client_->send(Failed{relink.version, status});
     return status;
   }

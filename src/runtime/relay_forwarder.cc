@@ -23,9 +23,11 @@ struct RelayForwarder::Child {
   // is writing one now.
   std::uint64_t done = 0, bytes = 0;
   bool busy = false;
+  bool removed = false;  // set_children dropped it: its worker ends
 };
 
-RelayForwarder::RelayForwarder(RelaySettings settings, const Plan* plan) : settings_(std::move(settings)), plan_(plan) {}
+RelayForwarder::RelayForwarder(RelaySettings settings, const Plan* plan)
+    : settings_(std::move(settings)), plan_(plan) {}
 
 StatusOr<std::unique_ptr<RelayForwarder>> RelayForwarder::Connect(RelaySettings settings, const Plan* plan,
                                                                  const std::vector<EngineTarget>& children,
@@ -39,8 +41,12 @@ StatusOr<std::unique_ptr<RelayForwarder>> RelayForwarder::Connect(RelaySettings 
     RETURN_IF_ERROR(f->link(*child, deadline).WithContext(f->settings_.name + ", linking its relay to " + child->name));
     f->children_.push_back(std::move(child));
   }
-  for (auto& child : f->children_) child->thread = std::thread([f = f.get(), c = child.get()] { f->work(c); });
+  for (auto& child : f->children_) f->start_worker(*child);
   return f;
+}
+
+void RelayForwarder::start_worker(Child& child) {
+  child.thread = std::thread([this, c = &child] { work(c); });
 }
 
 RelayForwarder::~RelayForwarder() {
@@ -66,7 +72,8 @@ Status RelayForwarder::link(Child& child, Deadline deadline) {
     if (settings_.stopped) {
       if (std::optional<Status> why = settings_.stopped()) return *why;
     }
-    connected = Link::Connect(child.target.address, peer, deadline.min(Deadline::After(std::chrono::milliseconds(100))));
+    const Deadline attempt = deadline.min(Deadline::After(std::chrono::milliseconds(100)));
+    connected = Link::Connect(child.target.address, peer, attempt);
   } while (!connected.ok() && connected.status().code() == StatusCode::kUnavailable && !deadline.expired());
   RETURN_IF_ERROR(connected.status());
   std::unique_ptr<Link> fresh = std::move(*connected);
@@ -86,14 +93,58 @@ Status RelayForwarder::link(Child& child, Deadline deadline) {
   return child.link->send(encode(hello), {}, deadline);
 }
 
-Status RelayForwarder::relink(Deadline deadline) {
-  {  // every worker has left the failed refit's bucket (cancel() shut its link)
-    std::unique_lock<std::mutex> lock(mu_);
-    auto idle = [&] { return std::none_of(children_.begin(), children_.end(), [](auto& c) { return c->busy; }); };
-    if (!cv_.wait_until(lock, deadline.at(), idle)) {
-      return DeadlineExceeded(settings_.name + ": a relay worker is still writing a bucket of the failed refit");
-    }
+// Every worker has left the failed refit's bucket (cancel() shut its link).
+Status RelayForwarder::wait_idle(Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto idle = [&] { return std::none_of(children_.begin(), children_.end(), [](auto& c) { return c->busy; }); };
+  if (!cv_.wait_until(lock, deadline.at(), idle)) {
+    return DeadlineExceeded(settings_.name + ": a relay worker is still writing a bucket of the failed refit");
   }
+  return Status::Ok();
+}
+
+Status RelayForwarder::set_children(const std::vector<EngineTarget>& children, bool relink_kept, Deadline deadline) {
+  RETURN_IF_ERROR(wait_idle(deadline));
+  auto wanted = [&](const Child& c) {
+    return std::any_of(children.begin(), children.end(),
+                       [&](const EngineTarget& t) { return t.engine == c.target.engine; });
+  };
+  for (auto it = children_.begin(); it != children_.end();) {
+    if (wanted(**it)) {
+      if (relink_kept) {
+        RETURN_IF_ERROR(link(**it, deadline).WithContext(settings_.name + ", relinking to " + (*it)->name));
+      }
+      ++it;
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      (*it)->removed = true;
+    }
+    cv_.notify_all();
+    (*it)->link->shutdown();
+    (*it)->thread.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    it = children_.erase(it);
+  }
+  for (const EngineTarget& target : children) {
+    const bool known = std::any_of(children_.begin(), children_.end(),
+                                   [&](const auto& c) { return c->target.engine == target.engine; });
+    if (known) continue;
+    auto child = std::make_unique<Child>();
+    child->target = target;
+    child->name = "engine " + std::to_string(target.engine) + " rank " + std::to_string(target.engine_rank);
+    RETURN_IF_ERROR(link(*child, deadline).WithContext(settings_.name + ", linking its relay to " + child->name));
+    std::lock_guard<std::mutex> lock(mu_);  // the other workers read children_ under mu_
+    child->done = items_.size();            // the last refit's buckets are not its
+    children_.push_back(std::move(child));
+    start_worker(*children_.back());
+  }
+  return Status::Ok();
+}
+
+Status RelayForwarder::relink(Deadline deadline) {
+  RETURN_IF_ERROR(wait_idle(deadline));
   for (auto& child : children_) {
     RETURN_IF_ERROR(link(*child, deadline).WithContext(settings_.name + ", relinking its relay to " + child->name));
   }
@@ -167,8 +218,8 @@ std::uint64_t RelayForwarder::forwarded_bytes() const {
 void RelayForwarder::work(Child* child) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || (error_.ok() && child->done < items_.size()); });
-    if (stopping_) return;
+    cv_.wait(lock, [&] { return stopping_ || child->removed || (error_.ok() && child->done < items_.size()); });
+    if (stopping_ || child->removed) return;
     const Item item = items_[child->done];
     const std::uint64_t version = version_;
     const Deadline deadline = deadline_;
@@ -200,7 +251,8 @@ Status RelayForwarder::forward(Child& child, const Item& item, std::uint64_t ver
   if (std::byte* dst = child.remote->mapped_slot(s); dst != nullptr) {
     if (item.n > 0) std::memcpy(dst, item.bytes, item.n);
   } else if (item.n > 0) {
-    StatusOr<Ticket> ticket = child.remote->submit(s, 0, std::span<const std::byte>(item.bytes, item.n), version, deadline);
+    const std::span<const std::byte> bytes(item.bytes, item.n);
+    StatusOr<Ticket> ticket = child.remote->submit(s, 0, bytes, version, deadline);
     if (!ticket.ok()) return ticket.status().WithContext(where());
     for (;;) {
       StatusOr<bool> done = child.remote->poll(*ticket);

@@ -66,6 +66,11 @@ class RelayForwarder final : public BucketTap {
   // After a failed refit (the coordinator's relink): fresh links to the same
   // children, the targets kept (as a trainer rank relinks).
   Status relink(Deadline deadline);
+  // The relay tree changed (an engine was dropped): links to children not
+  // in `children` close, new ones are linked; those kept are linked again
+  // when `relink_kept` (after a failed refit, when every rank relinks).
+  // REQUIRES: no refit in flight.
+  Status set_children(const std::vector<EngineTarget>& children, bool relink_kept, Deadline deadline);
   // Refit `version` begins: nothing is queued, nothing forwarded.
   void begin(std::uint64_t version, Deadline deadline);
   // BucketTap (receiver.h).
@@ -87,6 +92,8 @@ class RelayForwarder final : public BucketTap {
   };
   RelayForwarder(RelaySettings settings, const Plan* plan);
   Status link(Child& child, Deadline deadline);
+  Status wait_idle(Deadline deadline);
+  void start_worker(Child& child);
   void work(Child* child);
   Status forward(Child& child, const Item& item, std::uint64_t version, Deadline deadline);
   // The fewest buckets any child has. REQUIRES: mu_ held.
