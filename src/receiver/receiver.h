@@ -73,11 +73,21 @@ struct ReceiverStats {
 // bucket decoded), in bucket order, on the consumer's thread. The receiver
 // recycles that slot (and grants it on) only after wait_forwarded(bucket)
 // returned OK: the tap may read the slot's bytes until then.
+// A bucket as the tap gets it.
+struct TappedBucket {
+  std::uint64_t version = 0, bucket = 0;
+  const std::byte* bytes = nullptr;  // its n bytes in its slot (the pool's memory), as the plan lays them out
+  std::uint64_t n = 0;
+  // Delta refits: the encoding it arrived as, against version `base`
+  // (valid during landed() only); empty: it arrived as its bytes.
+  std::span<const std::byte> encoding;
+  std::uint64_t base = 0;
+};
+
 class BucketTap {
  public:
   virtual ~BucketTap() = default;
-  // `bytes`: the bucket's n bytes in its slot (the pool's memory).
-  virtual Status landed(std::uint64_t version, std::uint64_t bucket, const std::byte* bytes, std::uint64_t n) = 0;
+  virtual Status landed(const TappedBucket& bucket) = 0;
   // Returns once `bucket` was forwarded; an error fails the refit.
   virtual Status wait_forwarded(std::uint64_t bucket, Deadline deadline) = 0;
 };

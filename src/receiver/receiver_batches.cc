@@ -122,7 +122,12 @@ StatusOr<std::optional<Batch>> Receiver::Impl::take_bucket(LandedBucket& b) {
   }
   if (tap != nullptr) {  // relays: forwarded while this rank applies it, the slot held until then
     RETURN_IF_ERROR(wait_in_place(b));
-    RETURN_IF_ERROR(tap->landed(b.version, j, pool->slot(slot), bucket.bytes));
+    TappedBucket tapped{b.version, j, pool->slot(slot), bucket.bytes, {}, 0};
+    if (encoded != 0) {  // decode_in_slot kept the encoding aside
+      tapped.encoding = std::span<const std::byte>(delta_scratch.data(), encoded);
+      tapped.base = delta_base;
+    }
+    RETURN_IF_ERROR(tap->landed(tapped));
     slot_bucket[static_cast<std::size_t>(slot)] = static_cast<std::int64_t>(j);
   }
   // A bucket of whole tensors yields the same views each time it lands in

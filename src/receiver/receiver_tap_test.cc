@@ -21,9 +21,10 @@ using namespace receiver_testing;
 // holds those bytes (the receiver poisons a slot as it recycles it).
 class CheckingTap final : public BucketTap {
  public:
-  Status landed(std::uint64_t version, std::uint64_t bucket, const std::byte* bytes, std::uint64_t n) override {
-    if (bucket != landed_.size()) problems.push_back("bucket " + std::to_string(bucket) + " out of order");
-    landed_.push_back(Landed{version, bytes, std::vector<std::byte>(bytes, bytes + n)});
+  Status landed(const TappedBucket& b) override {
+    if (b.bucket != landed_.size()) problems.push_back("bucket " + std::to_string(b.bucket) + " out of order");
+    if (!b.encoding.empty()) problems.push_back("bucket " + std::to_string(b.bucket) + " tapped as an encoding");
+    landed_.push_back(Landed{b.version, b.bytes, std::vector<std::byte>(b.bytes, b.bytes + b.n)});
     return Status::Ok();
   }
   Status wait_forwarded(std::uint64_t bucket, Deadline) override {

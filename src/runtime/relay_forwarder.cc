@@ -161,17 +161,23 @@ void RelayForwarder::begin(std::uint64_t version, Deadline deadline) {
   for (auto& child : children_) child->done = child->bytes = 0;
 }
 
-Status RelayForwarder::landed(std::uint64_t version, std::uint64_t bucket, const std::byte* bytes, std::uint64_t n) {
+Status RelayForwarder::landed(const TappedBucket& b) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!error_.ok()) return error_;
-  if (version != version_ || bucket != items_.size()) {
-    return Internal(settings_.name + ": the relay was handed bucket " + std::to_string(bucket) + " of refit " +
-                    std::to_string(version) + " while it expected bucket " + std::to_string(items_.size()) +
+  if (b.version != version_ || b.bucket != items_.size()) {
+    return Internal(settings_.name + ": the relay was handed bucket " + std::to_string(b.bucket) + " of refit " +
+                    std::to_string(b.version) + " while it expected bucket " + std::to_string(items_.size()) +
                     " of refit " + std::to_string(version_));
   }
-  items_.push_back(Item{bucket, bytes, n});
+  items_.push_back(Item{b.bucket, b.bytes, b.n, std::vector<std::byte>(b.encoding.begin(), b.encoding.end()), b.base});
   cv_.notify_all();
   return Status::Ok();
+}
+
+RelayPayload relay_payload(std::span<const std::byte> raw, std::span<const std::byte> encoding, std::uint64_t base,
+                           std::uint64_t child_base) {
+  if (!encoding.empty() && base != 0 && child_base == base) return RelayPayload{encoding, true};
+  return RelayPayload{raw, false};
 }
 
 std::uint64_t RelayForwarder::forwarded_by_all() const {
@@ -225,34 +231,37 @@ void RelayForwarder::work(Child* child) {
     const Deadline deadline = deadline_;
     child->busy = true;
     lock.unlock();
-    Status status = forward(*child, item, version, deadline);
+    StatusOr<std::uint64_t> sent = forward(*child, item, version, deadline);
     lock.lock();
     child->busy = false;
-    if (!status.ok()) {
-      if (error_.ok()) error_ = std::move(status);
+    if (!sent.ok()) {
+      if (error_.ok()) error_ = sent.status();
     } else if (version == version_ && child->done == item.bucket) {  // not a refit begun since
       ++child->done;
-      child->bytes += item.n;
+      child->bytes += *sent;
     }
     cv_.notify_all();
   }
 }
 
-// Bucket `item` into the child's pool: its credit, the slot's bytes (into
-// the mapped slot, or written by the transport), kLanded.
-Status RelayForwarder::forward(Child& child, const Item& item, std::uint64_t version, Deadline deadline) {
+// Bucket `item` into the child's pool: its credit, the bytes (or, to a
+// child at the base it was encoded against, its encoding) into the mapped
+// slot or written by the transport, kLanded. Returns the bytes written.
+StatusOr<std::uint64_t> RelayForwarder::forward(Child& child, const Item& item, std::uint64_t version,
+                                                Deadline deadline) {
   auto where = [&] {
     return settings_.name + ", relaying bucket " + std::to_string(item.bucket) + " of refit " +
            std::to_string(version) + " to " + child.name;
   };
-  StatusOr<std::uint64_t> slot = child.protocol->wait_credit(version, item.bucket, deadline);
-  if (!slot.ok()) return slot.status().WithContext(where());
-  const int s = static_cast<int>(*slot);
+  StatusOr<GrantedSlot> credit = child.protocol->wait_credit_base(version, item.bucket, deadline);
+  if (!credit.ok()) return credit.status().WithContext(where());
+  const RelayPayload payload =
+      relay_payload(std::span<const std::byte>(item.bytes, item.n), item.encoding, item.base, credit->base);
+  const int s = static_cast<int>(credit->slot);
   if (std::byte* dst = child.remote->mapped_slot(s); dst != nullptr) {
-    if (item.n > 0) std::memcpy(dst, item.bytes, item.n);
-  } else if (item.n > 0) {
-    const std::span<const std::byte> bytes(item.bytes, item.n);
-    StatusOr<Ticket> ticket = child.remote->submit(s, 0, bytes, version, deadline);
+    if (!payload.bytes.empty()) std::memcpy(dst, payload.bytes.data(), payload.bytes.size());
+  } else if (!payload.bytes.empty()) {
+    StatusOr<Ticket> ticket = child.remote->submit(s, 0, payload.bytes, version, deadline);
     if (!ticket.ok()) return ticket.status().WithContext(where());
     for (;;) {
       StatusOr<bool> done = child.remote->poll(*ticket);
@@ -261,7 +270,12 @@ Status RelayForwarder::forward(Child& child, const Item& item, std::uint64_t ver
       if (deadline.expired()) return DeadlineExceeded(where() + ": the write did not complete by the refit deadline");
     }
   }
-  return child.protocol->send_landed(version, item.bucket, *slot, deadline).WithContext(where());
+  Status landed = payload.encoded
+                      ? child.protocol->send_landed_encoded(version, item.bucket, credit->slot, payload.bytes.size(),
+                                                            deadline)
+                      : child.protocol->send_landed(version, item.bucket, credit->slot, deadline);
+  RETURN_IF_ERROR(landed.WithContext(where()));
+  return static_cast<std::uint64_t>(payload.bytes.size());
 }
 
 }  // namespace refit

@@ -7,7 +7,9 @@
 // ordering rule: bucket j-1 is announced before j's credit is awaited), and
 // the receiver recycles the slot only once every child has it. So a child
 // receives bucket j while this rank receives j + 1, and each byte crosses
-// each link once.
+// each link once. Delta refits: a bucket that arrived encoded goes on
+// encoded to a child whose credit offers the same base, as its bytes to
+// any other (relay_payload).
 //
 // The link to a child is a data link like a trainer's: authenticated with
 // the job's secret, its hello carrying this engine's relay feeder id
@@ -28,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +57,17 @@ struct RelaySettings {
   std::function<std::optional<Status>()> stopped;
 };
 
+// What a relay writes into a child's slot for a bucket (delta refits, issue
+// 22): its encoding when the bucket arrived encoded against the very base
+// the child's credit offers, else its bytes. An encoding goes only to a
+// child holding the version it was encoded against.
+struct RelayPayload {
+  std::span<const std::byte> bytes;
+  bool encoded = false;
+};
+RelayPayload relay_payload(std::span<const std::byte> raw, std::span<const std::byte> encoding, std::uint64_t base,
+                           std::uint64_t child_base);
+
 class RelayForwarder final : public BucketTap {
  public:
   // Connects to every child (`children`: the setup's relay targets) and
@@ -74,13 +88,17 @@ class RelayForwarder final : public BucketTap {
   // Refit `version` begins: nothing is queued, nothing forwarded.
   void begin(std::uint64_t version, Deadline deadline);
   // BucketTap (receiver.h).
-  Status landed(std::uint64_t version, std::uint64_t bucket, const std::byte* bytes, std::uint64_t n) override;
+  // A bucket that arrived delta-encoded is kept encoded beside its bytes:
+  // a child whose credit offers the same base gets the encoding, any other
+  // the bytes (relay_payload).
+  Status landed(const TappedBucket& bucket) override;
   Status wait_forwarded(std::uint64_t bucket, Deadline deadline) override;
   // Returns once every bucket of the refit reached every child.
   Status finish(Deadline deadline);
   // Fails every wait with `why` and shuts the links (the workers stop).
   void cancel(const Status& why);
-  // Bytes written to the children in this refit, over all of them.
+  // Bytes written to the children in this refit, over all of them (an
+  // encoded bucket counts its encoding).
   std::uint64_t forwarded_bytes() const;
 
  private:
@@ -89,13 +107,15 @@ class RelayForwarder final : public BucketTap {
     std::uint64_t bucket = 0;
     const std::byte* bytes = nullptr;
     std::uint64_t n = 0;
+    std::vector<std::byte> encoding;  // delta refits: as it arrived, against `base`; empty: raw
+    std::uint64_t base = 0;
   };
   RelayForwarder(RelaySettings settings, const Plan* plan);
   Status link(Child& child, Deadline deadline);
   Status wait_idle(Deadline deadline);
   void start_worker(Child& child);
   void work(Child* child);
-  Status forward(Child& child, const Item& item, std::uint64_t version, Deadline deadline);
+  StatusOr<std::uint64_t> forward(Child& child, const Item& item, std::uint64_t version, Deadline deadline);
   // The fewest buckets any child has. REQUIRES: mu_ held.
   std::uint64_t forwarded_by_all() const;
 
