@@ -118,6 +118,21 @@ TEST(ManyEngines, DeltaRefitsAreRelayedEncodedToEnginesAtTheSameBase) {
   }
 }
 
+// The demo's table names the job's engines, who feeds each, the versions
+// each committed and its rate, and every engine rank by engine and rank.
+// Catches: the table printed as for one engine (a user would not see the
+// relay tree nor which engine a rank belongs to).
+TEST(ManyEngines, TheDemoTableShowsEveryEngineAndWhoFeedsIt) {
+  auto r = run_refit({"demo", "--model", "tiny", "--engines", "3", "--engine-ranks", "1", "--refits", "2",
+                      "--transport", "tcp", "--bucket-size", "1MiB", "--timeout", "120"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("1 trainer rank -> 3 engines of 1 engine rank"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" engine  fed by  versions  last version"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("      0 trainers         2             2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("      2       1         2             2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("        2/0       64"), std::string::npos) << r.out;
+}
+
 // Settings relays do not carry yet are refused at setup, named once, by
 // every process. Catches: --engines silently ignored in direct mode (only
 // engine 0 would get the weights, and the job would still report success).

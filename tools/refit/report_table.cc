@@ -27,6 +27,25 @@ void print_delta_table(const nlohmann::json& r, std::FILE* out) {
   }
 }
 
+// Many engines: each engine's relay parent, the versions it committed, its
+// rate in the last refit, and why it was lost, if it was.
+void print_engines_table(const nlohmann::json& r, std::FILE* out) {
+  const nlohmann::json engines = r.value("engines", nlohmann::json::array());
+  if (engines.size() < 2) return;
+  const nlohmann::json parents = r.value("relay", nlohmann::json::object()).value("parents", nlohmann::json::array());
+  std::fprintf(out, "\n%7s %7s %9s %13s %8s  %s\n", "engine", "fed by", "versions", "last version", "GB/s", "lost");
+  for (std::size_t k = 0; k < engines.size(); ++k) {
+    const nlohmann::json& e = engines[k];
+    const nlohmann::json versions = e.value("versions", nlohmann::json::array());
+    const std::string parent = k < parents.size() && parents[k].is_number() ? std::to_string(parents[k].get<int>())
+                                                                            : std::string("trainers");
+    const std::string lost = e.contains("lost") && e["lost"].is_string() ? e["lost"].get<std::string>() : "";
+    std::fprintf(out, "%7zu %7s %9zu %13llu %8.2f  %s\n", k, parent.c_str(), versions.size(),
+                 versions.empty() ? 0ull : versions.back().get<unsigned long long>(), e.value("gbps", 0.0),
+                 lost.c_str());
+  }
+}
+
 }  // namespace
 
 void print_report_table(const nlohmann::json& r, std::FILE* out) {
@@ -35,10 +54,13 @@ void print_report_table(const nlohmann::json& r, std::FILE* out) {
   // A job that failed before its first refit measured nothing: no table. Its
   // error is said once, on stderr (refit <command>: error: ...).
   if (r.contains("error") && refits == 0) return;
+  const std::uint64_t engines = r.value("engines_count", 1ull);
+  const std::string engine_ranks = format_count(u("engine_ranks_count"), "engine rank");
+  const std::string fed = engines > 1 ? format_count(engines, "engine") + " of " + engine_ranks : engine_ranks;
   std::fprintf(out, "refit: model %s (%s, %s), %s -> %s, transport %s (%s, %s), bucket %s, pool %s\n",
                r.value("model", std::string("?")).c_str(), format_count(u("tensors"), "tensor").c_str(),
                format_bytes(u("model_bytes")).c_str(), format_count(u("trainer_ranks_count"), "trainer rank").c_str(),
-               format_count(u("engine_ranks_count"), "engine rank").c_str(),
+               fed.c_str(),
                r.value("transport", std::string("?")).c_str(), r.value("device", std::string("cpu")).c_str(),
                r.value("mode", std::string("staged")).c_str(), format_bytes(u("bucket_size")).c_str(),
                format_count(u("pool_slots"), "slot").c_str());
@@ -49,9 +71,13 @@ void print_report_table(const nlohmann::json& r, std::FILE* out) {
                  f.value("verified", false) ? "yes" : "no");
   }
   print_delta_table(r, out);
-  std::fprintf(out, "\n%11s %8s %8s %8s %14s\n", "engine rank", "buckets", "batches", "tensors", "bytes");
+  print_engines_table(r, out);
+  std::fprintf(out, "\n%11s %8s %8s %8s %14s\n", engines > 1 ? "engine/rank" : "engine rank", "buckets", "batches",
+               "tensors", "bytes");
   for (const auto& k : r.value("ranks", nlohmann::json::array())) {
-    std::fprintf(out, "%11d %8llu %8llu %8llu %14s\n", k.value("rank", 0),
+    const std::string who = engines > 1 ? std::to_string(k.value("engine", 0)) + "/" + std::to_string(k.value("rank", 0))
+                                        : std::to_string(k.value("rank", 0));
+    std::fprintf(out, "%11s %8llu %8llu %8llu %14s\n", who.c_str(),
                  static_cast<unsigned long long>(k.value("buckets", 0ull)),
                  static_cast<unsigned long long>(k.value("batches", 0ull)),
                  static_cast<unsigned long long>(k.value("tensors", 0ull)), format_bytes(k.value("bytes", 0ull)).c_str());
