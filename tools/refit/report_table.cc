@@ -75,8 +75,8 @@ void print_report_table(const nlohmann::json& r, std::FILE* out) {
   std::fprintf(out, "\n%11s %8s %8s %8s %14s\n", engines > 1 ? "engine/rank" : "engine rank", "buckets", "batches",
                "tensors", "bytes");
   for (const auto& k : r.value("ranks", nlohmann::json::array())) {
-    const std::string who = engines > 1 ? std::to_string(k.value("engine", 0)) + "/" + std::to_string(k.value("rank", 0))
-                                        : std::to_string(k.value("rank", 0));
+    const std::string rank = std::to_string(k.value("rank", 0));
+    const std::string who = engines > 1 ? std::to_string(k.value("engine", 0)) + "/" + rank : rank;
     std::fprintf(out, "%11s %8llu %8llu %8llu %14s\n", who.c_str(),
                  static_cast<unsigned long long>(k.value("buckets", 0ull)),
                  static_cast<unsigned long long>(k.value("batches", 0ull)),
