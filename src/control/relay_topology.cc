@@ -51,9 +51,9 @@ Status check_relayable(const Join& first, bool release_between_refits, int engin
     return FailedPrecondition(why + " out of the receive pool, which --mode " + first.mode +
                               " has not: use --mode staged");
   }
-  if (first.device != "cpu") {
-    return FailedPrecondition(why + " between host pools so far, not --device " + first.device +
-                              " (relays between device pools are not built yet)");
+  if (first.device != "cpu" && first.transport != "cuda_ipc") {
+    return FailedPrecondition(why + " between device pools over cuda_ipc only so far, not --transport " +
+                              first.transport + " with --device " + first.device);
   }
   if (release_between_refits) {
     return FailedPrecondition(why + " over links kept from refit to refit: --release-between-refits is not "

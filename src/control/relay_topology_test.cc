@@ -102,7 +102,10 @@ TEST(RelayTopology, DisagreementsAndSettingsRelaysDoNotCarryAreRefusedNamed) {
   EXPECT_HAS(plan_relay(e.joins, 1, 1, false, e.topology).message(), "which --mode direct has not: use --mode staged");
   e = make_engines(2, 1);
   for (Join& j : e.joins) j.device = "cuda";
-  EXPECT_HAS(plan_relay(e.joins, 1, 1, false, e.topology).message(), "not --device cuda");
+  EXPECT_HAS(plan_relay(e.joins, 1, 1, false, e.topology).message(),
+             "between device pools over cuda_ipc only so far, not --transport tcp with --device cuda");
+  for (Join& j : e.joins) j.transport = "cuda_ipc";
+  EXPECT_TRUE(plan_relay(e.joins, 1, 1, false, e.topology).ok());
   e = make_engines(2, 1);
   EXPECT_HAS(plan_relay(e.joins, 1, 1, true, e.topology).message(), "--release-between-refits is not supported");
   e = make_engines(1, 2);  // one engine: nothing to relay, the setups untouched

@@ -81,7 +81,8 @@ Status EngineRank::Impl::make_receiver(std::unique_ptr<TargetMemory> pool) {
 Status EngineRank::Impl::link_relay(const std::vector<EngineTarget>& children, Deadline deadline) {
   if (children.empty()) return Status::Ok();
   RelaySettings settings{name(), rank(), static_cast<std::uint64_t>(options_.engine), options_.secret,
-                         options_.transport, options_.bucket_timeout_s, [this] { return client_->abort_reason(); }};
+                         options_.transport, options_.bucket_timeout_s, [this] { return client_->abort_reason(); },
+                         on_device_ ? device_ : -1};
   ASSIGN_OR_RETURN(auto relay, RelayForwarder::Connect(std::move(settings), &plan_, children, deadline));
   std::lock_guard<std::mutex> lock(data_mu_);
   relay_ = std::move(relay);

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "control/auth.h"
+#include "cuda/device.h"
 #include "net/frames.h"
 #include "refit/secret.h"
 
@@ -84,7 +85,8 @@ Status RelayForwarder::link(Child& child, Deadline deadline) {
     RETURN_IF_ERROR(child.remote->relinked());
   } else {
     child.link = std::move(fresh);
-    ASSIGN_OR_RETURN(child.remote, transport_->open_target_on(child.target.descriptor, child.link.get(), -1));
+    ASSIGN_OR_RETURN(child.remote,
+                     transport_->open_target_on(child.target.descriptor, child.link.get(), settings_.device));
     child.protocol = std::make_unique<EngineLinkProtocol>(settings_.name + " (relay to " + child.name + ")", plan_,
                                                           settings_.bucket_timeout_s);
     child.protocol->attach(child.link.get());
@@ -258,7 +260,12 @@ StatusOr<std::uint64_t> RelayForwarder::forward(Child& child, const Item& item, 
   const RelayPayload payload =
       relay_payload(std::span<const std::byte>(item.bytes, item.n), item.encoding, item.base, credit->base);
   const int s = static_cast<int>(credit->slot);
-  if (std::byte* dst = child.remote->mapped_slot(s); dst != nullptr) {
+  if (std::byte* dst = child.remote->mapped_slot(s); dst != nullptr && settings_.device >= 0) {
+    // A device slot into a child's mapped device slot (cuda_ipc): a
+    // synchronous copy, done before kLanded announces it.
+    Status copied = copy_device_to_device(dst, payload.bytes.data(), payload.bytes.size());
+    if (!copied.ok()) return copied.WithContext(where());
+  } else if (dst != nullptr) {
     if (!payload.bytes.empty()) std::memcpy(dst, payload.bytes.data(), payload.bytes.size());
   } else if (!payload.bytes.empty()) {
     StatusOr<Ticket> ticket = child.remote->submit(s, 0, payload.bytes, version, deadline);

@@ -55,6 +55,9 @@ struct RelaySettings {
   double bucket_timeout_s = 30;
   // Asked while connecting: a reason ends the wait (the coordinator ended the job).
   std::function<std::optional<Status>()> stopped;
+  // The receive pool's device (its slots are device memory; the children's
+  // pools, cuda_ipc, are mapped here and written by device copies); -1: host.
+  int device = -1;
 };
 
 // What a relay writes into a child's slot for a bucket (delta refits, issue
