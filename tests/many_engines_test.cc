@@ -34,6 +34,20 @@ json run_engines_demo(std::vector<std::string> args) {
   return r.exit_code == 0 ? json::parse(r.out) : json();
 }
 
+// A chain of three engines of one rank fed by one trainer rank, whose
+// trainer stops itself (SIGSTOP) after its first bucket of refit 2, so that
+// a fault lands mid-relay (job.h stop_mid_refit).
+JobSpec chain_stopped_in_refit_2(int refits, std::vector<std::string> coordinator_args) {
+  JobSpec spec;
+  spec.engines = 3;
+  spec.engine_ranks = 1;
+  spec.trainer_ranks = 1;
+  spec.refits = refits;
+  spec.coordinator_args = std::move(coordinator_args);
+  testing::stop_mid_refit(spec, "trainer rank 0", 2);
+  return spec;
+}
+
 // Every engine committed every version, verified; the trainers' links
 // carried one engine's bytes per refit and every link together E times
 // that; the report names the relay tree; each relaying rank forwarded its
@@ -171,12 +185,7 @@ TEST(ManyEngines, AnEngineOfAnotherPlanIsRefusedNamingBothRanks) {
 // nobody hangs on the relay. (Engines leaving and the survivors finishing,
 // --min-engines, are the next step of issue 18.)
 TEST(ManyEngines, AnEngineKilledMidRelayEndsTheJobNamingIt) {
-  JobSpec spec;
-  spec.engines = 3;
-  spec.engine_ranks = 1;
-  spec.trainer_ranks = 1;
-  spec.refits = 3;
-  testing::stop_mid_refit(spec, "trainer rank 0", 2);
+  JobSpec spec = chain_stopped_in_refit_2(3, {});
   ProcessGroup group;
   ASSERT_TRUE(testing::start_job(group, spec)) << group.all_stderr();
   ASSERT_NO_FATAL_FAILURE(
@@ -197,14 +206,8 @@ TEST(ManyEngines, AnEngineKilledMidRelayEndsTheJobNamingIt) {
 TEST(ManyEngines, AnEngineKilledMidRelayIsDroppedAndTheOthersGetEveryVersion) {
   for (const char* transport : {"shm", "tcp"}) {
     SCOPED_TRACE(transport);
-    JobSpec spec;
+    JobSpec spec = chain_stopped_in_refit_2(4, {"--min-engines", "2"});
     spec.transport = transport;
-    spec.engines = 3;
-    spec.engine_ranks = 1;
-    spec.trainer_ranks = 1;
-    spec.refits = 4;
-    spec.coordinator_args = {"--min-engines", "2"};
-    testing::stop_mid_refit(spec, "trainer rank 0", 2);
     ProcessGroup group;
     ASSERT_TRUE(testing::start_job(group, spec)) << group.all_stderr();
     ASSERT_TRUE(testing::wait_for_refit_under_way(group, "trainer rank 0", 2)) << group.all_stderr();
@@ -236,13 +239,7 @@ TEST(ManyEngines, AnEngineKilledMidRelayIsDroppedAndTheOthersGetEveryVersion) {
 // the heartbeat deadline), a parent still waiting for the stalled child's
 // credits (the retry times out).
 TEST(ManyEngines, AnEngineStalledPastTheHeartbeatDeadlineIsDropped) {
-  JobSpec spec;
-  spec.engines = 3;
-  spec.engine_ranks = 1;
-  spec.trainer_ranks = 1;
-  spec.refits = 3;
-  spec.coordinator_args = {"--min-engines", "2", "--heartbeat-timeout", "2"};
-  testing::stop_mid_refit(spec, "trainer rank 0", 2);
+  JobSpec spec = chain_stopped_in_refit_2(3, {"--min-engines", "2", "--heartbeat-timeout", "2"});
   ProcessGroup group;
   ASSERT_TRUE(testing::start_job(group, spec)) << group.all_stderr();
   ASSERT_TRUE(testing::wait_for_refit_under_way(group, "trainer rank 0", 2)) << group.all_stderr();
@@ -266,13 +263,7 @@ TEST(ManyEngines, AnEngineStalledPastTheHeartbeatDeadlineIsDropped) {
 // 1 (--min-engines does not save a job whose trainer is gone). Catches: an
 // engine down the chain committing what the relay had forwarded so far.
 TEST(ManyEngines, ATrainerKilledDuringARelayLeavesEveryEngineAtItsCommittedVersion) {
-  JobSpec spec;
-  spec.engines = 3;
-  spec.engine_ranks = 1;
-  spec.trainer_ranks = 1;
-  spec.refits = 3;
-  spec.coordinator_args = {"--min-engines", "1"};
-  testing::stop_mid_refit(spec, "trainer rank 0", 2);
+  JobSpec spec = chain_stopped_in_refit_2(3, {"--min-engines", "1"});
   ProcessGroup group;
   ASSERT_TRUE(testing::start_job(group, spec)) << group.all_stderr();
   ASSERT_NO_FATAL_FAILURE(
