@@ -203,11 +203,10 @@ Status RelayForwarder::finish(Deadline deadline) {
   return wait_forwarded(plan_->buckets.size() - 1, deadline);
 }
 
+// From the control reader's thread too: children_ changes only under mu_.
 void RelayForwarder::cancel(const Status& why) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (error_.ok()) error_ = why.ok() ? Aborted(settings_.name + ": relay cancelled") : why;
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (error_.ok()) error_ = why.ok() ? Aborted(settings_.name + ": relay cancelled") : why;
   cv_.notify_all();
   for (auto& child : children_) {
     if (child->link) child->link->shutdown();
