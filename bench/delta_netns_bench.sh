@@ -63,13 +63,7 @@ bytes=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["bytes_p
   "$dir/full-$(echo "$fractions" | awk '{print $1}').json")
 
 # The link alone: a socket stream of the refit's bytes, engine host = sink.
-rm -f "$dir/lport"
-in_ns 1 "$build/ucx_linkbench" sink --listen "$(addr 1)" --port-file "$dir/lport" &
-sink=$!
-for _ in $(seq 1000); do [[ -s $dir/lport ]] && break; sleep 0.01; done
-in_ns 2 "$build/ucx_linkbench" source --connect "$(addr 1):$(cat "$dir/lport")" --mode socket --bytes "$bytes" \
-  --reps 3 >"$dir/link.json"
-wait "$sink"
+measure_link 2 1 "$bytes"
 
 python3 - "$dir" "$rate" "$model" "$layers" "$fractions" <<'PY'
 import json, statistics, sys

@@ -95,13 +95,7 @@ for e in $counts; do
   [[ $e -gt 1 ]] && fanned "$e"
 done
 bytes=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["bytes_per_refit"])' "$dir/relay-1.json")
-rm -f "$dir/lport"
-in_ns 2 "$build/ucx_linkbench" sink --listen "$(addr 2)" --port-file "$dir/lport" &
-sink=$!
-for _ in $(seq 1000); do [[ -s $dir/lport ]] && break; sleep 0.01; done
-in_ns 1 "$build/ucx_linkbench" source --connect "$(addr 2):$(cat "$dir/lport")" --mode socket --bytes "$bytes" \
-  --reps 3 >"$dir/link.json"
-wait "$sink"
+measure_link 1 2 "$bytes"  # trainer host -> engine 0's host
 
 python3 - "$dir" "$rate" "$model" "$layers" "$counts" "$bucket" <<'PY'
 import json, statistics, sys

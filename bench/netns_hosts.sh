@@ -7,6 +7,9 @@
 #   addr I                        host I's address
 #   in_ns I CMD...                runs CMD in host I
 #   pids+=(PID)                   killed on exit; $dir is removed on exit
+#   measure_link SRC DST BYTES    the link alone: a plain TCP stream of BYTES
+#                                 from host SRC to host DST (ucx_linkbench
+#                                 --mode socket, 3 reps) into $dir/link.json
 netns_hosts() {
   local p=$1 i ns
   subnet=$2
@@ -29,6 +32,16 @@ netns_hosts() {
 }
 addr() { echo "$subnet.$(($1 + 1))"; }
 in_ns() { local i=$1; shift; ip netns exec "${hosts[$i]}" "$@"; }
+measure_link() {
+  local src=$1 dst=$2 bytes=$3 sink
+  rm -f "$dir/lport"
+  in_ns "$dst" "$build/ucx_linkbench" sink --listen "$(addr "$dst")" --port-file "$dir/lport" &
+  sink=$!
+  for _ in $(seq 1000); do [[ -s $dir/lport ]] && break; sleep 0.01; done
+  in_ns "$src" "$build/ucx_linkbench" source --connect "$(addr "$dst"):$(cat "$dir/lport")" --mode socket \
+    --bytes "$bytes" --reps 3 >"$dir/link.json"
+  wait "$sink"
+}
 pids=()
 netns_cleanup() {
   for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done

@@ -35,14 +35,7 @@ StatusOr<std::unique_ptr<RelayForwarder>> RelayForwarder::Connect(RelaySettings 
                                                                  Deadline deadline) {
   std::unique_ptr<RelayForwarder> f(new RelayForwarder(std::move(settings), plan));
   ASSIGN_OR_RETURN(f->transport_, make_transport(f->settings_.transport));
-  for (const EngineTarget& target : children) {
-    auto child = std::make_unique<Child>();
-    child->target = target;
-    child->name = "engine " + std::to_string(target.engine) + " rank " + std::to_string(target.engine_rank);
-    RETURN_IF_ERROR(f->link(*child, deadline).WithContext(f->settings_.name + ", linking its relay to " + child->name));
-    f->children_.push_back(std::move(child));
-  }
-  for (auto& child : f->children_) f->start_worker(*child);
+  RETURN_IF_ERROR(f->set_children(children, /*relink_kept=*/false, deadline));
   return f;
 }
 
