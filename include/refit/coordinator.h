@@ -47,6 +47,13 @@ struct CoordinatorOptions {
   // commits only once every rank of every engine has it. Default: 1.
   int engines = 1;
   int relay_fanout = 1;
+  // Engine slots: engines E..max_engines-1 may join the running job (`refit
+  // engine --engine k` started later, ranks checked against engine 0's). At
+  // the next refit boundary the coordinator admits it: it first receives
+  // the last committed version from its parent in the relay tree (not from
+  // the trainers), commits and verifies it, and only then counts as live.
+  // 0: engines (no joining). Default: 0.
+  int max_engines = 0;
   // The fewest engines the job goes on with: an engine whose rank dies,
   // stalls past the heartbeat deadline or misses a refit's deadline is
   // dropped while at least this many stay (its relay children are fed by

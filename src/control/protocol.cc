@@ -103,6 +103,7 @@ StatusOr<Join> decode_join(const Json& m) {
   j.quantize = str(m, "quantize", "none");
   j.quantized_tensors = u64(m, "quantized_tensors");
   if (auto it = m.find("shadow"); it != m.end()) j.shadow = it->get<bool>();
+  if (auto it = m.find("catch_up"); it != m.end()) j.catch_up = it->get<bool>();
   if (auto it = m.find("change"); it != m.end()) j.change = it->get<std::uint64_t>();
   if (auto it = m.find("delta"); it != m.end()) j.delta = it->get<bool>();
   ASSIGN_OR_RETURN(j.specs, specs_field(m, "join", "specs"));
@@ -143,6 +144,7 @@ Json encode_join(const Join& j) {
     m["memory_limit"] = j.memory_limit;
     m["supported_dtypes"] = j.supported_dtypes;
     if (j.shadow) m["shadow"] = true;
+    if (j.catch_up) m["catch_up"] = true;
     if (j.quantize != "none") {
       m["quantize"] = j.quantize;
       m["quantized_tensors"] = j.quantized_tensors;
@@ -392,6 +394,11 @@ Json encode(const CoordinatorMessage& message) {
                                Json m = versioned("acquire", a.version);
                                if (!a.descriptors.empty()) m["descriptors"] = a.descriptors;
                                return m;
+                             },
+                             [](const CatchUp& c) {
+                               Json m = versioned("catch_up", c.version);
+                               m["engine"] = c.engine;
+                               return m;
                              }},
                     message);
 }
@@ -499,6 +506,7 @@ StatusOr<CoordinatorMessage> decode_coordinator_message(const Json& m) {
     return CoordinatorMessage(AmaxTable{u64(m, "version"), std::move(entries)});
   }
   if (type == "release") return CoordinatorMessage(Release{u64(m, "version")});
+  if (type == "catch_up") return CoordinatorMessage(CatchUp{u64(m, "version"), u64(m, "engine")});
   if (type == "acquire") {
     Acquire a{u64(m, "version"), {}};
     if (auto it = m.find("descriptors"); it != m.end()) {

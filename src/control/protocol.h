@@ -32,6 +32,8 @@
 //   linked                  ->    (every rank) then start(v+1)
 //   failed(v)               ->    a refit that fails before the decision:
 //                          <-     abort(v), relink(v); then linked again
+//                          <-     catch_up(v, k)    many engines: to the parent of a
+//   sent(v)                 ->                      joining engine k, at a refit boundary
 //                          <-     shutdown (the job's end; with an error
 //                                 when it ended with one after a commit)
 //   heartbeat              <->    heartbeat   (both ways, from setup on)
@@ -74,8 +76,9 @@ namespace refit {
 // acquired) and the join's change (--change-fraction); version 8 the join's
 // delta (--delta) with the data plane's credit base and encoded kLanded
 // (net/frames.h); version 9 many engines (the join's engine, the setup's
-// engines, engine and relay; issue 18).
-inline constexpr std::uint64_t kControlProtocolVersion = 9;
+// engines, engine and relay; issue 18); version 10 engines joining a running
+// job (the join's catch_up, catch_up(v, engine)).
+inline constexpr std::uint64_t kControlProtocolVersion = 10;
 
 // How often a side sends a heartbeat, and how long it waits for a word from
 // its peer before it treats the peer as lost (stalled, dead or cut off).
@@ -191,6 +194,10 @@ struct Join {
   // memory is both arenas (shadow_arena_stride) and the trainers write the
   // one each start names. Absent on the wire: false.
   bool shadow = false;
+  // Engine: it can read its committed weights back (EngineBinding::
+  // read_committed), so it can send them to an engine that joins the
+  // running job (catch_up). Absent on the wire: false.
+  bool catch_up = false;
   // Engine: its stream. Trainer (optional): its plan of the stream of the
   // engine rank it feeds, so that a digest mismatch names the first tensor
   // that differs; empty: not sent.
@@ -343,6 +350,16 @@ struct Relink {
   std::uint64_t version = 0;
   std::optional<Route> route;
 };
+// Many engines, an engine joining the running job: to the ranks of its
+// parent in the relay tree (which linked to it with the relink before),
+// send committed version `version`, read from the weights served, to the
+// same rank of engine `engine` only, as a relay sends a refit's buckets;
+// answer sent(version) once it has every bucket (or failed(version)). The
+// joining engine meanwhile runs start(version), go, commit as a refit.
+struct CatchUp {
+  std::uint64_t version = 0;
+  std::uint64_t engine = 0;
+};
 // --release-between-refits, once every rank committed `version`: free what
 // the next refit will allocate again (trainers first, then engines), answer
 // released.
@@ -373,7 +390,8 @@ struct AmaxTable {
 };
 
 using CoordinatorMessage =
-    std::variant<Setup, Start, Go, Commit, Abort, Relink, Shutdown, Refusal, Heartbeat, AmaxTable, Release, Acquire>;
+    std::variant<Setup, Start, Go, Commit, Abort, Relink, Shutdown, Refusal, Heartbeat, AmaxTable, Release, Acquire,
+                 CatchUp>;
 using AuthMessage = std::variant<AuthChallenge, AuthResponse, AuthOk, Refusal>;
 
 // ---- encode / decode -----------------------------------------------------------

@@ -70,6 +70,7 @@ void add_join(std::vector<Schema>& s) {
                 {"quantize", kStr, false, kMaxDescriptorBytes},
                 {"quantized_tensors", kUint},
                 {"shadow", kBool},
+                {"catch_up", kBool},
                 {"change", kUint, false, std::uint64_t{1} << 32},
                 {"delta", kBool},
                 {"specs", kArr},
@@ -122,6 +123,7 @@ void add_coordinator_messages(std::vector<Schema>& s) {
                 {"engine", kUint, false, kMaxRanks},
                 {"relay", kArr, false, kMaxRanks, kObj}}});
   s.push_back({"release", {kVersion}});
+  s.push_back({"catch_up", {kVersion, {"engine", kUint, true, kMaxRanks}}});
   s.push_back({"acquire", {kVersion, {"descriptors", kArr, false, kMaxRanks, kStr}}});
   s.push_back({"start", {kVersion, {"arena", kUint, false, 1}}});
   for (const char* t : {"go", "commit"}) s.push_back({t, {kVersion}});

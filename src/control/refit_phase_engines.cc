@@ -21,29 +21,38 @@ namespace refit {
 
 int RefitPhases::engine_of(int member) const {
   if (is_trainer(member)) return -1;
-  const int ranks = options_.engine_ranks / std::max(options_.engines, 1);
-  return (member - options_.trainer_ranks) / ranks;
+  return (member - options_.trainer_ranks) / std::max(ranks_per_engine(), 1);
 }
 
+std::vector<int> RefitPhases::engine_members(int engine) const {
+  std::vector<int> out;
+  const int ranks = ranks_per_engine();
+  for (int r = 0; r < ranks; ++r) out.push_back(options_.trainer_ranks + engine * ranks + r);
+  return out;
+}
+
+// Dropped, or a slot no engine joined (yet).
 bool RefitPhases::dropped(int member) const {
   const int k = engine_of(member);
   return k >= 0 && static_cast<std::size_t>(k) < engine_dropped_.size() && engine_dropped_[static_cast<std::size_t>(k)];
 }
 
 int RefitPhases::live_engines() const {
-  return options_.engines - static_cast<int>(std::count(engine_dropped_.begin(), engine_dropped_.end(), true));
+  return static_cast<int>(std::count(engine_dropped_.begin(), engine_dropped_.end(), false));
 }
 
 // Drops `engines` (lost `who`: `why`) when the job allows it; true when the
 // event is handled (dropped, or the job ended for too few engines).
 bool RefitPhases::drop_engines(const std::vector<int>& engines, const std::string& who, const std::string& why,
                                PhaseTime now) {
-  if (options_.engines <= 1 || options_.min_engines <= 0 || options_.min_engines >= options_.engines) return false;
+  // Without joiners, --min-engines equal to --engines drops nothing (a loss ends the job as with one engine).
+  if (options_.min_engines <= 0 || (engine_slots() == options_.engines && options_.min_engines >= options_.engines)) {
+    return false;
+  }
   const Phase phase = phase_ == Phase::kBlame ? blamed_phase_ : phase_;
   const bool in_refit = phase == Phase::kPrepare || phase == Phase::kTransfer || phase == Phase::kVerify;
   if (!in_refit && phase != Phase::kIdle && phase != Phase::kCommit) return false;
   if (std::find(engines.begin(), engines.end(), 0) != engines.end()) return false;
-  engine_dropped_.resize(static_cast<std::size_t>(options_.engines), false);
   phase_ = phase;  // a failure awaiting blame is explained by the loss
   const int left = live_engines() - static_cast<int>(engines.size());
   if (left < options_.min_engines) {
@@ -65,7 +74,7 @@ bool RefitPhases::drop_engines(const std::vector<int>& engines, const std::strin
   if (phase == Phase::kCommit) {
     reroute_pending_ = true;  // once every live rank committed (advance)
   } else if (phase == Phase::kIdle) {
-    reroute_engines(now);
+    reroute_engines(now, "an engine was dropped");
   } else {
     const Status restart = Aborted(cause.message() + "; engine " + std::to_string(engines.front()) +
                                    " was dropped and refit " + std::to_string(version_) +
@@ -99,17 +108,20 @@ bool RefitPhases::drop_late_engines(PhaseTime now) {
 }
 
 // Between refits: the live engine ranks link again around the dropped
-// engine (the shell gives each its new route); the trainer ranks wait.
-void RefitPhases::reroute_engines(PhaseTime now) {
+// engine, or with the joining one (the shell gives each its new route; the
+// joining engine's ranks link from their Setup); the trainer ranks wait.
+void RefitPhases::reroute_engines(PhaseTime now, const std::string& why) {
   reroute_pending_ = false;
+  SendAll relink{Relink{version_, std::nullopt}, Audience::kEngines, {}};
   for (int i = 0; i < static_cast<int>(members_.size()); ++i) {
     Member& m = members_[static_cast<std::size_t>(i)];
     m.step = is_trainer(i) ? Step::kLinked : Step::kNone;  // a trainer's request is kept
     m.linked.reset();
+    if (!is_trainer(i) && !dropped(i) && engine_of(i) != joining_) relink.members.push_back(i);
   }
-  send_to(Relink{version_, std::nullopt}, Audience::kEngines);
+  out_.emplace_back(std::move(relink));
   rerouting_ = true;
-  recovering_ = Aborted("an engine was dropped");
+  recovering_ = Aborted(why);
   failure_recovery_ = false;
   retry_ = false;
   deadline_ = now + std::chrono::duration_cast<PhaseClock::duration>(
@@ -130,6 +142,7 @@ void RefitPhases::finish_recovery(PhaseTime now) {
   }
   failure_recovery_ = false;
   rerouting_ = false;
+  if (joining_ >= 0) return start_catch_up(now);
   if (retry_) {
     retry_ = false;
     return begin_refit(version_, now);

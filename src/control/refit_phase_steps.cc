@@ -47,6 +47,7 @@ RefitPhases::Step RefitPhases::furthest_step(int member) const {
     case Phase::kRelease: return is_trainer(member) || second_stage_ ? Step::kReleased : Step::kCommitted;
     // Engines acquire; every rank links once the trainers have the descriptors.
     case Phase::kAcquire: return second_stage_ ? Step::kLinked : Step::kAcquired;
+    case Phase::kCatchUp: return Step::kCommitted;  // on_catch_up checks its own order
     case Phase::kIdle:
     case Phase::kBlame:
     case Phase::kEnded: break;
@@ -77,8 +78,8 @@ PhaseTime RefitPhases::wake_at() const {
 std::string RefitPhases::member_name(int member) const {
   if (is_trainer(member)) return "trainer rank " + std::to_string(member);
   const int g = member - options_.trainer_ranks;
-  if (options_.engines <= 1) return "engine rank " + std::to_string(g);
-  const int ranks = options_.engine_ranks / options_.engines;
+  if (engine_slots() <= 1) return "engine rank " + std::to_string(g);
+  const int ranks = ranks_per_engine();
   return "engine " + std::to_string(g / ranks) + " rank " + std::to_string(g % ranks);
 }
 
@@ -104,6 +105,8 @@ std::string RefitPhases::phase_name() const {
     case Phase::kRelease: step = "release"; break;
     case Phase::kAcquire: step = "acquire"; break;
     case Phase::kRecovery: step = "recovery"; break;
+    case Phase::kCatchUp:
+      return "catch-up of engine " + std::to_string(joining_) + " to refit " + std::to_string(version_);
     case Phase::kBlame:
     case Phase::kEnded: step = "ended"; break;
   }

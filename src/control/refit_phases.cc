@@ -10,7 +10,10 @@
 namespace refit {
 
 RefitPhases::RefitPhases(const PhaseOptions& options)
-    : options_(options), members_(static_cast<std::size_t>(options.trainer_ranks + options.engine_ranks)) {}
+    : options_(options), members_(static_cast<std::size_t>(options.trainer_ranks + options.engine_ranks)) {
+  // Engine slots past the engines of the setup are empty until one joins.
+  for (int k = 0; k < engine_slots(); ++k) engine_dropped_.push_back(k >= options_.engines);
+}
 
 std::vector<PhaseAction> RefitPhases::start(PhaseTime now) {
   return start(now, now + std::chrono::duration_cast<PhaseClock::duration>(
@@ -22,6 +25,9 @@ std::vector<PhaseAction> RefitPhases::start(PhaseTime now, PhaseTime linked_by) 
   deadline_ = linked_by;
   // Every rank has its Setup: from now on each one heartbeats.
   heard_.assign(members_.size(), options_.heartbeats ? now : PhaseTime::max());
+  for (std::size_t i = 0; i < heard_.size(); ++i) {
+    if (dropped(static_cast<int>(i))) heard_[i] = PhaseTime::max();  // an empty engine slot
+  }
   if (options_.heartbeats) next_beat_ = now;
   out_.clear();
   beat(now);
@@ -52,6 +58,7 @@ std::vector<PhaseAction> RefitPhases::on(const PhaseEvent& event, PhaseTime now)
     on_lost(lost->member, lost->why, now);
   }
   if (const auto* replaced = std::get_if<Replaced>(&event)) on_replaced(replaced->member, now);
+  if (const auto* joined = std::get_if<EngineJoined>(&event)) on_engine_joined(joined->engine, now);
   if (phase_ != Phase::kEnded) check_silence(now);
   if (phase_ != Phase::kEnded && now >= phase_deadline()) on_deadline(now);
   advance(now);
@@ -90,7 +97,7 @@ void RefitPhases::advance(PhaseTime now) {
       case Phase::kCommit:
         if (!all_reached(Step::kCommitted)) break;
         if (reroute_pending_) {
-          reroute_engines(now);
+          reroute_engines(now, "an engine was dropped");
         } else if (options_.release_between_refits) {
           begin_release(now);
         } else {
@@ -105,6 +112,9 @@ void RefitPhases::advance(PhaseTime now) {
         break;
       case Phase::kRecovery:
         if (all_reached(Step::kLinked)) finish_recovery(now);
+        break;
+      case Phase::kCatchUp:
+        advance_catch_up(now);
         break;
       case Phase::kBlame:
       case Phase::kEnded:
@@ -125,6 +135,9 @@ void RefitPhases::on_message(int member, const RankMessage& message, PhaseTime n
     std::uint64_t bytes = 0;
     for (const Member& x : members_) bytes += x.progress;
     out_.push_back(ShowProgress{version_, bytes, false});
+  } else if (phase_ == Phase::kCatchUp && !is_trainer(member) &&
+             !std::holds_alternative<Request>(message) && !std::holds_alternative<Finish>(message)) {
+    on_catch_up(member, message, now);
   } else if (const auto* failed = std::get_if<Failed>(&message)) {
     on_failed(member, *failed, now);
   } else if (const auto* share = std::get_if<AmaxShare>(&message)) {
@@ -219,6 +232,13 @@ void RefitPhases::on_report(int member, Step step, const RankMessage& message, P
 // first looks for a lost connection to blame (kBlame) for a short grace.
 void RefitPhases::on_failed(int member, const Failed& failed, PhaseTime now) {
   members_[static_cast<std::size_t>(member)].reported_failure = true;
+  if (phase_ == Phase::kRecovery && refused_ == std::pair<int, std::uint64_t>{engine_of(member), failed.version}) {
+    return;  // the refused joiner's parent reports its catch-up failed: already settled
+  }
+  if (phase_ == Phase::kRecovery && joining_ >= 0) {  // linking with a joining engine failed: it is refused
+    return refuse_joiner(member_name(member) + " failed while the engines linked with it: " + failed.error.message(),
+                         now);
+  }
   if (phase_ == Phase::kRecovery && rerouting_) {  // an engine rank could not link around a dropped engine
     return end(Status(failed.error.code(), member_name(member) + " failed during " + phase_name() + ": " +
                                                failed.error.message()));
@@ -233,6 +253,9 @@ void RefitPhases::on_failed(int member, const Failed& failed, PhaseTime now) {
 
 void RefitPhases::on_lost(int member, const std::string& why, PhaseTime now) {
   const std::string who = member_name(member);
+  if (phase_ == Phase::kCatchUp || (phase_ == Phase::kRecovery && joining_ >= 0)) {
+    if (!is_trainer(member)) return catch_up_lost(member, why, now);
+  }
   if (replace_lost_trainer(member, why, now)) return;
   if (!is_trainer(member) && drop_engines({engine_of(member)}, who, why, now)) return;
   if (phase_ == Phase::kBlame) {
@@ -354,6 +377,11 @@ void RefitPhases::on_deadline(PhaseTime now) {
   const std::string late = unshared.empty()
                                ? phase_name() + " timed out waiting for '" + awaited_name() + "' from " + waiting_for()
                                : phase_name() + " timed out waiting for 'amax_share' from " + unshared;
+  if (joining_ >= 0 && (phase_ == Phase::kRecovery || phase_ == Phase::kCatchUp)) {
+    return refuse_joiner(phase_ == Phase::kCatchUp ? phase_name() + " timed out waiting for " + catch_up_waiting_for()
+                                                   : "the engines did not link with it in time: " + late,
+                         now);
+  }
   if (phase_ == Phase::kRecovery) {
     for (int i = 0; i < static_cast<int>(members_.size()); ++i) {
       if (!members_[static_cast<std::size_t>(i)].replacing) continue;
@@ -492,6 +520,8 @@ void RefitPhases::start_refit(std::uint64_t version, PhaseTime now) {
 void RefitPhases::next_refit(PhaseTime now) {
   in_flight_ = false;
   deadline_ = PhaseTime::max();
+  const bool last = options_.refits != 0 && version_ >= static_cast<std::uint64_t>(options_.refits);
+  if (!pending_joins_.empty() && !last) return begin_catch_up(now);  // a refit boundary: admit a joiner first
   if (options_.refits == 0) {
     // Asks kept through the refit (a trainer asks as soon as it committed).
     for (Member& m : members_) m.step = Step::kNone;

@@ -22,6 +22,16 @@
 //   to the engines --acquired x engines--> acquire(w, descriptors) to the
 //   trainers --linked x all--> start(w); release_phases.cc)
 //
+// Many engines (refit_phase_engines.cc, refit_phase_joins.cc): an engine
+// lost is dropped while --min-engines stay; an engine whose ranks joined the
+// running job is admitted at the next refit boundary (idle, or after a
+// commit): its ranks get their Setup and the engine ranks relink around it
+// (recovery, no abort); then its catch-up, v the last committed version:
+// catch_up(v) to its parent's ranks, start(v) to its ranks --ready x its
+// ranks--> go(v) --sent x parent, done x its ranks--> commit(v) to its ranks
+// --committed x its ranks--> it is live, and the next refit starts. A
+// failure in it refuses the joiner only.
+//
 // Before the decision, a failure (a rank's failed, a missed deadline) aborts
 // v on every rank and relinks them (recovery), so the job goes on; a lost
 // rank ends the job with abort(v). After the decision v stays committed:
@@ -42,10 +52,12 @@
 // Thread safety: none; one thread drives it.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -56,10 +68,16 @@ namespace refit {
 
 struct PhaseOptions {
   int trainer_ranks = 1;
-  int engine_ranks = 1;  // of every engine together
-  // Many engines: engine_ranks / engines ranks each; member T + k * R + r is
-  // "engine k rank r" in messages (one engine: "engine rank r").
+  int engine_ranks = 1;  // of every engine slot together (max_engines of them)
+  // Many engines: engine_ranks / max_engines ranks each (R); member T + k * R
+  // + r is "engine k rank r" in messages (one engine: "engine rank r").
+  // `engines` join at setup; engines [engines, max_engines) may join the
+  // running job (refit_phase_joins.cc); 0: no more than `engines`.
   int engines = 1;
+  int max_engines = 0;
+  // The relay tree's fanout (relay_topology.h): a joining engine's parent,
+  // which sends it the committed version, is found by the same rule.
+  int relay_fanout = 1;
   // Many engines: the fewest engines the job goes on with (refit_phase_
   // engines.cc). An engine rank lost (or past a refit's deadline) drops its
   // engine while at least this many stay: a refit in flight is aborted and,
@@ -114,7 +132,13 @@ struct Tick {};
 struct Replaced {
   int member = 0;
 };
-using PhaseEvent = std::variant<Received, Lost, Tick, Replaced>;
+// Many engines: every rank of engine `engine` (in [engines, max_engines))
+// joined the running job and the shell checked their joins against engine
+// 0's: it is admitted at the next refit boundary (refit_phase_joins.cc).
+struct EngineJoined {
+  int engine = 0;
+};
+using PhaseEvent = std::variant<Received, Lost, Tick, Replaced, EngineJoined>;
 
 // ---- actions
 
@@ -124,6 +148,7 @@ enum class Audience { kEveryRank, kTrainers, kEngines };
 struct SendAll {
   CoordinatorMessage message;
   Audience audience = Audience::kEveryRank;
+  std::vector<int> members;  // non-empty: only these members (the audience aside)
 };
 // The commit decision: refit `version` is committed from now on.
 struct RecordCommit {
@@ -139,6 +164,23 @@ struct DropEngine {
   std::uint64_t engine = 0;
   std::uint64_t version = 0;
   Status why;
+  bool joining = false;  // a joining engine refused before it was live (refit_phase_joins.cc)
+};
+// Many engines: engine `engine` joins the running job at this boundary: the
+// shell sends its ranks their Setup (their place in the tree of the live
+// engines with it), and the relink that follows carries each changed route.
+struct AdmitEngine {
+  std::uint64_t engine = 0;
+  std::uint64_t version = 0;  // the committed version it will catch up to
+};
+// The joining engine committed `version` (sent by `parent`, verified when
+// every rank said so): it is live from now on.
+struct RecordJoin {
+  std::uint64_t engine = 0;
+  std::uint64_t version = 0;
+  std::uint64_t parent = 0;
+  bool verified = false;
+  std::vector<Done> done;  // by rank
 };
 // A refit that failed before its decision and was aborted; recovery follows.
 struct RecordFailure {
@@ -170,11 +212,13 @@ struct EndJob {
   Status status;
 };
 using PhaseAction = std::variant<SendAll, RecordCommit, RecordFailure, RecordRecovery, RecordRelease, ShowProgress,
-                                 Note, EndJob, DropEngine>;
+                                 Note, EndJob, DropEngine, AdmitEngine, RecordJoin>;
 
 class RefitPhases {
  public:
-  enum class Phase { kSetup, kIdle, kPrepare, kTransfer, kVerify, kCommit, kRelease, kAcquire, kBlame, kRecovery, kEnded };
+  enum class Phase {
+    kSetup, kIdle, kPrepare, kTransfer, kVerify, kCommit, kRelease, kAcquire, kBlame, kRecovery, kCatchUp, kEnded
+  };
 
   explicit RefitPhases(const PhaseOptions& options);
 
@@ -257,8 +301,23 @@ class RefitPhases {
   int live_engines() const;
   bool drop_engines(const std::vector<int>& engines, const std::string& who, const std::string& why, PhaseTime now);
   bool drop_late_engines(PhaseTime now);
-  void reroute_engines(PhaseTime now);
+  void reroute_engines(PhaseTime now, const std::string& why);
   void finish_recovery(PhaseTime now);
+  int engine_slots() const { return options_.max_engines > 0 ? options_.max_engines : options_.engines; }
+  int ranks_per_engine() const { return options_.engine_ranks / std::max(engine_slots(), 1); }
+  std::vector<int> engine_members(int engine) const;
+  // Engines joining (refit_phase_joins.cc).
+  void on_engine_joined(int engine, PhaseTime now);
+  void begin_catch_up(PhaseTime now);
+  void start_catch_up(PhaseTime now);
+  void on_catch_up(int member, const RankMessage& message, PhaseTime now);
+  void advance_catch_up(PhaseTime now);
+  bool catch_up_awaits(int member, Step step) const;
+  bool catch_up_reached(Step step) const;
+  void catch_up_lost(int member, const std::string& why, PhaseTime now);
+  void refuse_joiner(const std::string& why, PhaseTime now);
+  void end_catch_up();
+  std::string catch_up_waiting_for() const;
 
   PhaseOptions options_;
   std::vector<Member> members_;
@@ -289,6 +348,16 @@ class RefitPhases {
   bool retry_ = false;
   bool reroute_pending_ = false;
   bool rerouting_ = false;  // kRecovery relinks the engines between refits (no abort: a failed is final)
+  // Engines joining: those whose ranks all joined, in order of arrival; the
+  // one being admitted (-1: none), its parent, and the refit version_ held
+  // before its catch-up (version_ is the caught-up version meanwhile).
+  std::vector<int> pending_joins_;
+  int joining_ = -1;
+  int parent_ = -1;
+  std::uint64_t held_version_ = 0;
+  // The last refused joiner's parent engine and the version it was sending:
+  // its failed of that catch-up may still come while the engines relink.
+  std::pair<int, std::uint64_t> refused_{-1, 0};
   // Liveness: when each member was last heard from (PhaseTime::max() once
   // it is lost: no longer watched), and when the next heartbeat is due.
   std::vector<PhaseTime> heard_;

@@ -1,5 +1,7 @@
 #include "control/relay_topology.h"
 
+#include <algorithm>
+
 #include "control/spec_diff.h"
 
 namespace refit {
@@ -45,8 +47,9 @@ std::string setting_difference(const Join& first, const Join& other, int engines
 }
 
 // What relays carry today; the first setting they do not, named.
-Status check_relayable(const Join& first, bool release_between_refits, int engines) {
-  const std::string why = "--engines " + std::to_string(engines) + " relays landed buckets from engine to engine";
+Status check_relayable(const Join& first, bool release_between_refits, int engines, int slots) {
+  const std::string why = (slots > engines ? "--max-engines " + std::to_string(slots) : "--engines " +
+                           std::to_string(engines)) + " relays landed buckets from engine to engine";
   if (first.mode != "staged") {
     return FailedPrecondition(why + " out of the receive pool, which --mode " + first.mode +
                               " has not: use --mode staged");
@@ -66,22 +69,40 @@ Status check_relayable(const Join& first, bool release_between_refits, int engin
 
 std::uint64_t relay_parent(std::uint64_t engine, std::uint64_t fanout) { return (engine - 1) / fanout; }
 
-Status plan_relay(const std::vector<Join>& engines, int engine_ranks, std::uint64_t fanout, bool release_between_refits,
-                  Topology& topology) {
-  const std::size_t ranks = static_cast<std::size_t>(engine_ranks);
-  const std::size_t count = engines.size() / ranks;
-  if (count <= 1) return Status::Ok();
-  if (fanout < 1) return InvalidArgument("--relay-fanout must be at least 1, got " + std::to_string(fanout));
-  const int e = static_cast<int>(count);
-  RETURN_IF_ERROR(check_relayable(engines[0], release_between_refits, e));
-  for (std::size_t g = ranks; g < engines.size(); ++g) {
-    const std::string differs = setting_difference(engines[g % ranks], engines[g], e);
+std::uint64_t live_relay_parent(const std::vector<bool>& live, std::uint64_t engine, std::uint64_t fanout) {
+  std::vector<std::uint64_t> order;  // the live engines, in engine order
+  for (std::size_t k = 0; k < live.size(); ++k) {
+    if (live[k]) order.push_back(k);
+  }
+  const auto at = std::find(order.begin(), order.end(), engine);
+  if (at == order.begin() || at == order.end()) return 0;
+  return order[(static_cast<std::size_t>(at - order.begin()) - 1) / fanout];
+}
+
+Status check_relay_engine(const std::vector<Join>& first, const std::vector<Join>& other, int slots) {
+  for (std::size_t r = 0; r < first.size() && r < other.size(); ++r) {
+    const std::string differs = setting_difference(first[r], other[r], slots);
     if (!differs.empty()) return FailedPrecondition(differs);
-    if (engines[g].pool_slots < 2) {
-      return FailedPrecondition("pool_slots of " + join_name(engines[g], e) + " is " +
-                                std::to_string(engines[g].pool_slots) +
+    if (other[r].pool_slots < 2) {
+      return FailedPrecondition("pool_slots of " + join_name(other[r], slots) + " is " +
+                                std::to_string(other[r].pool_slots) +
                                 ": the rotating receive pool needs at least 2 slots");
     }
+  }
+  return Status::Ok();
+}
+
+Status plan_relay(const std::vector<Join>& engines, int engine_ranks, std::uint64_t fanout, bool release_between_refits,
+                  int slots, Topology& topology) {
+  const std::size_t ranks = static_cast<std::size_t>(engine_ranks);
+  const std::size_t count = engines.size() / ranks;
+  if (slots <= 1) return Status::Ok();
+  if (fanout < 1) return InvalidArgument("--relay-fanout must be at least 1, got " + std::to_string(fanout));
+  RETURN_IF_ERROR(check_relayable(engines[0], release_between_refits, static_cast<int>(count), slots));
+  const std::vector<Join> first(engines.begin(), engines.begin() + static_cast<std::ptrdiff_t>(ranks));
+  for (std::size_t k = 1; k < count; ++k) {
+    const auto at = engines.begin() + static_cast<std::ptrdiff_t>(k * ranks);
+    RETURN_IF_ERROR(check_relay_engine(first, std::vector<Join>(at, at + static_cast<std::ptrdiff_t>(ranks)), slots));
   }
   topology.engine_setups.resize(engines.size());
   for (std::size_t g = ranks; g < engines.size(); ++g) {
@@ -100,7 +121,7 @@ Status plan_relay(const std::vector<Join>& engines, int engine_ranks, std::uint6
     topology.engine_setups[parent * ranks + g % ranks].relay.push_back(std::move(child));
   }
   for (std::size_t g = 0; g < engines.size(); ++g) {
-    topology.engine_setups[g].engines = count;
+    topology.engine_setups[g].engines = static_cast<std::uint64_t>(slots);
     topology.engine_setups[g].engine = g / ranks;
   }
   return Status::Ok();
@@ -110,13 +131,10 @@ std::vector<Route> relay_routes(const std::vector<Join>& engines, int engine_ran
                                 const std::vector<bool>& live, const std::vector<Setup>& setups) {
   const std::size_t ranks = static_cast<std::size_t>(engine_ranks);
   std::vector<Route> routes(engines.size());
-  std::vector<std::uint64_t> order;  // the live engines, in engine order
-  for (std::size_t k = 0; k < live.size(); ++k) {
-    if (live[k]) order.push_back(k);
-  }
   for (std::size_t r = 0; r < ranks; ++r) routes[r].feeders = setups[r].feeders;
-  for (std::size_t i = 1; i < order.size(); ++i) {
-    const std::uint64_t k = order[i], parent = order[(i - 1) / fanout];
+  for (std::uint64_t k = 1; k < live.size(); ++k) {
+    if (!live[k]) continue;
+    const std::uint64_t parent = live_relay_parent(live, k, fanout);
     for (std::size_t r = 0; r < ranks; ++r) {
       const std::size_t g = k * ranks + r;
       routes[g].feeders = {relay_feeder(parent)};

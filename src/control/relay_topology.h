@@ -34,9 +34,22 @@ std::uint64_t relay_parent(std::uint64_t engine, std::uint64_t fanout);
 // plan_topology) grows to every engine: engine_setups[k * R + r] (a child's
 // fed by its parent's relay feeder, protocol.h), each saying the job's
 // engine count and its engine, each relaying rank's listing its children.
-// `engines`: every engine rank's join, by k * R + r; `engine_ranks`: R.
+// `engines`: every engine rank's join, by k * R + r; `engine_ranks`: R;
+// `slots`: --max-engines (>= the engines joined; engines may join later, so
+// a job of one engine with more slots is checked for relays too, and every
+// setup says `slots` as the job's engine count).
 Status plan_relay(const std::vector<Join>& engines, int engine_ranks, std::uint64_t fanout, bool release_between_refits,
-                  Topology& topology);
+                  int slots, Topology& topology);
+
+// Engine `other`'s ranks (by rank) agree with engine 0's (`first`), as
+// plan_relay checks each engine: kFailedPrecondition naming both ranks, the
+// field and both values (or the first tensor that differs). For an engine
+// that joins the running job.
+Status check_relay_engine(const std::vector<Join>& first, const std::vector<Join>& other, int slots);
+
+// The parent of live engine `engine` in the tree of the live engines
+// (`live[k]`): the i-th live engine's parent is the ((i - 1) / fanout)-th.
+std::uint64_t live_relay_parent(const std::vector<bool>& live, std::uint64_t engine, std::uint64_t fanout);
 
 // Engines dropped from the job (`live[k]` false; engine 0 stays): every
 // engine rank's route in the tree of the live engines, by k * R + r: the

@@ -39,6 +39,9 @@ Engines make_engines(int engines, int ranks) {
   return e;
 }
 
+// The job's engine slots when every engine joined at setup.
+int slots(const Engines& e, int ranks) { return static_cast<int>(e.joins.size()) / ranks; }
+
 // A chain and a fanout-2 tree: each engine after 0 is fed by its parent's
 // relay feeder, each relaying rank lists exactly its children (same rank),
 // every setup says the engine count and its engine, and engine 0 keeps its
@@ -53,7 +56,7 @@ TEST(RelayTopology, EveryEngineIsFedByItsParentsSameRank) {
   EXPECT_EQ(relay_parent(4, 2), 1u);
   for (std::uint64_t fanout : {1u, 2u}) {
     Engines e = make_engines(4, 2);
-    ASSERT_TRUE(plan_relay(e.joins, 2, fanout, false, e.topology).ok());
+    ASSERT_TRUE(plan_relay(e.joins, 2, fanout, false, slots(e, 2), e.topology).ok());
     ASSERT_EQ(e.topology.engine_setups.size(), 8u);
     for (std::size_t g = 0; g < 8; ++g) {
       const refit::Setup& s = e.topology.engine_setups[g];
@@ -89,27 +92,29 @@ TEST(RelayTopology, DisagreementsAndSettingsRelaysDoNotCarryAreRefusedNamed) {
   Engines e = make_engines(3, 2);
   e.joins[5].plan_digest = "other";
   e.joins[5].specs[0].shape = {8};
-  Status s = plan_relay(e.joins, 2, 1, false, e.topology);
+  Status s = plan_relay(e.joins, 2, 1, false, slots(e, 2), e.topology);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_HAS(s.message(), "plan digest differs: engine 0 rank 1 has digest-of-rank-1, engine 2 rank 1 has other: ");
   EXPECT_HAS(s.message(), "tensor 0 differs in shape");
   e = make_engines(2, 1);
   e.joins[1].delta = true;
-  EXPECT_HAS(plan_relay(e.joins, 1, 1, false, e.topology).message(),
+  EXPECT_HAS(plan_relay(e.joins, 1, 1, false, slots(e, 1), e.topology).message(),
              "delta differs: engine 0 rank 0 has no --delta, engine 1 rank 0 has --delta");
   e = make_engines(2, 1);
   for (Join& j : e.joins) j.mode = "direct";
-  EXPECT_HAS(plan_relay(e.joins, 1, 1, false, e.topology).message(), "which --mode direct has not: use --mode staged");
+  EXPECT_HAS(plan_relay(e.joins, 1, 1, false, slots(e, 1), e.topology).message(),
+             "which --mode direct has not: use --mode staged");
   e = make_engines(2, 1);
   for (Join& j : e.joins) j.device = "cuda";
-  EXPECT_HAS(plan_relay(e.joins, 1, 1, false, e.topology).message(),
+  EXPECT_HAS(plan_relay(e.joins, 1, 1, false, slots(e, 1), e.topology).message(),
              "between device pools over cuda_ipc only so far, not --transport tcp with --device cuda");
   for (Join& j : e.joins) j.transport = "cuda_ipc";
-  EXPECT_TRUE(plan_relay(e.joins, 1, 1, false, e.topology).ok());
+  EXPECT_TRUE(plan_relay(e.joins, 1, 1, false, slots(e, 1), e.topology).ok());
   e = make_engines(2, 1);
-  EXPECT_HAS(plan_relay(e.joins, 1, 1, true, e.topology).message(), "--release-between-refits is not supported");
+  EXPECT_HAS(plan_relay(e.joins, 1, 1, true, slots(e, 1), e.topology).message(),
+             "--release-between-refits is not supported");
   e = make_engines(1, 2);  // one engine: nothing to relay, the setups untouched
-  ASSERT_TRUE(plan_relay(e.joins, 2, 1, true, e.topology).ok());
+  ASSERT_TRUE(plan_relay(e.joins, 2, 1, true, slots(e, 2), e.topology).ok());
   EXPECT_EQ(e.topology.engine_setups.size(), 2u);
   EXPECT_EQ(e.topology.engine_setups[0].engines, 1u);
 }

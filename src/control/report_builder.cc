@@ -147,12 +147,19 @@ void ReportBuilder::record_commit(const RecordCommit& commit) {
   if (!commit.verified) all_verified_ = false;
 }
 
-// Engine rank g's stats, named by engine and rank (k * R + r).
-Json ReportBuilder::engine_rank_stats(const std::vector<Done>& done) const {
+// Engine rank g's stats, named by engine and rank (k * R + r; engine
+// `first_engine` onwards). Slots of engines never listed (none joined) are
+// left out.
+Json ReportBuilder::engine_rank_stats(const std::vector<Done>& done, std::size_t first_engine) const {
   Json out = Json::array();
+  const Json& listed = report_.contains("engines") ? report_["engines"] : Json::array();
   for (std::size_t g = 0; g < done.size(); ++g) {
+    const std::size_t k = first_engine + g / ranks_per_engine_;
+    const bool known = std::any_of(listed.begin(), listed.end(),
+                                   [&](const Json& e) { return e.value("engine", std::size_t{0}) == k; });
+    if (!known && done[g].stats.is_object() && done[g].stats.value("dropped", false)) continue;
     Json stats = done[g].stats;
-    stats["engine"] = g / ranks_per_engine_;
+    stats["engine"] = k;
     stats["rank"] = g % ranks_per_engine_;
     out.push_back(std::move(stats));
   }
@@ -163,14 +170,15 @@ Json ReportBuilder::engine_rank_stats(const std::vector<Done>& done) const {
 // (its bytes over its slowest rank's time from go to sent, `refit_ms`).
 void ReportBuilder::record_engines(const RecordCommit& commit) {
   if (!report_.contains("engines")) return;
-  for (std::size_t k = 0; k < engines_ && k < report_["engines"].size(); ++k) {
+  for (Json& engine : report_["engines"]) {
+    const std::size_t k = engine.value("engine", std::size_t{0});
     double slowest_ms = 0;
     for (std::size_t r = 0; r < ranks_per_engine_; ++r) {
       const std::size_t g = k * ranks_per_engine_ + r;
       if (g < commit.engines.size()) slowest_ms = std::max(slowest_ms, commit.engines[g].stats.value("refit_ms", 0.0));
     }
-    Json& engine = report_["engines"][k];
-    if (!engine["lost"].is_null()) continue;  // dropped: it holds none of the later versions
+    // Dropped (it holds none of the later versions), or refused before it joined.
+    if (!engine["lost"].is_null() || engine["joined_at"].is_null()) continue;
     engine["versions"].push_back(commit.version);
     engine["gbps"] = slowest_ms > 0 ? static_cast<double>(bytes_per_refit_) / (slowest_ms / 1e3) / 1e9 : 0.0;
   }
@@ -201,10 +209,37 @@ void ReportBuilder::record_failure(const RecordFailure& failure) {
 
 void ReportBuilder::record_go(std::uint64_t version) { holdings_.went(version); }
 
+Json& ReportBuilder::engine_entry(std::uint64_t engine) {
+  Json& list = report_["engines"];
+  for (Json& e : list) {
+    if (e.value("engine", std::uint64_t{0}) == engine) return e;
+  }
+  list.push_back(Json{{"engine", engine}, {"ranks", ranks_per_engine_}, {"versions", Json::array()},
+                      {"joined_at", nullptr}, {"lost", nullptr}});
+  return list.back();
+}
+
 void ReportBuilder::record_drop(const DropEngine& drop) {
-  if (!report_.contains("engines") || drop.engine >= report_["engines"].size()) return;
-  report_["engines"][drop.engine]["lost"] = drop.why.message();
-  report_["engines"][drop.engine]["lost_at"] = drop.version;
+  if (!report_.contains("engines")) return;
+  Json& engine = engine_entry(drop.engine);
+  engine["lost"] = drop.why.message();
+  engine["lost_at"] = drop.version;
+}
+
+void ReportBuilder::record_join(const RecordJoin& join) {
+  if (!report_.contains("engines")) return;
+  Json& engine = engine_entry(join.engine);
+  engine["joined_at"] = join.version;
+  engine["lost"] = nullptr;
+  engine["fed_by"] = join.parent;
+  if (join.version != 0) {
+    engine["versions"].push_back(join.version);
+    std::uint64_t bytes = 0;
+    for (const Done& d : join.done) bytes += stat_u64(d.stats, "bytes");
+    engine["catch_up"] = Json{{"version", join.version}, {"bytes", bytes}, {"verified", join.verified},
+                              {"ranks", engine_rank_stats(join.done, join.engine)}};
+    all_verified_ = all_verified_ && join.verified;
+  }
 }
 
 void ReportBuilder::record_recovery(const RecordRecovery& recovery) {

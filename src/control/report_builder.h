@@ -41,8 +41,13 @@ class ReportBuilder {
   // engine rank's stream; the largest of any refit).
   void record_commit(const RecordCommit& commit);
   void record_failure(const RecordFailure& failure);
-  // Many engines: engine drop.engine left the job (its `lost`, `lost_at`).
+  // Many engines: engine drop.engine left the job (its `lost`, `lost_at`;
+  // a joining engine refused is listed with `joined_at` null).
   void record_drop(const DropEngine& drop);
+  // An engine joined the running job: listed with `joined_at` (the version
+  // it caught up to), `fed_by` (its parent) and `catch_up` (that refit's
+  // bytes, verified, and each rank's stats).
+  void record_join(const RecordJoin& join);
   void record_recovery(const RecordRecovery& recovery);
   // --release-between-refits: the bytes each engine rank returned after the
   // refit, in its `refits` entry (`released_bytes`, by engine rank).
@@ -67,7 +72,8 @@ class ReportBuilder {
  private:
   void record_reads(const std::vector<Done>& engines);
   void record_engines(const RecordCommit& commit);
-  Json engine_rank_stats(const std::vector<Done>& done) const;
+  Json engine_rank_stats(const std::vector<Done>& done, std::size_t first_engine = 0) const;
+  Json& engine_entry(std::uint64_t engine);  // the `engines` entry of `engine` (appended when missing)
   std::string path_;
   std::size_t engines_ = 1, ranks_per_engine_ = 1;
   Json report_;

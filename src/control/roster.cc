@@ -27,13 +27,13 @@ std::string join_difference(const Join& lost, const Join& replacement) {
   return "";
 }
 
-Roster::Roster(int trainer_ranks, int engine_ranks, int engines)
-    : trainer_ranks_(trainer_ranks), engine_ranks_(engine_ranks), engines_(engines) {
+Roster::Roster(int trainer_ranks, int engine_ranks, int engines, int slots)
+    : trainer_ranks_(trainer_ranks), engine_ranks_(engine_ranks), engines_(engines), slots_(slots) {
   trainers_.resize(static_cast<std::size_t>(trainer_ranks));
-  engine_slots_.resize(static_cast<std::size_t>(engine_ranks) * static_cast<std::size_t>(engines));
+  engine_slots_.resize(static_cast<std::size_t>(engine_ranks) * static_cast<std::size_t>(slots));
 }
 
-bool Roster::fits(const Join& join) const { return check_join(join, trainer_ranks_, engine_ranks_, engines_).ok(); }
+bool Roster::fits(const Join& join) const { return check_join(join, trainer_ranks_, engine_ranks_, slots_).ok(); }
 
 StatusOr<std::string> Roster::admit(std::unique_ptr<Link> link, const Json& text) {
   auto refuse = [&](const std::string& why) {
@@ -49,14 +49,14 @@ StatusOr<std::string> Roster::admit(std::unique_ptr<Link> link, const Json& text
   }
   const Join* join = std::get_if<Join>(&*message);
   if (join == nullptr) return refuse("the first message must be a join with role and rank");
-  if (Status fits = check_join(*join, trainer_ranks_, engine_ranks_, engines_); !fits.ok()) {
+  if (Status fits = check_join(*join, trainer_ranks_, engine_ranks_, slots_); !fits.ok()) {
     return refuse(fits.message());
   }
   auto& slot = join->role == Role::kTrainer
                    ? trainers_[static_cast<std::size_t>(join->rank)]
                    : engine_slots_[join->engine * static_cast<std::size_t>(engine_ranks_) +
                                      static_cast<std::size_t>(join->rank)];
-  const std::string name = join_name(*join, engines_), pid = std::to_string(join->pid);
+  const std::string name = join_name(*join, slots_), pid = std::to_string(join->pid);
   if (slot) {
     return refuse("duplicate " + name + ": already joined (pid " + std::to_string(slot->join.pid) + "), now from " +
                   link->peer() + " (pid " + pid + ")");
@@ -66,7 +66,7 @@ StatusOr<std::string> Roster::admit(std::unique_ptr<Link> link, const Json& text
   m.link = std::move(link);
   m.link->set_peer(name + " (pid " + pid + ")");
   m.join = *join;
-  m.engines = engines_;
+  m.engines = slots_;
   slot = std::move(m);
   ++joined_;
   return name + " joined from " + from + " (pid " + pid + ")";
@@ -81,15 +81,19 @@ Status Roster::take_setup_failure(const SetupFailed& failed, const std::string& 
   as_join.role = failed.role;
   as_join.rank = failed.rank;
   as_join.engine = failed.engine;
-  if (Status fits = check_join(as_join, trainer_ranks_, engine_ranks_, engines_); !fits.ok()) {
+  if (Status fits = check_join(as_join, trainer_ranks_, engine_ranks_, slots_); !fits.ok()) {
     return FailedPrecondition("ignored a setup failure from " + peer + ": " + fits.message());
+  }
+  if (as_join.engine >= static_cast<std::uint64_t>(engines_)) {  // one joining the running job: the job goes on
+    return FailedPrecondition(join_name(as_join, slots_) + " failed its setup before joining the running job: " +
+                              failed.error.message());
   }
   if (complete()) {
     return FailedPrecondition("ignored a setup failure from " + peer + " after every rank joined: " +
                               failed.error.message());
   }
   failed_rank_ = key(failed.role, failed.engine, failed.rank);
-  setup_failure_ = Status(failed.error.code(), join_name(as_join, engines_) + " (pid " + std::to_string(failed.pid) +
+  setup_failure_ = Status(failed.error.code(), join_name(as_join, slots_) + " (pid " + std::to_string(failed.pid) +
                                                    ") failed its setup before joining: " + failed.error.message());
   return Status::Ok();
 }
@@ -101,12 +105,12 @@ std::string Roster::missing() const {
     if (!trainers_[t]) add(rank_name(Role::kTrainer, static_cast<int>(t)));
   }
   const std::size_t ranks = static_cast<std::size_t>(engine_ranks_);
-  for (std::size_t g = 0; g < engine_slots_.size(); ++g) {
+  for (std::size_t g = 0; g < ranks * static_cast<std::size_t>(engines_); ++g) {
     Join j;
     j.role = Role::kEngine;
     j.engine = g / ranks;
     j.rank = static_cast<int>(g % ranks);
-    if (!engine_slots_[g]) add(join_name(j, engines_));
+    if (!engine_slots_[g]) add(join_name(j, slots_));
   }
   return out;
 }
@@ -121,6 +125,33 @@ std::vector<Member*> Roster::joined() {
   return out;
 }
 
+std::vector<Member*> Roster::slots() {
+  std::vector<Member*> out;
+  for (auto* group : {&trainers_, &engine_slots_}) {
+    for (auto& m : *group) out.push_back(m ? &*m : nullptr);
+  }
+  return out;
+}
+
+std::optional<std::vector<Join>> Roster::engine(std::uint64_t engine) const {
+  std::vector<Join> out;
+  const std::size_t ranks = static_cast<std::size_t>(engine_ranks_);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    const auto& m = engine_slots_[engine * ranks + r];
+    if (!m) return std::nullopt;
+    out.push_back(m->join);
+  }
+  return out;
+}
+
+void Roster::free_engine(std::uint64_t engine) {
+  const std::size_t ranks = static_cast<std::size_t>(engine_ranks_);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    if (engine_slots_[engine * ranks + r]) --joined_;
+    engine_slots_[engine * ranks + r].reset();
+  }
+}
+
 std::vector<Join> Roster::trainer_joins() const {
   std::vector<Join> out;
   for (const auto& t : trainers_) out.push_back(t->join);
@@ -129,7 +160,9 @@ std::vector<Join> Roster::trainer_joins() const {
 
 std::vector<Join> Roster::engine_joins() const {
   std::vector<Join> out;
-  for (const auto& e : engine_slots_) out.push_back(e->join);
+  for (std::size_t g = 0; g < static_cast<std::size_t>(engine_ranks_ * engines_); ++g) {
+    out.push_back(engine_slots_[g]->join);
+  }
   return out;
 }
 

@@ -5,7 +5,9 @@
 // rank's SetupFailed before every rank joined is kept as the setup's end.
 //
 // Members are numbered as the phase machine numbers them: trainer ranks
-// 0..T-1, then engine ranks, engine k's rank r at T + k * R + r.
+// 0..T-1, then engine ranks, engine k's rank r at T + k * R + r, for every
+// engine slot (--max-engines M): engines [E, M) join the running job, so
+// setup is complete once engines 0..E-1 joined.
 //
 // Thread safety: none; the coordinator's thread.
 #pragma once
@@ -29,7 +31,7 @@ namespace refit {
 struct Member {
   std::unique_ptr<Link> link;
   Join join;
-  int engines = 1;      // the job's engine count, for its name
+  int engines = 1;      // the job's engine slots, for its name
   bool closed = false;  // its connection was lost (reported to the machine)
   std::string name() const;  // "trainer rank 1", "engine 2 rank 0" (topology.h join_name)
 };
@@ -39,9 +41,9 @@ using RankKey = std::tuple<Role, std::uint64_t, int>;
 
 class Roster {
  public:
-  Roster(int trainer_ranks, int engine_ranks, int engines);
+  Roster(int trainer_ranks, int engine_ranks, int engines, int slots);
 
-  int expected() const { return trainer_ranks_ + engine_ranks_ * engines_; }
+  int expected() const { return trainer_ranks_ + engine_ranks_ * engines_; }  // at setup
   int joined_count() const { return joined_; }
   bool complete() const { return joined_ == expected(); }
 
@@ -63,16 +65,22 @@ class Roster {
   std::string missing() const;
   // Every joined member in the machine's numbering.
   std::vector<Member*> joined();
+  // Every member slot in the machine's numbering, null where none joined.
+  std::vector<Member*> slots();
+  // Engine `engine`'s joined ranks (by rank), all of them or none.
+  std::optional<std::vector<Join>> engine(std::uint64_t engine) const;
+  // Engine `engine`'s slots are free again (a joiner refused before it was admitted).
+  void free_engine(std::uint64_t engine);
   Member& trainer(int rank) { return *trainers_[static_cast<std::size_t>(rank)]; }
   Member& engine_rank(std::size_t index) { return *engine_slots_[index]; }  // k * R + r
   std::vector<Join> trainer_joins() const;
-  std::vector<Join> engine_joins() const;  // every engine's ranks, by k * R + r
+  std::vector<Join> engine_joins() const;  // the setup's engines' ranks, by k * R + r
   std::set<RankKey> joined_keys() const;
   static RankKey key(Role role, std::uint64_t engine, int rank) { return {role, engine, rank}; }
 
  private:
   Status take_setup_failure(const SetupFailed& failed, const std::string& peer);
-  int trainer_ranks_, engine_ranks_, engines_;
+  int trainer_ranks_, engine_ranks_, engines_, slots_;
   std::vector<std::optional<Member>> trainers_, engine_slots_;  // engine_slots_ by k * R + r
   int joined_ = 0;
   Status setup_failure_;
