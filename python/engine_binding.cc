@@ -84,6 +84,8 @@ class PyEngine {
       std::vector<std::byte*> targets;
       for (const ImportedTensor& t : tensors_) targets.push_back(t.data());
       check(engine_->set_targets(std::move(targets)).WithContext(name_));
+      // Host tensors can be read back: sent to an engine joining the job below this one.
+      if (memory_ == MemoryKind::kHost) binding.read_committed = read_tensors();
     }
     StatusOr<std::unique_ptr<EngineRank>> rank = Internal("not joined");
     {
@@ -94,6 +96,19 @@ class PyEngine {
   }
 
   ~PyEngine() { close(); }
+
+  // The caller's host tensors as they hold the committed version
+  // (EngineBinding::read_committed), by stream index.
+  std::function<Status(std::uint32_t, std::uint64_t, std::span<std::byte>)> read_tensors() {
+    return [this](std::uint32_t tensor, std::uint64_t offset, std::span<std::byte> out) -> Status {
+      if (tensor >= tensors_.size() || offset + out.size() > stream_[tensor].nbytes()) {
+        return Internal(name_ + ": no committed bytes [" + std::to_string(offset) + ", +" +
+                        std::to_string(out.size()) + ") of tensor " + std::to_string(tensor));
+      }
+      std::memcpy(out.data(), tensors_[tensor].data() + offset, out.size());
+      return Status::Ok();
+    };
+  }
 
   std::optional<std::uint64_t> next(py::object load_fn) {
     EngineRank& rank = joined();

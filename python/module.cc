@@ -75,6 +75,7 @@ void bind_options(py::module_& m) {
       .def_readwrite("engines", &CoordinatorOptions::engines)
       .def_readwrite("relay_fanout", &CoordinatorOptions::relay_fanout)
       .def_readwrite("min_engines", &CoordinatorOptions::min_engines)
+      .def_readwrite("max_engines", &CoordinatorOptions::max_engines)
       .def_readwrite("refits", &CoordinatorOptions::refits)
       .def_readwrite("seed", &CoordinatorOptions::seed)
       .def_readwrite("setup_timeout_s", &CoordinatorOptions::setup_timeout_s)

@@ -189,18 +189,25 @@ class Coordinator:
     refit in flight is aborted (Trainer.refit raises; call it again with the
     same version) and the relay routed around it. Default None: every
     engine, a lost engine ends the job. Staged mode, host pools only.
+    max_engines: engines engines..max_engines-1 may join the running job
+    (an Engine(..., engine=k) started later); at the next refit boundary
+    each first receives the last committed version from its parent in the
+    relay tree (an engine bound to host tensors; not from the trainers),
+    commits it, and then counts as live. Default None: no joining.
     """
 
     def __init__(self, trainer_ranks=None, engine_ranks=None, refits=0, listen=None, *, seed=None,
                  setup_timeout=None, refit_timeout=None, heartbeat_interval=None, heartbeat_timeout=None,
                  handshake_timeout=None, secret=None, progress=None, log_joins=False, trainer_replace_timeout=None,
-                 release_between_refits=False, engines=None, relay_fanout=None, min_engines=None):
+                 release_between_refits=False, engines=None, relay_fanout=None, min_engines=None,
+                 max_engines=None):
         o = _refit.CoordinatorOptions()
         _set(o, "trainer_ranks", trainer_ranks)
         _set(o, "engine_ranks", engine_ranks)
         _set(o, "engines", engines)
         _set(o, "relay_fanout", relay_fanout)
         _set(o, "min_engines", min_engines)
+        _set(o, "max_engines", max_engines)
         _set(o, "listen", listen)
         _set(o, "seed", seed)
         _set(o, "setup_timeout_s", setup_timeout, float)

@@ -174,34 +174,30 @@ StatusOr<CoordinatorMessage> ControlClient::wait(Deadline deadline) {
   }
 }
 
-StatusOr<std::optional<Start>> ControlClient::wait_for_start(Deadline deadline, const OnAcquire& on_acquire,
-                                                             const OnRelink& on_relink) {
+StatusOr<std::optional<Start>> ControlClient::wait_for_start(Deadline deadline, const BetweenRefits& between) {
   for (;;) {
     ASSIGN_OR_RETURN(CoordinatorMessage message, wait(deadline));
     if (auto* start = std::get_if<Start>(&message)) return std::optional<Start>(*start);
     if (std::holds_alternative<Shutdown>(message)) return std::optional<Start>();
-    if (const auto* relink = std::get_if<Relink>(&message); relink != nullptr && on_relink) {
-      RETURN_IF_ERROR(on_relink(*relink));
-      continue;
+    Status handled = InvalidArgument("protocol error: expected 'start' from the coordinator, got '" +
+                                     message_name(message) + "'");
+    if (const auto* m = std::get_if<Relink>(&message); m != nullptr && between.relink) handled = between.relink(*m);
+    if (const auto* m = std::get_if<Acquire>(&message); m != nullptr && between.acquire) handled = between.acquire(*m);
+    if (const auto* m = std::get_if<CatchUp>(&message); m != nullptr && between.catch_up) {
+      handled = between.catch_up(*m);
     }
-    const auto* acquire = std::get_if<Acquire>(&message);
-    if (acquire == nullptr || !on_acquire) {
-      return InvalidArgument("protocol error: expected 'start' from the coordinator, got '" + message_name(message) +
-                             "'");
-    }
-    RETURN_IF_ERROR(on_acquire(*acquire));
+    RETURN_IF_ERROR(handled);
   }
 }
 
-StatusOr<std::optional<Start>> ControlClient::wait_for_start_while_alive(const OnAcquire& on_acquire,
-                                                                        const OnRelink& on_relink) {
+StatusOr<std::optional<Start>> ControlClient::wait_for_start_while_alive(const BetweenRefits& between) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!reading_) return Internal("wait_for_start_while_alive before start_reader: nothing checks the coordinator");
   }
   // No fixed deadline: the reader's heartbeat deadline closes the client
   // (and so ends this wait) once the coordinator is silent.
-  return wait_for_start(Deadline::Never(), on_acquire, on_relink);
+  return wait_for_start(Deadline::Never(), between);
 }
 
 StatusOr<std::optional<Relink>> ControlClient::wait_for_recovery(Deadline deadline) {

@@ -76,22 +76,25 @@ class ControlClient {
   // Like wait(), and checks the message is a T (errors name both types).
   template <class T>
   StatusOr<T> wait_for(Deadline deadline);
-  // What an acquire (--release-between-refits) before a start asks of the
-  // rank: allocate or open the pools, answer; an error ends the wait.
-  using OnAcquire = std::function<Status(const Acquire&)>;
-  // What a relink between refits (many engines: an engine was dropped, the
-  // relay tree changed) asks of an engine rank: link again, say linked.
-  using OnRelink = std::function<Status(const Relink&)>;
+  // What may come between refits besides the next start, and what each
+  // asks of the rank (an error ends the wait; none given: a protocol error):
+  //   acquire (--release-between-refits): allocate or open the pools, answer;
+  //   relink (many engines: the relay tree changed): an engine rank links
+  //     again and says linked;
+  //   catch_up (many engines: an engine joins): the joiner's parent sends it
+  //     the committed weights and says sent (or failed).
+  struct BetweenRefits {
+    std::function<Status(const Acquire&)> acquire;
+    std::function<Status(const Relink&)> relink;
+    std::function<Status(const CatchUp&)> catch_up;
+  };
   // The next refit's Start, or nullopt when the coordinator ended the job
-  // cleanly (a Shutdown without an error). An Acquire on the way goes to
-  // `on_acquire`, a Relink to `on_relink` (none: a protocol error).
-  StatusOr<std::optional<Start>> wait_for_start(Deadline deadline, const OnAcquire& on_acquire = {},
-                                                const OnRelink& on_relink = {});
+  // cleanly (a Shutdown without an error).
+  StatusOr<std::optional<Start>> wait_for_start(Deadline deadline, const BetweenRefits& between = {});
   // The same for as long as the coordinator is alive: no fixed deadline (a
   // trainer step between refits may take hours), only the heartbeat
   // deadline. REQUIRES: start_reader() was called.
-  StatusOr<std::optional<Start>> wait_for_start_while_alive(const OnAcquire& on_acquire = {},
-                                                            const OnRelink& on_relink = {});
+  StatusOr<std::optional<Start>> wait_for_start_while_alive(const BetweenRefits& between = {});
 
   // After a failed refit: the coordinator's next instruction, skipping the
   // Abort that ended the refit: the Relink (recover: the abort state is

@@ -225,7 +225,8 @@ Status Receiver::set_delta_base(std::uint64_t base, CommittedBytes committed) {
 Status Receiver::set_tap(BucketTap* tap) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (impl_->direct) return FailedPrecondition(impl_->options.name + ": relays forward from a staged receive pool");
-  if (impl_->io_started) return FailedPrecondition(impl_->options.name + ": set_tap() after start()");
+  // Between refits (the last one's stream read to its end) on the consumer's thread, which alone reads the tap.
+  if (impl_->started && !impl_->ended) return FailedPrecondition(impl_->options.name + ": set_tap() during a refit");
   impl_->tap = tap;
   impl_->slot_bucket.assign(static_cast<std::size_t>(impl_->pool->slots()), -1);
   return Status::Ok();

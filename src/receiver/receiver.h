@@ -140,8 +140,11 @@ class Receiver : public BatchSource {
 
   // Relays: every bucket of the refits that follow goes to `tap` (not
   // owned; null: none) before its slot is recycled. Staged receivers only
-  // (kFailedPrecondition otherwise). REQUIRES: before start(); the tap
-  // forwarded every bucket of a refit before the next start().
+  // (kFailedPrecondition otherwise). Before the first start() or between
+  // refits (the last one's stream read to its end; many engines: a rank
+  // that gains its first relay child); on the consumer's thread, which
+  // alone reads the tap. REQUIRES: the tap forwarded every bucket of a
+  // refit before the next start().
   Status set_tap(BucketTap* tap);
 
   // Begins refit `version`: resets the stream, grants the first slots.

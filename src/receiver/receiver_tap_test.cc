@@ -87,16 +87,31 @@ TEST_P(ReceiverTapTest, EverySlotIsHeldUntilTheTapForwardedItsBucket) {
   }
 }
 
-// The tap is fixed before the first refit: one set after start() is
-// refused (the slots granted so far were never tapped). Catches: a tap
-// taken mid-stream, whose first wait_forwarded asks about a bucket it never saw.
-TEST(ReceiverTap, RefusedAfterStart) {
+// A tap set during a refit is refused (the slots granted so far were never
+// tapped); one set between refits (a rank that gains its first relay
+// child, many engines) gets every bucket of the next refit. Catches: a tap
+// taken mid-stream, whose first wait_forwarded asks about a bucket it never
+// saw; a tap refused after the first refit (an engine could never start
+// relaying to an engine that joins the job).
+TEST(ReceiverTap, RefusedDuringARefitTakenBetweenRefits) {
   Rig rig("shm", RandomStream(1), RigOptions{});
   ASSERT_TRUE(rig.setup.ok()) << rig.setup.ToString();
+  rig.watch.reset();
   ASSERT_TRUE(rig.receiver->start(1, Deadline::After(5s)).ok());
   CheckingTap tap;
   EXPECT_EQ(rig.receiver->set_tap(&tap).code(), StatusCode::kFailedPrecondition);
-  rig.finish();
+  for (std::uint64_t n = 0;; ++n) {  // refit 1 read to its end
+    rig.watch.asking(n);
+    auto batch = rig.receiver->next(Deadline::After(5s));
+    ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+    if (!*batch) break;
+  }
+  ASSERT_TRUE(rig.receiver->set_tap(&tap).ok());
+  tap.next_refit();
+  ConsumeRefit(rig, 2);
+  EXPECT_GE(tap.waits, rig.plan().buckets.size() - 2);
+  for (const std::string& p : tap.problems) ADD_FAILURE() << p;
+  for (const std::string& f : rig.finish()) ADD_FAILURE() << f;
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ReceiverTapTest, ::testing::Values("shm", "tcp"),

@@ -16,8 +16,9 @@ Status EngineRank::Impl::serve() {
 StatusOr<std::optional<std::uint64_t>> EngineRank::Impl::next() {
   recovered_ = false;
   ASSIGN_OR_RETURN(std::optional<Start> start,
-                   client_->wait_for_start_while_alive([this](const Acquire& a) { return acquire(a); },
-                                                       [this](const Relink& r) { return reroute(r); }));
+                   client_->wait_for_start_while_alive({[this](const Acquire& a) { return acquire(a); },
+                                                        [this](const Relink& r) { return reroute(r); },
+                                                        [this](const CatchUp& c) { return catch_up(c); }}));
   if (!start) return std::optional<std::uint64_t>();
   const std::uint64_t version = start->version;
   Status status = refit(version);
@@ -159,6 +160,9 @@ refit::Join EngineRank::Impl::make_join(const std::string& descriptor) const {
   join.delta = options_.delta;
   join.quantized_tensors = binding_.quantized_tensors;
   join.shadow = binding_.shadow;
+  // It can send its committed weights to an engine that joins (read back
+  // from host weights; a relay forwards from host memory here).
+  join.catch_up = binding_.read_committed && !on_device_ && !direct_;
   join.data_address = listener_->address();
   join.descriptor = descriptor;
   join.pool_slots = direct_ ? 2 : static_cast<std::uint64_t>(std::max(options_.pool_slots, 0));

@@ -2,7 +2,8 @@
 // contract). engine_rank.cc holds setup, the refit and the commit;
 // engine_rank_links.cc the data links (the receiver over its pool, the
 // feeders' links, the relay to other engines), recovery and the release
-// between refits.
+// between refits; engine_rank_catch_up.cc what a relay parent sends an
+// engine joining the running job.
 #pragma once
 
 #include "refit/engine_rank.h"
@@ -84,6 +85,9 @@ class EngineRank::Impl {
   Status relink_data(const Relink& relink, bool after_failure);
   Status reroute(const Relink& relink);
   Status refit(std::uint64_t version);
+  // Many engines: a joining engine's catch-up (engine_rank_catch_up.cc).
+  Status catch_up(const CatchUp& catch_up);
+  Status send_committed(const CatchUp& catch_up);
 
   // --delta: the version this rank's trainers may encode against: the one
   // it serves, when whole and readable (read_committed); 0 otherwise (a new

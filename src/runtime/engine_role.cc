@@ -135,7 +135,7 @@ ContentSeed content_seed(const EngineOptions& options, std::uint64_t seed) {
   return ContentSeed(seed, change.ok() ? *change : kEveryElement);
 }
 
-// --delta on host weights: the served bytes of rank `rank`'s stream tensors
+// Host weights: the served bytes of rank `rank`'s stream tensors
 // (EngineBinding::read_committed), by the stream's index.
 auto committed_bytes(const LocalEngine& local, int rank) {
   return [&local, rank](std::uint32_t tensor, std::uint64_t offset, std::span<std::byte> out) -> Status {
@@ -164,7 +164,9 @@ EngineBinding bind_local_engine(const EngineOptions& options, const LocalEngine&
   binding.quantized_tensors = local.choice.quantized.quantized_tensors;
   binding.shadow = options.shadow;
   binding.weight_memory_bytes = local.engine->weight_memory_bytes();
-  if (options.delta && !local.on_device) binding.read_committed = committed_bytes(local, options.rank);
+  // Host weights can be read back: delta refits decode over them, and a relay parent sends them to an engine
+  // joining the job.
+  if (!local.on_device) binding.read_committed = committed_bytes(local, options.rank);
   if (options.readers > 0) {
     binding.read_counts = [&local] { return local.readers ? local.readers->counts() : ReadCounts{}; };
   }

@@ -156,6 +156,22 @@ void RelayForwarder::begin(std::uint64_t version, Deadline deadline) {
   for (auto& child : children_) child->done = child->bytes = 0;
 }
 
+Status RelayForwarder::begin_for(std::uint64_t version, std::uint64_t engine, Deadline deadline) {
+  begin(version, deadline);
+  std::lock_guard<std::mutex> lock(mu_);
+  bool found = false;
+  for (auto& child : children_) {
+    if (child->target.engine == engine) {
+      found = true;
+    } else {
+      child->done = plan_->buckets.size();  // it has this version: nothing to forward to it
+    }
+  }
+  if (found) return Status::Ok();
+  return NotFound(settings_.name + " relays to no rank of engine " + std::to_string(engine) +
+                  " (its route from the coordinator did not name it)");
+}
+
 Status RelayForwarder::landed(const TappedBucket& b) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!error_.ok()) return error_;

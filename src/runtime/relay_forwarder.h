@@ -20,6 +20,11 @@
 // whose link breaks, fails this rank's refit naming the child; cancel()
 // (the coordinator's abort) ends every wait at once.
 //
+// An engine joining the running job gets the committed version from its
+// parent the same way: the parent's engine rank packs each bucket from the
+// weights it serves and hands it to landed() after begin_for(), which
+// feeds that one child (engine_rank_catch_up.cc).
+//
 // Thread safety: landed, wait_forwarded, begin, finish and relink are
 // called by the engine rank's thread; cancel from any thread.
 #pragma once
@@ -90,6 +95,9 @@ class RelayForwarder final : public BucketTap {
   Status set_children(const std::vector<EngineTarget>& children, bool relink_kept, Deadline deadline);
   // Refit `version` begins: nothing is queued, nothing forwarded.
   void begin(std::uint64_t version, Deadline deadline);
+  // An engine joins (catch-up): version `version` goes to child engine
+  // `engine` only, the others having it (kNotFound when it is no child).
+  Status begin_for(std::uint64_t version, std::uint64_t engine, Deadline deadline);
   // BucketTap (receiver.h).
   // A bucket that arrived delta-encoded is kept encoded beside its bytes:
   // a child whose credit offers the same base gets the encoding, any other

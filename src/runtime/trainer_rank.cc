@@ -116,8 +116,8 @@ class TrainerRank::Impl {
   bool recovered() const { return recovered_; }
 
   std::string name() const { return "trainer rank " + std::to_string(options_.rank); }
-  ControlClient::OnAcquire on_acquire() {
-    return [this](const Acquire& a) { return acquire(a); };
+  ControlClient::BetweenRefits on_acquire() {
+    return {[this](const Acquire& a) { return acquire(a); }, {}, {}};
   }
 
   // Direct mode over shadow weights: the arena the coming refit writes

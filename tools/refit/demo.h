@@ -28,6 +28,7 @@ struct DemoOptions {
   int engines = CoordinatorOptions{}.engines;  // engines of engine_ranks ranks each, relayed
   int relay_fanout = CoordinatorOptions{}.relay_fanout;
   int min_engines = CoordinatorOptions{}.min_engines;  // 0: every engine
+  int max_engines = CoordinatorOptions{}.max_engines;  // 0: --engines
   std::string trainer_layout = RankOptions{}.trainer_layout;  // trainer_layout.h
   std::string trainer_names = RankOptions{}.trainer_names;    // hf or megatron (roles.h)
   std::string engine_experts = RankOptions{}.engine_experts;  // expert_parallel.h: tp or ep

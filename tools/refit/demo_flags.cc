@@ -71,7 +71,7 @@ void add_demo_flags(CLI::App& cmd, DemoOptions& o) {
   cmd.add_flag("--poison-recycled", o.poison_recycled, "Debug: poison every recycled staging buffer");
   add_shadow_flags(cmd, o.shadow, o.readers);
   add_release_flag(cmd, o.release_between_refits);
-  add_engines_flags(cmd, o.engines, o.relay_fanout, o.min_engines);
+  add_engines_flags(cmd, o.engines, o.relay_fanout, o.min_engines, o.max_engines);
   add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
   add_secret_file_flag(cmd, o.secret_file);
 }

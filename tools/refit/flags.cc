@@ -328,7 +328,7 @@ void add_shadow_flags(CLI::App& cmd, bool& shadow, int& readers) {
       ->capture_default_str();
 }
 
-void add_engines_flags(CLI::App& cmd, int& engines, int& relay_fanout, int& min_engines) {
+void add_engines_flags(CLI::App& cmd, int& engines, int& relay_fanout, int& min_engines, int& max_engines) {
   cmd.add_option("--engines", engines,
                  "Engines (replicas of --engine-ranks ranks each): engine 0 is fed by the trainers, every other by "
                  "the engine before it in the relay tree, so the trainers' links carry each byte once")
@@ -342,6 +342,11 @@ void add_engines_flags(CLI::App& cmd, int& engines, int& relay_fanout, int& min_
                  "The fewest engines the job goes on with: an engine that dies, stalls or misses a deadline is dropped "
                  "while this many stay (a refit in flight runs again on the others); engine 0 is never dropped "
                  "(default: --engines, a lost engine ends the job)")
+      ->check(CLI::Range(1, 1024));
+  cmd.add_option("--max-engines", max_engines,
+                 "Engine slots: engines --engines..N-1 may join the running job (`refit engine --engine k`); each is "
+                 "admitted at the next refit boundary, first receives the last committed version from its parent in "
+                 "the relay tree, and then counts as live (default: --engines, none joins)")
       ->check(CLI::Range(1, 1024));
 }
 

@@ -116,9 +116,10 @@ void add_trainer_layout_flags(CLI::App& cmd, std::string& layout, std::string& n
 void add_shadow_flags(CLI::App& cmd, bool& shadow, int& readers);
 // --release-between-refits (coordinator, demo, bench): CoordinatorOptions::release_between_refits.
 void add_release_flag(CLI::App& cmd, bool& release);
-// --engines, --relay-fanout and --min-engines (coordinator, demo, bench):
-// CoordinatorOptions::engines, relay_fanout, min_engines.
-void add_engines_flags(CLI::App& cmd, int& engines, int& relay_fanout, int& min_engines);
+// --engines, --relay-fanout, --min-engines and --max-engines (coordinator,
+// demo, bench): CoordinatorOptions::engines, relay_fanout, min_engines,
+// max_engines.
+void add_engines_flags(CLI::App& cmd, int& engines, int& relay_fanout, int& min_engines, int& max_engines);
 
 void add_engine_experts_flag(CLI::App& cmd, std::string& experts);
 // --change-fraction (trainer, engine, demo, bench): RankOptions::change_fraction.
