@@ -53,8 +53,8 @@ void join_during_refit_2(ProcessGroup& group, JobSpec& spec, std::vector<std::st
 // the trainer link carries one engine's bytes in every refit) and then
 // commits 3 and 4 with the others; every byte is verified and every
 // process exits 0. Catches: a joiner counted live before its catch-up (it
-// would hold only 3 and 4, and refit 3 would be a delta-less partial
-// start), a catch-up sent by the trainers (trainer_link_bytes), a joiner
+// would hold only 3 and 4), a catch-up sent by the trainers
+// (trainer_link_bytes), a joiner
 // fed the version in flight instead of the committed one (verification
 // fails), the joiner's ranks not counted in later commits (wire bytes).
 // Tried once: admitting the joiner without its catch-up gave versions [3, 4]
