@@ -84,6 +84,14 @@ TEST(EngineJoin, ALateEngineCatchesUpFromItsParentThenGetsEveryRefit) {
     EXPECT_EQ(refit["trainer_link_bytes"].get<std::uint64_t>(), bytes) << refit.dump();
     EXPECT_EQ(refit["wire_bytes"].get<std::uint64_t>(), engines * bytes) << refit.dump();
   }
+  bool held = false;  // engines_at_end lists the joiner's rank by engine and rank
+  for (const json& rank : report["engines_at_end"]) {
+    if (rank["engine"] != 2u) continue;
+    held = true;
+    EXPECT_EQ(rank["weight_version"], 4u) << rank.dump();
+    EXPECT_EQ(rank["verified_version"], 4u) << rank.dump();
+  }
+  EXPECT_TRUE(held) << report["engines_at_end"].dump();
   EXPECT_NE(group.err("engine 1 rank 0").find("sent refit 2 to engine 2 (joining the job)"), std::string::npos)
       << group.err("engine 1 rank 0");
   EXPECT_NE(group.err("coordinator").find("engine 2 caught up to refit 2 from engine 1, verified; it is live"),

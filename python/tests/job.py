@@ -137,7 +137,8 @@ def run_coordinator(c):
                                     heartbeat_timeout=c.get("heartbeat_timeout"),
                                     trainer_replace_timeout=c.get("trainer_replace_timeout"),
                                     release_between_refits=c.get("release", False),
-                                    engines=c.get("engines"), min_engines=c.get("min_engines"))
+                                    engines=c.get("engines"), min_engines=c.get("min_engines"),
+                                    max_engines=c.get("max_engines"))
     print(coordinator.address, flush=True)
     _write(os.path.join(c["out"], "coordinator.json"), coordinator.wait())
 

@@ -28,7 +28,10 @@ namespace refit {
 
 class EngineHoldings {
  public:
-  explicit EngineHoldings(std::size_t engines = 0) : engines_(engines) {}
+  // `engine_ranks`: every engine rank of the setup's engines (listed from
+  // the start), `ranks_per_engine` R: slot g is engine g / R's rank g % R.
+  explicit EngineHoldings(std::size_t engine_ranks = 0, std::size_t ranks_per_engine = 1)
+      : engines_(engine_ranks, Engine{0, 0, true, false, true}), ranks_(ranks_per_engine == 0 ? 1 : ranks_per_engine) {}
 
   // The commit decision of commit.version (its engines' done messages).
   void committed(const RecordCommit& commit);
@@ -36,8 +39,12 @@ class EngineHoldings {
   void went(std::uint64_t version);
   // Every rank relinked after a failure; the engines' word on what they hold.
   void recovered(const RecordRecovery& recovery);
+  // An engine joined the running job having committed join.version (many
+  // engines): its ranks are listed from now on.
+  void joined(const RecordJoin& join);
 
-  // [{rank, weight_version, verified_version, weights_complete, shadow}].
+  // [{engine, rank, weight_version, verified_version, weights_complete,
+  // shadow}] of every listed engine rank.
   Json json() const;
   // Every engine rank's last done said it serves shadow weights.
   bool all_shadow() const;
@@ -46,8 +53,10 @@ class EngineHoldings {
   struct Engine {
     std::uint64_t weight_version = 0, verified_version = 0;
     bool complete = true, shadow = false;
+    bool listed = false;  // a rank of the setup's engines, or of one that joined
   };
-  std::vector<Engine> engines_;
+  std::vector<Engine> engines_;  // by engine slot k * R + r
+  std::size_t ranks_ = 1;
 };
 
 }  // namespace refit

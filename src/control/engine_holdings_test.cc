@@ -75,5 +75,32 @@ TEST(EngineHoldings, ARecoveryTakesTheEnginesWord) {
   EXPECT_TRUE(engine(h, 1)["weights_complete"].get<bool>());
 }
 
+// Many engines, --max-engines 3 with engines 0 and 1 of one rank at setup:
+// the empty slot of engine 2 is not listed (nor counted against `shadow`)
+// until engine 2 joins having committed version 2, then its rank is listed
+// by engine and rank and follows the later commits. Catches: an empty slot
+// listed as an engine at version 0, a joiner missing from engines_at_end,
+// entries named by slot instead of engine and rank. Tried once: listing
+// every slot gave three entries before the join.
+TEST(EngineHoldings, AnEngineThatJoinsIsListedFromItsCatchUpOn) {
+  EngineHoldings h(2, 1);
+  RecordCommit first = commit_of(1, {true, true, true}, /*shadow=*/true);
+  first.engines[2].stats = Json{{"dropped", true}};  // the machine's entry for a slot no engine joined
+  h.committed(first);
+  ASSERT_EQ(h.json().size(), 2u) << h.json().dump();
+  EXPECT_TRUE(h.all_shadow());
+  RecordJoin join;
+  join.engine = 2;
+  join.version = 1;
+  join.done = {Done{1, true, Json{{"shadow", true}}, ""}};
+  h.joined(join);
+  ASSERT_EQ(h.json().size(), 3u);
+  EXPECT_EQ(engine(h, 2)["engine"], 2u);
+  EXPECT_EQ(engine(h, 2)["rank"], 0u);
+  EXPECT_EQ(engine(h, 2)["verified_version"], 1u);
+  h.committed(commit_of(2, {true, true, true}, true));
+  EXPECT_EQ(engine(h, 2)["weight_version"], 2u);
+}
+
 }  // namespace
 }  // namespace refit

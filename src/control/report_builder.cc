@@ -40,7 +40,7 @@ void ReportBuilder::set_topology(const Join& first, const Topology& topology, in
   report_["quantize"] = first.quantize;  // engine rank 0's conversions
   report_["quantized_tensors"] = first.quantized_tensors;
   bytes_per_refit_ = topology.bytes_per_refit;
-  holdings_ = EngineHoldings(topology.engine_setups.size());
+  holdings_ = EngineHoldings(topology.engine_setups.size(), ranks_per_engine_);
   memory_path_field_ = transport_topology(first.transport).memory_path_report_field;
 }
 
@@ -232,6 +232,7 @@ void ReportBuilder::record_join(const RecordJoin& join) {
   engine["joined_at"] = join.version;
   engine["lost"] = nullptr;
   engine["fed_by"] = join.parent;
+  holdings_.joined(join);
   if (join.version != 0) {
     engine["versions"].push_back(join.version);
     std::uint64_t bytes = 0;
