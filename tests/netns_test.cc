@@ -117,13 +117,19 @@ class NetnsTopology {
   std::string hub() const { return prefix_ + "hub"; }
   static std::string address(int i) { return "10.213.0." + std::to_string(i + 1); }
 
-  // Bytes received on host i's eth0 (its veth), or -1.
-  long long RxBytes(int i) const {
+  // Bytes received (sent) on host i's eth0 (its veth), or -1.
+  long long RxBytes(int i) const { return LinkBytes(i, "rx"); }
+  long long TxBytes(int i) const { return LinkBytes(i, "tx"); }
+
+ private:
+  long long LinkBytes(int i, const char* direction) const {
     CommandResult r = RunCommand({"ip", "-n", host(i), "-s", "-j", "link", "show", "eth0"});
     json j = json::parse(r.output, nullptr, false);
     if (r.exit_code != 0 || j.is_discarded() || !j.is_array() || j.empty()) return -1;
-    return j[0]["stats64"]["rx"]["bytes"].get<long long>();
+    return j[0]["stats64"][direction]["bytes"].get<long long>();
   }
+
+ public:
 
  private:
   bool Ip(std::vector<std::string> args) {
@@ -160,9 +166,11 @@ class NetnsJob {
 
   // Starts the coordinator on host 0, engine ranks on hosts 1..E and trainer
   // ranks on hosts E+1..E+T; `extra` adds flags by process name ("trainer
-  // rank 0"); false if the coordinator did not listen.
+  // rank 0"); false if the coordinator did not listen. `replicas` > 1: that
+  // many engines of E ranks each (--engines), engine k's rank e on host
+  // 1 + k * E + e, the trainers after them.
   bool Start(int engines, int trainers, int refits, double refit_timeout_s,
-             const std::map<std::string, std::vector<std::string>>& extra = {}) {
+             const std::map<std::string, std::vector<std::string>>& extra = {}, int replicas = 1) {
     const std::vector<std::string> counts = {"--trainer-ranks", std::to_string(trainers), "--engine-ranks",
                                              std::to_string(engines), "--setup-timeout", "30", "--timeout",
                                              std::to_string(refit_timeout_s)};
@@ -170,6 +178,7 @@ class NetnsJob {
                                       group_.dir() + "/port", "--report", group_.dir() + "/report.json", "--refits",
                                       std::to_string(refits), "--seed", "7"};
     coord.insert(coord.end(), counts.begin(), counts.end());
+    if (replicas > 1) coord.insert(coord.end(), {"--engines", std::to_string(replicas)});
     Spawn("coordinator", 0, coord);
     std::string port;
     for (int i = 0; i < 1000 && port.empty(); ++i) {
@@ -187,12 +196,20 @@ class NetnsJob {
       }
       return a;
     };
-    for (int e = 0; e < engines; ++e) {
-      auto a = rank("engine", e);
-      a.insert(a.end(), {"--listen-host", NetnsTopology::address(1 + e), "--poison-recycled"});
-      Spawn("engine rank " + std::to_string(e), 1 + e, a);
+    for (int k = 0; k < replicas; ++k) {
+      for (int e = 0; e < engines; ++e) {
+        const int host = 1 + k * engines + e;
+        auto a = rank("engine", e);
+        a.insert(a.end(), {"--listen-host", NetnsTopology::address(host), "--poison-recycled"});
+        if (replicas > 1) a.insert(a.end(), {"--engine", std::to_string(k)});
+        Spawn(replicas > 1 ? "engine " + std::to_string(k) + " rank " + std::to_string(e)
+                           : "engine rank " + std::to_string(e),
+              host, a);
+      }
     }
-    for (int t = 0; t < trainers; ++t) Spawn("trainer rank " + std::to_string(t), 1 + engines + t, rank("trainer", t));
+    for (int t = 0; t < trainers; ++t) {
+      Spawn("trainer rank " + std::to_string(t), 1 + replicas * engines + t, rank("trainer", t));
+    }
     return true;
   }
 
@@ -264,6 +281,45 @@ TEST(Netns, RefitAcrossNamespacesOverUcxTcpIsBitExact) {
   }
   net->Remove();
   EXPECT_FALSE(NamespacesLeft(prefix)) << "namespaces " << prefix << "* left behind";
+}
+
+// Many engines across hosts (issue 18 item 2): three engines of one rank,
+// each in its own namespace, and one trainer rank, over UCX's tcp
+// transport: engine 0 is fed by the trainer, engine 1 by engine 0, engine 2
+// by engine 1, every byte verified. Each engine's veth received at least
+// its stream of every refit, and the trainer's sent less than two engines'
+// worth per refit: the trainer's link carries each byte once, the relays
+// the rest. Catches: a relay that only works within one host (a child's
+// pool descriptor or address local to its parent's host), a relay that
+// feeds the children from the trainer (the trainer's veth would carry three
+// streams per refit).
+TEST(Netns, ManyEnginesRelayAcrossNamespacesOverUcx) {
+  constexpr int kReplicas = 3, kRefits = 3;
+  auto net = std::make_unique<NetnsTopology>(1 + kReplicas + 1);
+  SKIP_UNLESS_NETNS(*net);
+  std::vector<long long> rx_before;
+  for (int k = 0; k < kReplicas; ++k) rx_before.push_back(net->RxBytes(1 + k));
+  const long long trainer_tx_before = net->TxBytes(1 + kReplicas);
+  {
+    NetnsJob job(*net);
+    ASSERT_TRUE(job.Start(1, 1, kRefits, 60, {}, kReplicas)) << job.AllStderr();
+    ASSERT_TRUE(job.WaitAll(180)) << "the job hung:\n" << job.AllStderr();
+    for (const auto& name : job.Names()) EXPECT_EQ(job.ExitCode(name), 0) << name << ":\n" << job.Err(name);
+    json report = json::parse(job.Report(), nullptr, false);
+    ASSERT_FALSE(report.is_discarded()) << job.AllStderr();
+    EXPECT_TRUE(report.value("verified", false)) << report.dump();
+    ASSERT_EQ(report["engines"].size(), static_cast<std::size_t>(kReplicas)) << report.dump();
+    for (const json& engine : report["engines"]) EXPECT_EQ(engine["versions"], json::array({1, 2, 3}));
+    const long long stream = report["refits"][0]["bytes"].get<long long>();
+    for (int k = 0; k < kReplicas; ++k) {
+      const long long received = net->RxBytes(1 + k) - rx_before[static_cast<std::size_t>(k)];
+      EXPECT_GE(received, kRefits * stream) << "engine " << k << " received " << received << " bytes";
+    }
+    const long long sent = net->TxBytes(1 + kReplicas) - trainer_tx_before;
+    EXPECT_GE(sent, kRefits * stream);
+    EXPECT_LT(sent, 2 * kRefits * stream) << "the trainer's link carried more than one engine's bytes";
+  }
+  net->Remove();
 }
 
 struct NetnsKillCase {
