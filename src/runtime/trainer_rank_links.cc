@@ -1,0 +1,104 @@
+// The trainer rank's data links to the engine ranks (trainer_rank_impl.h):
+// at setup, after a failed refit, to a new engine rank when the engine it
+// fed was dropped, and the release and acquire between refits.
+#include "runtime/trainer_rank_impl.h"
+
+namespace refit {
+
+ControlClient::BetweenRefits TrainerRank::Impl::on_acquire() {
+  return {[this](const Acquire& a) { return acquire(a); }, {}, {}};
+}
+
+Status TrainerRank::Impl::link_engine(const std::string& descriptor, Deadline deadline) {
+  ASSIGN_OR_RETURN(auto link, connect_to_engine(deadline));
+  {
+    std::lock_guard<std::mutex> lock(link_mu_);  // the control reader may shut it down
+    link_ = std::move(link);
+  }
+  protocol_.attach(link_.get());
+  // From the device that writes: the weights' device, or for host weights into a device engine the one
+  // that copies (--gpu). Transports that bind a device at open (nccl) send from it; cuda_ipc enables
+  // peer access from it to the engine's GPU (the pack kernel writes into the slot).
+  const int writer = source_on_device_ ? source_->device() : (target_on_device_ ? options_.gpu : -1);
+  ASSIGN_OR_RETURN(target_, transport_->open_target_on(descriptor, link_.get(), writer));
+  RETURN_IF_ERROR(send_hello(deadline));
+  return make_sender(writer);
+}
+
+Status TrainerRank::Impl::link_sharded(const Setup& setup, Deadline deadline) {
+  on_demand_ = setup.on_demand;
+  targets_ = setup.targets;
+  RETURN_IF_ERROR(link_channels(deadline));
+  return client_->send(Linked{});
+}
+
+Status TrainerRank::Impl::link_channels(Deadline deadline) {
+  ASSIGN_OR_RETURN(auto channels,
+                   link_shard_channels(options_, *sharded_, targets_, client_.get(), source_.get(), deadline));
+  {
+    std::lock_guard<std::mutex> lock(link_mu_);  // the control reader shuts them down
+    channels_ = std::move(channels);
+  }
+  return Status::Ok();
+}
+
+Status TrainerRank::Impl::release_after(std::uint64_t version) {
+  ASSIGN_OR_RETURN(Release release, client_->wait_for<Release>(Deadline::AfterSeconds(options_.setup_timeout_s)));
+  if (release.version != version) {
+    return InvalidArgument("protocol error: the coordinator asked to release after refit " +
+                           std::to_string(release.version) + " during refit " + std::to_string(version));
+  }
+  gpu_span_.reset();
+  sender_.reset();
+  target_.reset();
+  {
+    std::lock_guard<std::mutex> lock(link_mu_);
+    channels_.clear();
+    protocol_.attach(nullptr);
+    link_.reset();
+  }
+  return client_->send(Released{version, 0});
+}
+
+Status TrainerRank::Impl::acquire(const Acquire& acquire) {
+  Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
+  Status linked = Status::Ok();
+  for (EngineTarget& target : targets_) {
+    if (target.engine_rank < acquire.descriptors.size()) target.descriptor = acquire.descriptors[target.engine_rank];
+  }
+  if (!sharded_ && static_cast<std::size_t>(engine_rank_) >= acquire.descriptors.size()) {
+    linked = InvalidArgument("protocol error: 'acquire' names no pool of engine rank " + std::to_string(engine_rank_));
+  } else {
+    linked = sharded_ ? link_channels(deadline)
+                      : link_engine(acquire.descriptors[static_cast<std::size_t>(engine_rank_)], deadline);
+  }
+  if (!linked.ok()) {
+    linked = linked.WithContext(name() + ", opening the engine ranks' pools again before refit " +
+                                std::to_string(acquire.version));
+    (void)client_->send(Failed{acquire.version, linked});
+    return linked;
+  }
+  return client_->send(Linked{});
+}
+
+StatusOr<std::unique_ptr<Link>> TrainerRank::Impl::connect_to_engine(Deadline deadline) {
+  return connect_data_link(options_, engine_rank_, engine_address_, *client_, deadline);
+}
+
+Status TrainerRank::Impl::send_hello(Deadline deadline) {
+  const HelloFrame hello{static_cast<std::uint64_t>(options_.rank), static_cast<std::uint64_t>(engine_rank_),
+                         plan_.digest};
+  return link_->send(encode(hello), {}, deadline);
+}
+
+Status TrainerRank::Impl::relink_engine(Deadline deadline) {
+  ASSIGN_OR_RETURN(auto fresh, connect_to_engine(deadline));
+  {
+    std::lock_guard<std::mutex> lock(link_mu_);
+    link_->adopt(*fresh);
+  }
+  RETURN_IF_ERROR(target_->relinked());  // nccl: a new communicator at the next submit
+  return send_hello(deadline);
+}
+
+}  // namespace refit
