@@ -232,6 +232,47 @@ TEST(ManyEngines, AnEngineKilledMidRelayIsDroppedAndTheOthersGetEveryVersion) {
   }
 }
 
+// kill -9 of engine 0 itself, the one the trainer feeds, during refit 2
+// (chain of three, --min-engines 2): it is dropped like any engine, the
+// trainer links to engine 1 (the new root of the relay tree: a new data
+// link, its pool opened), engine 1 relays to engine 2, refit 2 runs again
+// and every later refit commits; every survivor exits 0 and the trainer's
+// link still carries one stream per refit. Catches: a job that ends
+// because engine 0 was lost although two engines stay, a trainer that
+// relinks to the dead engine (its relink times out), engine 1 still
+// waiting for a relay from engine 0 (no feeder ever links). Tried once:
+// without the trainer's new target in the relink, the trainer's recovery
+// failed connecting to the dead engine 0.
+TEST(ManyEngines, EngineZeroKilledMidRelayIsDroppedAndTheTrainerFeedsTheNextEngine) {
+  for (const char* transport : {"shm", "tcp"}) {
+    SCOPED_TRACE(transport);
+    JobSpec spec = chain_stopped_in_refit_2(4, {"--min-engines", "2"});
+    spec.transport = transport;
+    ProcessGroup group;
+    ASSERT_TRUE(testing::start_job(group, spec)) << group.all_stderr();
+    ASSERT_TRUE(testing::wait_for_refit_under_way(group, "trainer rank 0", 2)) << group.all_stderr();
+    group.kill("engine 0 rank 0", SIGKILL);
+    group.resume("trainer rank 0");
+    ASSERT_TRUE(group.wait_all(90)) << group.all_stderr();
+    for (const auto& name : group.names()) {
+      if (name == "engine 0 rank 0") continue;
+      EXPECT_EQ(group.exit_code(name), 0) << name << "\n" << group.all_stderr();
+    }
+    const json report = json::parse(group.report());
+    EXPECT_TRUE(report["verified"].get<bool>()) << report.dump(2);
+    EXPECT_EQ(report["committed_version"], 4u);
+    EXPECT_EQ(report["engines"][0]["versions"], json::array({1}));
+    EXPECT_NE(report["engines"][0]["lost"].get<std::string>().find("lost engine 0 rank 0 during refit 2"),
+              std::string::npos)
+        << report["engines"][0].dump();
+    for (std::size_t k = 1; k < 3; ++k) EXPECT_EQ(report["engines"][k]["versions"], json::array({1, 2, 3, 4}));
+    for (const json& refit : report["refits"]) {
+      EXPECT_EQ(refit["trainer_link_bytes"], refit["bytes"]) << refit.dump();
+    }
+    EXPECT_NE(group.err("trainer rank 0").find("engine 1 rank 0 at"), std::string::npos) << group.err("trainer rank 0");
+  }
+}
+
 // An engine stopped (SIGSTOP) in the middle of refit 2, past the
 // coordinator's heartbeat deadline, with --min-engines 2: it is dropped
 // like a dead one, and the leaf's parent stops relaying to it. Catches: a

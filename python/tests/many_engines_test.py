@@ -140,6 +140,38 @@ class ManyEngines(unittest.TestCase):
                 for name in want.files:
                     self.assertEqual(want[name].tobytes(), got[name].tobytes(), f"{tag} version {v}: {name} differs")
 
+    # Engine 0 itself, the one the trainer feeds, dies between refits (right after it committed
+    # version 1): it is dropped like any engine, the trainer relinks to engine 1 (the relay
+    # tree's new root), which relays to engine 2; refits 2 and 3 commit with no abort, byte for
+    # byte. Mutations caught: a trainer with no relink handler between refits (its wait for the
+    # next start fails with a protocol error), a root loss that ends the job.
+    def test_engine_zero_lost_between_refits_hands_the_trainer_to_the_next_engine(self):
+        go = os.path.join(self.out, "go2")
+        j = job.Job(self.out, versions=[1, 2, 3], timeout=120, bucket_timeout=30, refit_timeout=30,
+                    engines=3, min_engines=2)
+        j.start("engine", 0, name="engine0", engine=0, die_after_version=1)
+        j.start("engine", 0, name="engine1.0", engine=1)
+        j.start("engine", 0, name="engine2.0", engine=2)
+        j.start("trainer", 0, go_files={"2": go})
+        j.processes["engine0"].wait(timeout=60)
+        with open(go, "w"):
+            pass
+        exits = j.wait()
+        self.assertEqual(exits["engine0"][0], -9, exits["engine0"][1])
+        for name in ("coordinator", "trainer0", "engine1.0", "engine2.0"):
+            self.assertEqual(exits[name][0], 0, f"{name}:\n{exits[name][1]}")
+        self.assertEqual(j.result("trainer0")["versions"], [1, 2, 3])
+        report = j.result("coordinator")
+        self.assertEqual(report["failures"], [], report)
+        self.assertIn("lost engine 0 rank 0", report["engines"][0]["lost"])
+        for tag in ("engine1.0", "engine2.0"):
+            self.assertEqual(j.result(tag)["versions"], [1, 2, 3], j.result(tag))
+            for v in (2, 3):
+                want = np.load(os.path.join(self.out, f"trainer0_v{v}.npz"))
+                got = np.load(os.path.join(self.out, f"{tag}_v{v}.npz"))
+                for name in want.files:
+                    self.assertEqual(want[name].tobytes(), got[name].tobytes(), f"{tag} version {v}: {name} differs")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -153,6 +153,7 @@ Status CoordinatorShell::drive() {
   phase_options.engines = options_.engines;
   phase_options.max_engines = slots();
   phase_options.relay_fanout = options_.relay_fanout;
+  phase_options.root_can_move = roster_.trainer(0).join.layout == "full";
   phase_options.min_engines = options_.min_engines;
   phase_options.refits = options_.refits;
   phase_options.setup_timeout_s = options_.setup_timeout_s;
@@ -304,7 +305,12 @@ void CoordinatorShell::carry_out(PhaseAction& action, std::vector<Lost>* lost) {
 
 CoordinatorMessage CoordinatorShell::routed(const CoordinatorMessage& message, std::size_t i) const {
   const std::size_t trainers = static_cast<std::size_t>(options_.trainer_ranks);
-  return i < trainers ? message : tree_.routed(message, i - trainers);
+  if (i >= trainers) return tree_.routed(message, i - trainers);
+  const auto* relink = std::get_if<Relink>(&message);
+  if (relink == nullptr) return message;
+  std::optional<EngineTarget> root = tree_.moved_root(trainer_setups_[i].engine_rank);
+  if (!root) return message;
+  return CoordinatorMessage(Relink{relink->version, Route{{}, {}, {*root}}});
 }
 
 void CoordinatorShell::adopt_descriptors(const Acquire& acquire) {

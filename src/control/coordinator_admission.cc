@@ -223,6 +223,12 @@ void CoordinatorShell::drop_engine(const DropEngine& drop) {
     m->closed = true;
   }
   tree_.drop(drop.engine);
+  for (Setup& setup : trainer_setups_) {  // a replacement trainer rank links to the root of now
+    if (std::optional<EngineTarget> root = tree_.moved_root(setup.engine_rank)) {
+      setup.engine_address = root->address;
+      setup.descriptor = root->descriptor;
+    }
+  }
   if (drop.joining) {
     roster_.free_engine(drop.engine);
     members_ = roster_.slots();

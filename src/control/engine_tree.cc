@@ -25,6 +25,10 @@ void EngineTree::start(const std::vector<Join>& joins, const std::vector<Setup>&
 }
 
 Status EngineTree::check_joiner(std::uint64_t engine, const std::vector<Join>& joins) const {
+  if (engine < root_) {
+    return FailedPrecondition("engine " + std::to_string(engine) + " cannot join below engine " +
+                              std::to_string(root_) + ", which the trainers feed now: join as a higher engine number");
+  }
   const std::vector<Join> first(joins_.begin(), joins_.begin() + static_cast<std::ptrdiff_t>(ranks_));
   RETURN_IF_ERROR(check_relay_engine(first, joins, slots_));
   std::vector<bool> live = live_;
@@ -65,6 +69,12 @@ void EngineTree::drop(std::uint64_t engine) {
 }
 
 void EngineTree::replan() {
+  for (std::uint64_t k = 0; k < live_.size(); ++k) {
+    if (!live_[k]) continue;
+    root_moved_ = root_moved_ || k != root_;
+    root_ = k;
+    break;
+  }
   const std::vector<Route> routes =
       relay_routes(joins_, static_cast<int>(ranks_), static_cast<std::uint64_t>(fanout_), live_, setups_);
   for (std::size_t g = 0; g < routes.size(); ++g) {
@@ -80,6 +90,21 @@ CoordinatorMessage EngineTree::routed(const CoordinatorMessage& message, std::si
   return CoordinatorMessage(Relink{relink->version, reroutes_[g]});
 }
 
-void EngineTree::relinked() { reroutes_.assign(reroutes_.size(), std::nullopt); }
+std::optional<EngineTarget> EngineTree::moved_root(std::uint64_t engine_rank) const {
+  if (!root_moved_ || engine_rank >= ranks_) return std::nullopt;
+  const Join& join = joins_[root_ * ranks_ + engine_rank];
+  EngineTarget target;
+  target.engine_rank = engine_rank;
+  target.engine = root_;
+  target.address = join.data_address;
+  target.descriptor = join.descriptor;
+  target.device = join.device;
+  return target;
+}
+
+void EngineTree::relinked() {
+  reroutes_.assign(reroutes_.size(), std::nullopt);
+  root_moved_ = false;
+}
 
 }  // namespace refit

@@ -41,6 +41,11 @@ class EngineTree {
   // `message` as engine rank g (k * R + r) gets it: a relink carries its
   // new route when the tree changed since the last relink.
   CoordinatorMessage routed(const CoordinatorMessage& message, std::size_t g) const;
+  // The root (the lowest live engine, which the trainer ranks feed) changed
+  // since the last relink: the root's rank `engine_rank`, which a trainer
+  // rank feeding that rank links to from now on; nullopt otherwise.
+  std::optional<EngineTarget> moved_root(std::uint64_t engine_rank) const;
+  std::uint64_t root() const { return root_; }
   // A relink went out: every changed route was sent.
   void relinked();
 
@@ -53,6 +58,8 @@ class EngineTree {
   std::vector<bool> live_;     // by engine
   std::vector<Route> routes_;  // by k * R + r
   std::vector<std::optional<Route>> reroutes_;
+  std::uint64_t root_ = 0;
+  bool root_moved_ = false;  // since the last relink
 };
 
 }  // namespace refit

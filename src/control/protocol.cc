@@ -377,6 +377,7 @@ Json encode(const CoordinatorMessage& message) {
                                if (r.route) {
                                  m["route"] = Json{{"feeders", r.route->feeders},
                                                    {"relay", targets_to_json(r.route->relay)}};
+                                 if (!r.route->targets.empty()) m["route"]["targets"] = targets_to_json(r.route->targets);
                                }
                                return m;
                              },
@@ -494,6 +495,8 @@ StatusOr<CoordinatorMessage> decode_coordinator_message(const Json& m) {
         route.feeders.push_back(f.get<std::uint64_t>());
       }
       ASSIGN_OR_RETURN(route.relay, targets_from_json(it->value("relay", Json::array()), "'relink' field 'route'"));
+      ASSIGN_OR_RETURN(route.targets,
+                       targets_from_json(it->value("targets", Json::array()), "'relink' field 'route' 'targets'"));
       relink.route = std::move(route);
     }
     return CoordinatorMessage(std::move(relink));

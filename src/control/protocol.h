@@ -334,12 +334,16 @@ struct Abort {
   std::uint64_t version = 0;
   Status error;
 };
-// Many engines: an engine rank's place in the relay tree once an engine was
-// dropped from the job (relay_topology.h): its feeders and relay targets,
-// as in its Setup.
+// Many engines: an engine rank's place in the relay tree once the tree
+// changed (an engine dropped or joined; relay_topology.h): its feeders and
+// relay targets, as in its Setup. A trainer rank's, once the engine the
+// trainers fed was dropped: `targets`, the engine rank it feeds from now on
+// (the new root's rank; its address and pool descriptor), feeders and relay
+// empty.
 struct Route {
   std::vector<std::uint64_t> feeders;
   std::vector<EngineTarget> relay;
+  std::vector<EngineTarget> targets;
   friend bool operator==(const Route&, const Route&) = default;
 };
 // After an abort: reconnect the data links and say linked again. Many

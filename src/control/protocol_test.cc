@@ -472,3 +472,38 @@ TEST(Protocol, HeartbeatTimingNeedsATimeoutAboveThePositiveInterval) {
 
 }  // namespace
 }  // namespace refit
+
+namespace refit {
+namespace {
+
+// Engines joining and a root that moves (protocol 10): a join's catch_up,
+// catch_up(v, engine), and a relink's route with a trainer's new target
+// round-trip; catch_up without its engine is refused. Catches: any of them
+// dropped by encode or decode (a joiner's parent never found able to send;
+// the parent told to feed engine 0; a trainer relinked to the dropped root).
+TEST(Protocol, JoiningEnginesAndARootThatMovesRoundTrip) {
+  Join join;
+  join.role = Role::kEngine;
+  join.catch_up = true;
+  auto back = decode_rank_message(encode(RankMessage(join)));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(std::get<Join>(*back).catch_up);
+  auto catch_up = decode_coordinator_message(encode(CoordinatorMessage(CatchUp{3, 2})));
+  ASSERT_TRUE(catch_up.ok()) << catch_up.status().ToString();
+  EXPECT_EQ(std::get<CatchUp>(*catch_up).version, 3u);
+  EXPECT_EQ(std::get<CatchUp>(*catch_up).engine, 2u);
+  EXPECT_FALSE(validate_control_message(Json{{"type", "catch_up"}, {"version", 3}}).ok());
+  EngineTarget root;
+  root.engine = 1;
+  root.engine_rank = 0;
+  root.address = "10.0.0.2:4000";
+  root.descriptor = "shm:/refit-1";
+  Relink relink{2, Route{{}, {}, {root}}};
+  auto relinked = decode_coordinator_message(encode(CoordinatorMessage(relink)));
+  ASSERT_TRUE(relinked.ok()) << relinked.status().ToString();
+  ASSERT_TRUE(std::get<Relink>(*relinked).route.has_value());
+  EXPECT_EQ(*std::get<Relink>(*relinked).route, *relink.route);
+}
+
+}  // namespace
+}  // namespace refit

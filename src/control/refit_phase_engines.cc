@@ -1,15 +1,18 @@
 // The phase machine's many-engine rules (refit_phases.h, PhaseOptions::
 // min_engines): an engine rank lost, stalled past the heartbeat deadline or
 // late past a refit's deadline drops its whole engine while at least
-// min_engines stay. Engine 0, which the trainer ranks feed, is never
-// dropped (its loss ends the job, as before).
+// min_engines stay. The root (the lowest live engine, which the trainer
+// ranks feed) is dropped like any other when PhaseOptions::root_can_move:
+// the trainer ranks relink too, to the next live engine (otherwise its loss
+// ends the job).
 //
 //   in a refit (prepare, transfer, verify): abort(v) and relink every live
 //     rank, the shell routing the relay around the dropped engine; a
 //     scheduled job then runs v again on the others (an on-demand job goes
 //     idle: the trainers' refit(v) failed and may be asked again);
 //   between refits (idle, or commit once every live rank committed): relink
-//     the engine ranks only, with no abort;
+//     the engine ranks only (and the trainer ranks when the root moved),
+//     with no abort;
 //   fewer than min_engines left: the job ends, naming the lost rank and the
 //     count.
 #include <algorithm>
@@ -37,6 +40,13 @@ bool RefitPhases::dropped(int member) const {
   return k >= 0 && static_cast<std::size_t>(k) < engine_dropped_.size() && engine_dropped_[static_cast<std::size_t>(k)];
 }
 
+int RefitPhases::root() const {
+  for (std::size_t k = 0; k < engine_dropped_.size(); ++k) {
+    if (!engine_dropped_[k]) return static_cast<int>(k);
+  }
+  return -1;
+}
+
 int RefitPhases::live_engines() const {
   return static_cast<int>(std::count(engine_dropped_.begin(), engine_dropped_.end(), false));
 }
@@ -52,7 +62,8 @@ bool RefitPhases::drop_engines(const std::vector<int>& engines, const std::strin
   const Phase phase = phase_ == Phase::kBlame ? blamed_phase_ : phase_;
   const bool in_refit = phase == Phase::kPrepare || phase == Phase::kTransfer || phase == Phase::kVerify;
   if (!in_refit && phase != Phase::kIdle && phase != Phase::kCommit) return false;
-  if (std::find(engines.begin(), engines.end(), 0) != engines.end()) return false;
+  const bool root_lost = std::find(engines.begin(), engines.end(), root()) != engines.end();
+  if (root_lost && !options_.root_can_move) return false;
   phase_ = phase;  // a failure awaiting blame is explained by the loss
   const int left = live_engines() - static_cast<int>(engines.size());
   if (left < options_.min_engines) {
@@ -73,8 +84,9 @@ bool RefitPhases::drop_engines(const std::vector<int>& engines, const std::strin
                       format_count(left, "engine") + " go on"});
   if (phase == Phase::kCommit) {
     reroute_pending_ = true;  // once every live rank committed (advance)
+    reroute_trainers_ = reroute_trainers_ || root_lost;
   } else if (phase == Phase::kIdle) {
-    reroute_engines(now, "an engine was dropped");
+    reroute_engines(now, "an engine was dropped", root_lost);
   } else {
     const Status restart = Aborted(cause.message() + "; engine " + std::to_string(engines.front()) +
                                    " was dropped and refit " + std::to_string(version_) +
@@ -110,14 +122,16 @@ bool RefitPhases::drop_late_engines(PhaseTime now) {
 // Between refits: the live engine ranks link again around the dropped
 // engine, or with the joining one (the shell gives each its new route; the
 // joining engine's ranks link from their Setup); the trainer ranks wait.
-void RefitPhases::reroute_engines(PhaseTime now, const std::string& why) {
+void RefitPhases::reroute_engines(PhaseTime now, const std::string& why, bool with_trainers) {
   reroute_pending_ = false;
-  SendAll relink{Relink{version_, std::nullopt}, Audience::kEngines, {}};
+  reroute_trainers_ = false;
+  SendAll relink{Relink{version_, std::nullopt}, Audience::kEveryRank, {}};
   for (int i = 0; i < static_cast<int>(members_.size()); ++i) {
     Member& m = members_[static_cast<std::size_t>(i)];
-    m.step = is_trainer(i) ? Step::kLinked : Step::kNone;  // a trainer's request is kept
+    const bool relinks = is_trainer(i) ? with_trainers : !dropped(i) && engine_of(i) != joining_;
+    m.step = is_trainer(i) && !with_trainers ? Step::kLinked : Step::kNone;  // a trainer's request is kept
     m.linked.reset();
-    if (!is_trainer(i) && !dropped(i) && engine_of(i) != joining_) relink.members.push_back(i);
+    if (relinks) relink.members.push_back(i);
   }
   out_.emplace_back(std::move(relink));
   rerouting_ = true;

@@ -17,8 +17,9 @@ using namespace std::chrono_literals;
 
 class Engines {
  public:
-  explicit Engines(int refits = 3, int min_engines = 2) : phases_([&] {
+  explicit Engines(int refits = 3, int min_engines = 2, bool root_can_move = false) : phases_([&] {
     PhaseOptions o;
+    o.root_can_move = root_can_move;
     o.trainer_ranks = 1;
     o.engine_ranks = 3;
     o.engines = 3;
@@ -141,7 +142,7 @@ TEST(RefitPhaseEngines, BetweenRefitsOnlyTheEnginesRelinkAndALateEngineIsDropped
   EXPECT_TRUE(job.actions().last_sent<Relink>().has_value());
   for (const SendAll& send : job.actions().of<SendAll>()) {
     if (std::holds_alternative<Relink>(send.message)) {
-      EXPECT_EQ(send.audience, Audience::kEngines);
+      EXPECT_EQ(send.members, (std::vector<int>{1, 2})) << "only the live engine ranks relink";
     }
   }
   job.Send(0, Request{1});  // while the engines relink
@@ -180,6 +181,42 @@ TEST(RefitPhaseEngines, AFailedRelinkBetweenRefitsEndsTheJobNamingTheRank) {
   EXPECT_FALSE(busy.actions().ended());
   busy.Each({0, 1, 2}, [] { return RankMessage(Linked{}); });
   EXPECT_EQ(busy.actions().last_sent<Start>()->version, 1u);
+}
+
+// The root (engine 0, which the trainer feeds) lost, with root_can_move
+// (full-weight trainers): it is dropped like any engine; between refits the
+// trainer relinks too (to the next live engine, the shell's route) and its
+// request waits for that; in a refit every live rank relinks and the refit
+// runs again. Without root_can_move its loss still ends the job (above).
+// Catches: a root drop that leaves the trainer linked to the dead engine
+// (no relink to it between refits), a start before the trainer linked
+// again. Tried once: with_trainers ignored, the relink went to {2, 3} only.
+TEST(RefitPhaseEngines, TheRootLostIsDroppedAndTheTrainerRelinksToTheNextEngine) {
+  Engines idle(0, 2, /*root_can_move=*/true);
+  idle.Each(kAll, [] { return RankMessage(Linked{}); });
+  idle.Lose(1);
+  ASSERT_FALSE(idle.actions().ended()) << idle.actions().ended()->ToString();
+  ASSERT_EQ(idle.actions().of<DropEngine>().size(), 1u);
+  EXPECT_EQ(idle.actions().of<DropEngine>()[0].engine, 0u);
+  std::vector<int> relinked;
+  for (const SendAll& send : idle.actions().of<SendAll>()) {
+    if (std::holds_alternative<Relink>(send.message)) relinked = send.members;
+  }
+  EXPECT_EQ(relinked, (std::vector<int>{0, 2, 3}));
+  idle.Send(0, Request{1});
+  idle.Each({2, 3}, [] { return RankMessage(Linked{}); });
+  EXPECT_FALSE(idle.actions().last_sent<Start>().has_value()) << "started before the trainer relinked";
+  idle.Send(0, Linked{});
+  ASSERT_TRUE(idle.actions().last_sent<Start>().has_value());
+
+  Engines busy(3, 2, /*root_can_move=*/true);
+  busy.Each(kAll, [] { return RankMessage(Linked{}); });
+  busy.Each(kAll, [] { return RankMessage(Ready{1}); });
+  busy.Lose(1);
+  ASSERT_FALSE(busy.actions().ended()) << busy.actions().ended()->ToString();
+  EXPECT_TRUE(busy.actions().last_sent<Abort>().has_value());
+  busy.Each({0, 2, 3}, [] { return RankMessage(Linked{}); });
+  EXPECT_EQ(busy.actions().last_sent<Start>()->version, 1u) << "the dropped refit runs again";
 }
 
 }  // namespace

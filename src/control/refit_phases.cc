@@ -97,7 +97,7 @@ void RefitPhases::advance(PhaseTime now) {
       case Phase::kCommit:
         if (!all_reached(Step::kCommitted)) break;
         if (reroute_pending_) {
-          reroute_engines(now, "an engine was dropped");
+          reroute_engines(now, "an engine was dropped", reroute_trainers_);
         } else if (options_.release_between_refits) {
           begin_release(now);
         } else {

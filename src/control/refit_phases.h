@@ -78,6 +78,11 @@ struct PhaseOptions {
   // The relay tree's fanout (relay_topology.h): a joining engine's parent,
   // which sends it the committed version, is found by the same rule.
   int relay_fanout = 1;
+  // The engine the trainers feed (the lowest live one, the relay tree's
+  // root) may be dropped like any other: the trainer ranks then relink to
+  // the next live engine. False (sharded trainers: their parts are planned
+  // against one engine): losing the root ends the job.
+  bool root_can_move = false;
   // Many engines: the fewest engines the job goes on with (refit_phase_
   // engines.cc). An engine rank lost (or past a refit's deadline) drops its
   // engine while at least this many stay: a refit in flight is aborted and,
@@ -301,7 +306,8 @@ class RefitPhases {
   int live_engines() const;
   bool drop_engines(const std::vector<int>& engines, const std::string& who, const std::string& why, PhaseTime now);
   bool drop_late_engines(PhaseTime now);
-  void reroute_engines(PhaseTime now, const std::string& why);
+  void reroute_engines(PhaseTime now, const std::string& why, bool with_trainers = false);
+  int root() const;  // the lowest live engine, which the trainer ranks feed
   void finish_recovery(PhaseTime now);
   int engine_slots() const { return options_.max_engines > 0 ? options_.max_engines : options_.engines; }
   int ranks_per_engine() const { return options_.engine_ranks / std::max(engine_slots(), 1); }
@@ -347,6 +353,7 @@ class RefitPhases {
   bool failure_recovery_ = false;
   bool retry_ = false;
   bool reroute_pending_ = false;
+  bool reroute_trainers_ = false;  // the pending reroute moves the root: the trainer ranks relink too
   bool rerouting_ = false;  // kRecovery relinks the engines between refits (no abort: a failed is final)
   // Engines joining: those whose ranks all joined, in order of arrival; the
   // one being admitted (-1: none), its parent, and the refit version_ held

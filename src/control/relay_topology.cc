@@ -131,8 +131,12 @@ std::vector<Route> relay_routes(const std::vector<Join>& engines, int engine_ran
                                 const std::vector<bool>& live, const std::vector<Setup>& setups) {
   const std::size_t ranks = static_cast<std::size_t>(engine_ranks);
   std::vector<Route> routes(engines.size());
-  for (std::size_t r = 0; r < ranks; ++r) routes[r].feeders = setups[r].feeders;
-  for (std::uint64_t k = 1; k < live.size(); ++k) {
+  const auto first = std::find(live.begin(), live.end(), true);
+  if (first == live.end()) return routes;
+  const std::uint64_t root = static_cast<std::uint64_t>(first - live.begin());
+  // The root is fed by the trainer ranks, as engine 0 was at setup.
+  for (std::size_t r = 0; r < ranks; ++r) routes[root * ranks + r].feeders = setups[r].feeders;
+  for (std::uint64_t k = root + 1; k < live.size(); ++k) {
     if (!live[k]) continue;
     const std::uint64_t parent = live_relay_parent(live, k, fanout);
     for (std::size_t r = 0; r < ranks; ++r) {

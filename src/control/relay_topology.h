@@ -51,11 +51,12 @@ Status check_relay_engine(const std::vector<Join>& first, const std::vector<Join
 // (`live[k]`): the i-th live engine's parent is the ((i - 1) / fanout)-th.
 std::uint64_t live_relay_parent(const std::vector<bool>& live, std::uint64_t engine, std::uint64_t fanout);
 
-// Engines dropped from the job (`live[k]` false; engine 0 stays): every
-// engine rank's route in the tree of the live engines, by k * R + r: the
-// i-th live engine's parent is the ((i - 1) / F)-th, engine 0 keeps the
-// feeders of its setup (`setups`, by k * R + r as plan_relay left them); a
-// dropped engine's route is empty.
+// Engines dropped from the job or joined (`live[k]`): every engine rank's
+// route in the tree of the live engines, by k * R + r: the i-th live
+// engine's parent is the ((i - 1) / F)-th; the first live engine (the
+// root) is fed by the trainer ranks, with the feeders of engine 0's setup
+// (`setups`, by k * R + r as plan_relay left them); a dropped engine's
+// route is empty.
 std::vector<Route> relay_routes(const std::vector<Join>& engines, int engine_ranks, std::uint64_t fanout,
                                 const std::vector<bool>& live, const std::vector<Setup>& setups);
 

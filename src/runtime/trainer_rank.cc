@@ -12,7 +12,7 @@ Status TrainerRank::Impl::serve() {
   }
   for (;;) {
     recovered_ = false;
-    ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start_while_alive(on_acquire()));
+    ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start_while_alive(between_refits()));
     if (!start) {
       log(LogLevel::kInfo, name(), tally_.summary("sent", "committed"));  // the job ended well
       return Status::Ok();
@@ -40,7 +40,7 @@ Status TrainerRank::Impl::refit(std::uint64_t version) {
   if (Status asked = client_->send(Request{version}); !asked.ok()) {
     return client_->await_abort_reason(std::chrono::milliseconds(500)).value_or(asked);
   }
-  ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start_while_alive(on_acquire()));
+  ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start_while_alive(between_refits()));
   if (!start) return Aborted(name() + ": the coordinator shut the job down");
   const std::uint64_t started = start->version;
   if (started != version) {
@@ -198,7 +198,7 @@ Status TrainerRank::Impl::refit_or_report(std::uint64_t version, Clock::time_poi
   auto relink = client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s));
   if (!relink.ok() || !*relink) return status;
   Deadline deadline = Deadline::AfterSeconds(options_.setup_timeout_s);
-  Status relinked = sharded_ ? relink_channels(channels_, deadline) : relink_engine(deadline);
+  Status relinked = relink_to(**relink, deadline);
   if (relinked.ok()) relinked = client_->send(Linked{committed_, std::nullopt});
   if (!relinked.ok()) return status.WithContext("recovery failed: " + relinked.message());
   log(LogLevel::kWarning, name(),

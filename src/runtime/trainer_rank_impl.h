@@ -71,7 +71,9 @@ class TrainerRank::Impl {
   bool recovered() const { return recovered_; }
 
   std::string name() const { return "trainer rank " + std::to_string(options_.rank); }
-  ControlClient::BetweenRefits on_acquire();
+  // What may come between refits: an acquire (release between refits), a
+  // relink (many engines: the engine it fed was dropped; move_to_root).
+  ControlClient::BetweenRefits between_refits();
 
   // Direct mode over shadow weights: the arena the coming refit writes
   // (Start::arena; 0 otherwise), in the engine rank's region or each fed one's.
@@ -121,6 +123,14 @@ class TrainerRank::Impl {
   // `called`: when the caller began this refit (the report's seconds).
   Status refit_or_report(std::uint64_t version, Clock::time_point called = Clock::now());
 
+  // The coordinator's relink, after a failed refit or (many engines) between
+  // refits once the engine it fed was dropped: the route's target, when it
+  // names one, is the engine rank it feeds from now on (the relay tree's new
+  // root: a new link, target and sender, as at setup); otherwise the links
+  // as before, made again.
+  Status relink_to(const Relink& relink, Deadline deadline);
+  // Between refits: relink_to, then linked (a failure is reported).
+  Status move_to_root(const Relink& relink);
   // Recovery of the one engine link: a fresh data-plane connection over the
   // same transport target, and the hello again.
   Status relink_engine(Deadline deadline);

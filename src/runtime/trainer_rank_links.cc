@@ -5,8 +5,8 @@
 
 namespace refit {
 
-ControlClient::BetweenRefits TrainerRank::Impl::on_acquire() {
-  return {[this](const Acquire& a) { return acquire(a); }, {}, {}};
+ControlClient::BetweenRefits TrainerRank::Impl::between_refits() {
+  return {[this](const Acquire& a) { return acquire(a); }, [this](const Relink& r) { return move_to_root(r); }, {}};
 }
 
 Status TrainerRank::Impl::link_engine(const std::string& descriptor, Deadline deadline) {
@@ -89,6 +89,31 @@ Status TrainerRank::Impl::send_hello(Deadline deadline) {
   const HelloFrame hello{static_cast<std::uint64_t>(options_.rank), static_cast<std::uint64_t>(engine_rank_),
                          plan_.digest};
   return link_->send(encode(hello), {}, deadline);
+}
+
+Status TrainerRank::Impl::relink_to(const Relink& relink, Deadline deadline) {
+  if (sharded_) return relink_channels(channels_, deadline);
+  if (!relink.route || relink.route->targets.empty()) return relink_engine(deadline);
+  const EngineTarget& root = relink.route->targets.front();
+  if (root.engine_rank != static_cast<std::uint64_t>(engine_rank_)) {
+    return InvalidArgument("protocol error: the relink names engine rank " + std::to_string(root.engine_rank) +
+                           ", this rank feeds engine rank " + std::to_string(engine_rank_));
+  }
+  log(LogLevel::kInfo, name(),
+      "the engine it fed was dropped: engine " + std::to_string(root.engine) + " rank " +
+          std::to_string(root.engine_rank) + " at " + root.address + " takes its place");
+  engine_address_ = root.address;
+  return link_engine(root.descriptor, deadline);
+}
+
+Status TrainerRank::Impl::move_to_root(const Relink& relink) {
+  Status status = relink_to(relink, Deadline::AfterSeconds(options_.setup_timeout_s));
+  if (!status.ok()) {
+    status = status.WithContext(name() + ", linking again after an engine was dropped");
+    (void)client_->send(Failed{relink.version, status});
+    return status;
+  }
+  return client_->send(Linked{committed_, std::nullopt});
 }
 
 Status TrainerRank::Impl::relink_engine(Deadline deadline) {
