@@ -185,7 +185,8 @@ class Coordinator:
     parent in a relay tree of `relay_fanout` (default 1: a chain), so the
     trainers' links carry each byte once. A refit commits once every rank of
     every engine has it. min_engines: an engine whose rank dies, stalls or
-    misses a deadline is dropped while this many stay (engine 0 never is); a
+    misses a deadline is dropped while this many stay (engine 0 too: the
+    trainers then feed the next live engine); a
     refit in flight is aborted (Trainer.refit raises; call it again with the
     same version) and the relay routed around it. Default None: every
     engine, a lost engine ends the job. Staged mode, host pools only.

@@ -340,7 +340,8 @@ void add_engines_flags(CLI::App& cmd, int& engines, int& relay_fanout, int& min_
       ->capture_default_str();
   cmd.add_option("--min-engines", min_engines,
                  "The fewest engines the job goes on with: an engine that dies, stalls or misses a deadline is dropped "
-                 "while this many stay (a refit in flight runs again on the others); engine 0 is never dropped "
+                 "while this many stay (a refit in flight runs again on the others); when engine 0 goes, the trainers "
+                 "feed the next live engine "
                  "(default: --engines, a lost engine ends the job)")
       ->check(CLI::Range(1, 1024));
   cmd.add_option("--max-engines", max_engines,
