@@ -31,6 +31,15 @@ class ManyEngines(unittest.TestCase):
     def tearDown(self):
         self._tmp.cleanup()
 
+    def assert_holds(self, tags, versions):
+        """Every engine in `tags` holds each of `versions` byte for byte as the trainer had it."""
+        for tag in tags:
+            for v in versions:
+                want = np.load(os.path.join(self.out, f"trainer0_v{v}.npz"))
+                got = np.load(os.path.join(self.out, f"{tag}_v{v}.npz"))
+                for name in want.files:
+                    self.assertEqual(want[name].tobytes(), got[name].tobytes(), f"{tag} version {v}: {name} differs")
+
     # Mutations caught: Engine(engine=k) not passed to the rank (engines 1 and 2 would join as
     # engine 0: refused as duplicates); a dropped engine ending the job (the trainer's retry
     # fails); the orphan (engine 2) left without a feeder (its
@@ -58,12 +67,7 @@ class ManyEngines(unittest.TestCase):
         for tag in ("engine0", "engine2.0"):
             engine = j.result(tag)
             self.assertEqual(engine["versions"], [1, 2, 3], engine)
-            for v in (1, 2, 3):
-                want = np.load(os.path.join(self.out, f"trainer0_v{v}.npz"))
-                got = np.load(os.path.join(self.out, f"{tag}_v{v}.npz"))
-                for name in want.files:
-                    self.assertEqual(want[name].tobytes(), got[name].tobytes(),
-                                    f"{tag} version {v}: {name} differs")
+        self.assert_holds(("engine0", "engine2.0"), (1, 2, 3))
 
     # Between refits (on demand): the middle engine's process dies right after it committed
     # version 1, and only then (the test waits for its exit) does the trainer ask for refit 2.
@@ -92,11 +96,7 @@ class ManyEngines(unittest.TestCase):
         self.assertEqual(report["engines"][1]["versions"], [1])
         for tag in ("engine0", "engine2.0"):
             self.assertEqual(j.result(tag)["versions"], [1, 2, 3], j.result(tag))
-            for v in (2, 3):
-                want = np.load(os.path.join(self.out, f"trainer0_v{v}.npz"))
-                got = np.load(os.path.join(self.out, f"{tag}_v{v}.npz"))
-                for name in want.files:
-                    self.assertEqual(want[name].tobytes(), got[name].tobytes(), f"{tag} version {v}: {name} differs")
+        self.assert_holds(("engine0", "engine2.0"), (2, 3))
 
     # Three engine processes: engine 1 dies right after it committed version 1 (dropped), and
     # engine 2, started only then, joins the running job (max_engines=3). Before the trainer
@@ -134,11 +134,7 @@ class ManyEngines(unittest.TestCase):
         self.assertIn("lost engine 1 rank 0", report["engines"][1]["lost"])
         for tag in ("engine0", "engine2.0"):
             self.assertEqual(j.result(tag)["versions"], [1, 2, 3], j.result(tag))
-            for v in (1, 2, 3):
-                want = np.load(os.path.join(self.out, f"trainer0_v{v}.npz"))
-                got = np.load(os.path.join(self.out, f"{tag}_v{v}.npz"))
-                for name in want.files:
-                    self.assertEqual(want[name].tobytes(), got[name].tobytes(), f"{tag} version {v}: {name} differs")
+        self.assert_holds(("engine0", "engine2.0"), (1, 2, 3))
 
     # Engine 0 itself, the one the trainer feeds, dies between refits (right after it committed
     # version 1): it is dropped like any engine, the trainer relinks to engine 1 (the relay
@@ -166,11 +162,7 @@ class ManyEngines(unittest.TestCase):
         self.assertIn("lost engine 0 rank 0", report["engines"][0]["lost"])
         for tag in ("engine1.0", "engine2.0"):
             self.assertEqual(j.result(tag)["versions"], [1, 2, 3], j.result(tag))
-            for v in (2, 3):
-                want = np.load(os.path.join(self.out, f"trainer0_v{v}.npz"))
-                got = np.load(os.path.join(self.out, f"{tag}_v{v}.npz"))
-                for name in want.files:
-                    self.assertEqual(want[name].tobytes(), got[name].tobytes(), f"{tag} version {v}: {name} differs")
+        self.assert_holds(("engine1.0", "engine2.0"), (2, 3))
 
 
 if __name__ == "__main__":
