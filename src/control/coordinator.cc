@@ -185,7 +185,8 @@ Status CoordinatorShell::drive() {
         std::max(phases.wake_at(), Clock::now()) - Clock::now());
     const int timeout = static_cast<int>(std::min<std::int64_t>(wait.count(), 100));
     const int ready =
-        poll_until(fds, Deadline::After(std::chrono::milliseconds(phases.wake_at() == PhaseTime::max() ? 100 : timeout)));
+        poll_until(fds, Deadline::After(std::chrono::milliseconds(phases.wake_at() == PhaseTime::max() ? 100
+                                                                                                 : timeout)));
     if (ready < 0) return ErrnoStatus("coordinator poll", -ready);
     // A replaced member's link is new: this round's poll results are stale.
     if (ready > 0 && (fds.back().revents & POLLIN) && refuse_latecomers(phases)) continue;

@@ -377,7 +377,9 @@ Json encode(const CoordinatorMessage& message) {
                                if (r.route) {
                                  m["route"] = Json{{"feeders", r.route->feeders},
                                                    {"relay", targets_to_json(r.route->relay)}};
-                                 if (!r.route->targets.empty()) m["route"]["targets"] = targets_to_json(r.route->targets);
+                                 if (!r.route->targets.empty()) {
+                                   m["route"]["targets"] = targets_to_json(r.route->targets);
+                                 }
                                }
                                return m;
                              },
