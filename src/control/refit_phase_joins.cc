@@ -156,18 +156,17 @@ void RefitPhases::catch_up_lost(int member, const std::string& why, PhaseTime no
   const int k = engine_of(member);
   if (k == joining_) return refuse_joiner("lost " + member_name(member) + ": " + why, now);
   const int joiner = joining_;
-  refuse_joiner("lost " + member_name(member) + " during " + phase_name() + ": " + why, now);
-  if (phase_ == Phase::kEnded) return;
-  phase_ = Phase::kIdle;  // between refits: drop_engines relinks the rest once
+  refuse_joiner("lost " + member_name(member) + " during " + phase_name() + ": " + why, now, /*relink=*/false);
+  phase_ = Phase::kIdle;  // between refits: drop_engines relinks the rest, once
   if (!drop_engines({k}, member_name(member), why, now)) {
     end(Aborted("lost " + member_name(member) + " while engine " + std::to_string(joiner) + " joined: " + why));
   }
 }
 
 // The joining engine is refused (`why`): dropped like a lost engine (the
-// shell shuts its ranks down and reports it), and the live engines relink
-// without it. The job goes on at its committed version.
-void RefitPhases::refuse_joiner(const std::string& why, PhaseTime now) {
+// shell shuts its ranks down and reports it), and (`relink`) the live
+// engines relink without it. The job goes on at its committed version.
+void RefitPhases::refuse_joiner(const std::string& why, PhaseTime now, bool relink) {
   const int k = joining_;
   refused_ = {parent_, version_};  // the parent may still report its catch-up failed
   const Status cause = Aborted("engine " + std::to_string(k) + " could not join: " + why);
@@ -177,7 +176,7 @@ void RefitPhases::refuse_joiner(const std::string& why, PhaseTime now) {
   out_.emplace_back(std::in_place_type<DropEngine>, DropEngine{static_cast<std::uint64_t>(k), decided_, cause, true});
   out_.push_back(Note{cause.message()});
   end_catch_up();
-  reroute_engines(now, cause.message());
+  if (relink) reroute_engines(now, cause.message());
 }
 
 void RefitPhases::end_catch_up() {

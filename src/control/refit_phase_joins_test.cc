@@ -203,7 +203,9 @@ TEST(RefitPhaseJoins, AJoinerThatFailsOrIsLateIsRefusedAndTheJobGoesOn) {
 // one to catch up from) and the parent is dropped as any engine, with one
 // relink of the rest; --min-engines still holds. Catches: the parent's
 // loss ending the job although engine 0 stays, the joiner kept waiting
-// for a dead parent.
+// for a dead parent, two relinks (one for the refusal, one for the drop:
+// the ranks would answer each, and the second linked is a protocol error;
+// as first written, before this test counted them).
 TEST(RefitPhaseJoins, TheParentLostDuringTheCatchUpIsDroppedAndTheJoinerRefused) {
   Joins job(2);
   job.Each(kSetup, [] { return RankMessage(Linked{}); });
@@ -220,6 +222,9 @@ TEST(RefitPhaseJoins, TheParentLostDuringTheCatchUpIsDroppedAndTheJoinerRefused)
   EXPECT_HAS(drops[0].why.message(), "engine 2 could not join: lost engine 1 rank 0");
   EXPECT_EQ(drops[1].engine, 1u);
   EXPECT_FALSE(drops[1].joining);
+  int relinks = 0;  // before the loss: the admission's; after it: exactly one
+  for (const SendAll& send : job.actions().of<SendAll>()) relinks += std::holds_alternative<Relink>(send.message);
+  EXPECT_EQ(relinks, 2) << "every relink is answered by a linked: two would be a protocol error";
   job.Send(1, Linked{});
   EXPECT_EQ(job.actions().last_sent<Start>()->version, 2u);
 }

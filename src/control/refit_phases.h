@@ -321,7 +321,7 @@ class RefitPhases {
   bool catch_up_awaits(int member, Step step) const;
   bool catch_up_reached(Step step) const;
   void catch_up_lost(int member, const std::string& why, PhaseTime now);
-  void refuse_joiner(const std::string& why, PhaseTime now);
+  void refuse_joiner(const std::string& why, PhaseTime now, bool relink = true);
   void end_catch_up();
   std::string catch_up_waiting_for() const;
 
