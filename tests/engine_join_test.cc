@@ -77,6 +77,9 @@ TEST(EngineJoin, ALateEngineCatchesUpFromItsParentThenGetsEveryRefit) {
   EXPECT_TRUE(joiner["lost"].is_null());
   const auto bytes = report["refits"][0]["bytes"].get<std::uint64_t>();
   EXPECT_EQ(joiner["catch_up"]["bytes"].get<std::uint64_t>(), bytes) << joiner.dump();
+  EXPECT_EQ(report["relay"]["live"], json::parse(R"([{"engine": 0, "fed_by": null}, {"engine": 1, "fed_by": 0},
+                                                     {"engine": 2, "fed_by": 1}])"))
+      << report["relay"].dump();
   EXPECT_TRUE(joiner["catch_up"]["verified"].get<bool>()) << joiner.dump();
   for (std::size_t k = 0; k < 2; ++k) EXPECT_EQ(report["engines"][k]["versions"], json::array({1, 2, 3, 4}));
   for (const json& refit : report["refits"]) {

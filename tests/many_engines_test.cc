@@ -264,6 +264,8 @@ TEST(ManyEngines, EngineZeroKilledMidRelayIsDroppedAndTheTrainerFeedsTheNextEngi
     SCOPED_TRACE(transport);
     const auto [report, trainer] = kill_one_of_a_chain_mid_relay(0, transport);
     EXPECT_NE(trainer.find("engine 1 rank 0 at"), std::string::npos) << trainer;
+    EXPECT_EQ(report["relay"]["live"], json::parse(R"([{"engine": 1, "fed_by": null}, {"engine": 2, "fed_by": 1}])"))
+        << report["relay"].dump();
   }
 }
 

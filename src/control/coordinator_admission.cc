@@ -161,6 +161,7 @@ void CoordinatorShell::refuse_engine(std::uint64_t k, const Status& why) {
 void CoordinatorShell::admit_engine(const AdmitEngine& admit, std::vector<Lost>* lost) {
   waiting_.erase(admit.engine);
   const std::vector<Setup> setups = tree_.admit(admit.engine, roster_.engine(admit.engine).value());
+  report_.record_tree(tree_.live_tree());
   const std::vector<Member*> ranks = engine_members(admit.engine);
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     Member& m = *ranks[r];
@@ -223,6 +224,7 @@ void CoordinatorShell::drop_engine(const DropEngine& drop) {
     m->closed = true;
   }
   tree_.drop(drop.engine);
+  report_.record_tree(tree_.live_tree());
   for (Setup& setup : trainer_setups_) {  // a replacement trainer rank links to the root of now
     if (std::optional<EngineTarget> root = tree_.moved_root(setup.engine_rank)) {
       setup.engine_address = root->address;

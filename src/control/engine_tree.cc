@@ -102,6 +102,19 @@ std::optional<EngineTarget> EngineTree::moved_root(std::uint64_t engine_rank) co
   return target;
 }
 
+std::vector<std::pair<std::uint64_t, std::optional<std::uint64_t>>> EngineTree::live_tree() const {
+  std::vector<std::pair<std::uint64_t, std::optional<std::uint64_t>>> out;
+  for (std::uint64_t k = 0; k < live_.size(); ++k) {
+    if (!live_[k]) continue;
+    if (k == root_) {
+      out.emplace_back(k, std::nullopt);
+    } else {
+      out.emplace_back(k, live_relay_parent(live_, k, static_cast<std::uint64_t>(fanout_)));
+    }
+  }
+  return out;
+}
+
 void EngineTree::relinked() {
   reroutes_.assign(reroutes_.size(), std::nullopt);
   root_moved_ = false;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "control/protocol.h"
@@ -46,6 +47,9 @@ class EngineTree {
   // rank feeding that rank links to from now on; nullopt otherwise.
   std::optional<EngineTarget> moved_root(std::uint64_t engine_rank) const;
   std::uint64_t root() const { return root_; }
+  // The tree of the live engines now: each live engine and its parent
+  // (none: the root, fed by the trainer ranks), in engine order.
+  std::vector<std::pair<std::uint64_t, std::optional<std::uint64_t>>> live_tree() const;
   // A relink went out: every changed route was sent.
   void relinked();
 

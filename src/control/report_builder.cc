@@ -226,6 +226,14 @@ void ReportBuilder::record_drop(const DropEngine& drop) {
   engine["lost_at"] = drop.version;
 }
 
+void ReportBuilder::record_tree(const std::vector<std::pair<std::uint64_t, std::optional<std::uint64_t>>>& tree) {
+  Json live = Json::array();
+  for (const auto& [engine, parent] : tree) {
+    live.push_back(Json{{"engine", engine}, {"fed_by", parent ? Json(*parent) : Json(nullptr)}});
+  }
+  report_["relay"]["live"] = std::move(live);
+}
+
 void ReportBuilder::record_join(const RecordJoin& join) {
   if (!report_.contains("engines")) return;
   Json& engine = engine_entry(join.engine);

@@ -11,7 +11,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "control/control_message.h"
 #include "control/engine_holdings.h"
@@ -48,6 +51,10 @@ class ReportBuilder {
   // it caught up to), `fed_by` (its parent) and `catch_up` (that refit's
   // bytes, verified, and each rank's stats).
   void record_join(const RecordJoin& join);
+  // Many engines: the tree of the live engines after it changed (an engine
+  // dropped or joined): `relay.live` [{engine, fed_by (null: the
+  // trainers)}]; `relay.parents` stays the tree of the setup.
+  void record_tree(const std::vector<std::pair<std::uint64_t, std::optional<std::uint64_t>>>& tree);
   void record_recovery(const RecordRecovery& recovery);
   // --release-between-refits: the bytes each engine rank returned after the
   // refit, in its `refits` entry (`released_bytes`, by engine rank).
