@@ -269,6 +269,40 @@ TEST(ManyEngines, EngineZeroKilledMidRelayIsDroppedAndTheTrainerFeedsTheNextEngi
   }
 }
 
+// Sharded trainers (two FSDP ranks, each writing parts of every bucket into
+// both ranks of engine 0) and engine 0 killed in refit 2, --min-engines 1:
+// engine 1 becomes the root; each trainer rank links to both of its ranks
+// and engine 1 takes the trainers' parts (who writes which bytes of each
+// bucket) from the relink; refits 2 and 3 commit, verified. Catches: the
+// new root's ranks without the parts (they would wait for whole buckets
+// from one feeder: the refit times out), a sharded trainer relinking to the
+// dead engine's ranks. Tried once: the root's route without the parts left
+// engine 1 at version 1.
+TEST(ManyEngines, EngineZeroLostUnderShardedTrainersHandsTheirPartsToTheNextEngine) {
+  JobSpec spec;
+  spec.engines = 2;
+  spec.engine_ranks = 2;
+  spec.trainer_ranks = 2;
+  spec.refits = 3;
+  spec.transport = "tcp";
+  spec.coordinator_args = {"--min-engines", "1"};
+  for (const char* trainer : {"trainer rank 0", "trainer rank 1"}) spec.extra[trainer] = {"--trainer-layout", "fsdp:2"};
+  testing::stop_mid_refit(spec, "trainer rank 0", 2);
+  ProcessGroup group;
+  ASSERT_TRUE(testing::start_job(group, spec)) << group.all_stderr();
+  ASSERT_TRUE(testing::wait_for_refit_under_way(group, "trainer rank 0", 2)) << group.all_stderr();
+  group.kill("engine 0 rank 0", SIGKILL);
+  group.resume("trainer rank 0");
+  ASSERT_TRUE(group.wait_all(90)) << group.all_stderr();
+  for (const char* name : {"coordinator", "trainer rank 0", "trainer rank 1", "engine 1 rank 0", "engine 1 rank 1"}) {
+    EXPECT_EQ(group.exit_code(name), 0) << name << "\n" << group.all_stderr();
+  }
+  const json report = json::parse(group.report());
+  EXPECT_TRUE(report["verified"].get<bool>()) << report.dump(2);
+  EXPECT_EQ(report["engines"][1]["versions"], json::array({1, 2, 3})) << report.dump(2);
+  EXPECT_EQ(report["engines"][0]["versions"], json::array({1}));
+}
+
 // An engine stopped (SIGSTOP) in the middle of refit 2, past the
 // coordinator's heartbeat deadline, with --min-engines 2: it is dropped
 // like a dead one, and the leaf's parent stops relaying to it. Catches: a

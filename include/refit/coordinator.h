@@ -60,8 +60,7 @@ struct CoordinatorOptions {
   // its parent from then on; a refit in flight is aborted and run again on
   // the others; the report names the lost engine and rank). Engine 0, fed by
   // the trainers, goes the same way: the trainer ranks then link to the next
-  // live engine, the relay tree's new root (full-weight trainers; with
-  // sharded trainers its loss ends the job). 0: every engine (a lost engine
+  // live engine, the relay tree's new root. 0: every engine (a lost engine
   // ends the job). Default: 0.
   int min_engines = 0;
   // Refits to run; 0: on demand, each refit asked for by every trainer rank

@@ -153,7 +153,6 @@ Status CoordinatorShell::drive() {
   phase_options.engines = options_.engines;
   phase_options.max_engines = slots();
   phase_options.relay_fanout = options_.relay_fanout;
-  phase_options.root_can_move = roster_.trainer(0).join.layout == "full";
   phase_options.min_engines = options_.min_engines;
   phase_options.refits = options_.refits;
   phase_options.setup_timeout_s = options_.setup_timeout_s;
@@ -309,9 +308,20 @@ CoordinatorMessage CoordinatorShell::routed(const CoordinatorMessage& message, s
   if (i >= trainers) return tree_.routed(message, i - trainers);
   const auto* relink = std::get_if<Relink>(&message);
   if (relink == nullptr) return message;
-  std::optional<EngineTarget> root = tree_.moved_root(trainer_setups_[i].engine_rank);
-  if (!root) return message;
-  return CoordinatorMessage(Relink{relink->version, Route{{}, {}, {*root}}});
+  std::vector<EngineTarget> moved = moved_targets(trainer_setups_[i]);
+  if (moved.empty()) return message;
+  return CoordinatorMessage(Relink{relink->version, Route{{}, {}, std::move(moved), {}}});
+}
+
+std::vector<EngineTarget> CoordinatorShell::moved_targets(const Setup& trainer) const {
+  std::vector<EngineTarget> moved;
+  if (trainer.targets.empty()) {  // full weights: the one engine rank it feeds
+    if (std::optional<EngineTarget> root = tree_.moved_root(trainer.engine_rank)) moved.push_back(*root);
+  }
+  for (const EngineTarget& target : trainer.targets) {  // sharded: every engine rank it feeds
+    if (std::optional<EngineTarget> root = tree_.moved_root(target.engine_rank)) moved.push_back(*root);
+  }
+  return moved;
 }
 
 void CoordinatorShell::adopt_descriptors(const Acquire& acquire) {

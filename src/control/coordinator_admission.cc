@@ -226,9 +226,14 @@ void CoordinatorShell::drop_engine(const DropEngine& drop) {
   tree_.drop(drop.engine);
   report_.record_tree(tree_.live_tree());
   for (Setup& setup : trainer_setups_) {  // a replacement trainer rank links to the root of now
-    if (std::optional<EngineTarget> root = tree_.moved_root(setup.engine_rank)) {
-      setup.engine_address = root->address;
-      setup.descriptor = root->descriptor;
+    for (const EngineTarget& root : moved_targets(setup)) {
+      if (setup.targets.empty()) {
+        setup.engine_address = root.address;
+        setup.descriptor = root.descriptor;
+      }
+      for (EngineTarget& target : setup.targets) {
+        if (target.engine_rank == root.engine_rank) target = root;
+      }
     }
   }
   if (drop.joining) {

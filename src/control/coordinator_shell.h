@@ -126,6 +126,9 @@ class CoordinatorShell {
   // `message` as member `i` gets it: a relink carries an engine rank's new
   // route when the relay tree changed since the last one.
   CoordinatorMessage routed(const CoordinatorMessage& message, std::size_t i) const;
+  // The root of the relay tree moved since the last relink: the new root's
+  // rank for each engine rank trainer setup `trainer` feeds; empty otherwise.
+  std::vector<EngineTarget> moved_targets(const Setup& trainer) const;
 
   // The engine ranks' pools after an acquire: a replacement trainer rank's
   // setup names them, not the pools of the job's setup.

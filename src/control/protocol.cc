@@ -380,6 +380,11 @@ Json encode(const CoordinatorMessage& message) {
                                  if (!r.route->targets.empty()) {
                                    m["route"]["targets"] = targets_to_json(r.route->targets);
                                  }
+                                 if (!r.route->parts.empty()) {
+                                   Json parts = Json::array();
+                                   for (const auto& bucket : r.route->parts) parts.push_back(parts_to_json(bucket));
+                                   m["route"]["parts"] = std::move(parts);
+                                 }
                                }
                                return m;
                              },
@@ -499,6 +504,13 @@ StatusOr<CoordinatorMessage> decode_coordinator_message(const Json& m) {
       ASSIGN_OR_RETURN(route.relay, targets_from_json(it->value("relay", Json::array()), "'relink' field 'route'"));
       ASSIGN_OR_RETURN(route.targets,
                        targets_from_json(it->value("targets", Json::array()), "'relink' field 'route' 'targets'"));
+      const Json& parts = it->value("parts", Json::array());
+      if (!parts.is_array()) return InvalidArgument("'relink' field 'route': 'parts' must be an array");
+      for (std::size_t j = 0; j < parts.size(); ++j) {
+        ASSIGN_OR_RETURN(auto bucket, parts_from_json(parts[j], "'relink' field 'route' 'parts': bucket " +
+                                                                    std::to_string(j)));
+        route.parts.push_back(std::move(bucket));
+      }
       relink.route = std::move(route);
     }
     return CoordinatorMessage(std::move(relink));

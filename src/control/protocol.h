@@ -338,12 +338,15 @@ struct Abort {
 // changed (an engine dropped or joined; relay_topology.h): its feeders and
 // relay targets, as in its Setup. A trainer rank's, once the engine the
 // trainers fed was dropped: `targets`, the engine rank it feeds from now on
-// (the new root's rank; its address and pool descriptor), feeders and relay
-// empty.
+// (the new root's rank; its address and pool descriptor; a sharded trainer
+// rank: every engine rank it feeds), feeders and relay empty. The new
+// root's engine ranks get the trainer ranks as feeders and, from sharded
+// trainers, `parts` as in engine 0's Setup.
 struct Route {
   std::vector<std::uint64_t> feeders;
   std::vector<EngineTarget> relay;
   std::vector<EngineTarget> targets;
+  std::vector<std::vector<Part>> parts;
   friend bool operator==(const Route&, const Route&) = default;
 };
 // After an abort: reconnect the data links and say linked again. Many

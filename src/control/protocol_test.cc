@@ -498,7 +498,7 @@ TEST(Protocol, JoiningEnginesAndARootThatMovesRoundTrip) {
   root.engine_rank = 0;
   root.address = "10.0.0.2:4000";
   root.descriptor = "shm:/refit-1";
-  Relink relink{2, Route{{}, {}, {root}}};
+  Relink relink{2, Route{{}, {}, {root}, {{Part{0, 4096}, Part{1, 100}}, {Part{1, 512}}}}};
   auto relinked = decode_coordinator_message(encode(CoordinatorMessage(relink)));
   ASSERT_TRUE(relinked.ok()) << relinked.status().ToString();
   ASSERT_TRUE(std::get<Relink>(*relinked).route.has_value());

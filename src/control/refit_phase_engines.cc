@@ -2,9 +2,8 @@
 // min_engines): an engine rank lost, stalled past the heartbeat deadline or
 // late past a refit's deadline drops its whole engine while at least
 // min_engines stay. The root (the lowest live engine, which the trainer
-// ranks feed) is dropped like any other when PhaseOptions::root_can_move:
-// the trainer ranks relink too, to the next live engine (otherwise its loss
-// ends the job).
+// ranks feed) is dropped like any other: the trainer ranks relink too, to
+// the next live engine.
 //
 //   in a refit (prepare, transfer, verify): abort(v) and relink every live
 //     rank, the shell routing the relay around the dropped engine; a
@@ -63,7 +62,6 @@ bool RefitPhases::drop_engines(const std::vector<int>& engines, const std::strin
   const bool in_refit = phase == Phase::kPrepare || phase == Phase::kTransfer || phase == Phase::kVerify;
   if (!in_refit && phase != Phase::kIdle && phase != Phase::kCommit) return false;
   const bool root_lost = std::find(engines.begin(), engines.end(), root()) != engines.end();
-  if (root_lost && !options_.root_can_move) return false;
   phase_ = phase;  // a failure awaiting blame is explained by the loss
   const int left = live_engines() - static_cast<int>(engines.size());
   if (left < options_.min_engines) {

@@ -78,11 +78,6 @@ struct PhaseOptions {
   // The relay tree's fanout (relay_topology.h): a joining engine's parent,
   // which sends it the committed version, is found by the same rule.
   int relay_fanout = 1;
-  // The engine the trainers feed (the lowest live one, the relay tree's
-  // root) may be dropped like any other: the trainer ranks then relink to
-  // the next live engine. False (sharded trainers: their parts are planned
-  // against one engine): losing the root ends the job.
-  bool root_can_move = false;
   // Many engines: the fewest engines the job goes on with (refit_phase_
   // engines.cc). An engine rank lost (or past a refit's deadline) drops its
   // engine while at least this many stay: a refit in flight is aborted and,

@@ -135,7 +135,10 @@ std::vector<Route> relay_routes(const std::vector<Join>& engines, int engine_ran
   if (first == live.end()) return routes;
   const std::uint64_t root = static_cast<std::uint64_t>(first - live.begin());
   // The root is fed by the trainer ranks, as engine 0 was at setup.
-  for (std::size_t r = 0; r < ranks; ++r) routes[root * ranks + r].feeders = setups[r].feeders;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    routes[root * ranks + r].feeders = setups[r].feeders;
+    routes[root * ranks + r].parts = setups[r].parts;  // sharded trainers: who writes each bucket
+  }
   for (std::uint64_t k = root + 1; k < live.size(); ++k) {
     if (!live[k]) continue;
     const std::uint64_t parent = live_relay_parent(live, k, fanout);

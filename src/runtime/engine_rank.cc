@@ -211,17 +211,22 @@ Status EngineRank::Impl::adopt_setup(const Setup& setup) {
     return InvalidArgument("setup: 'feeders' must list the trainer ranks that feed this engine rank");
   }
   feeders_ = setup.feeders;
-  // Sharded trainers: several feeders write parts of a bucket (the
-  // coordinator checked that the parts fill each bucket).
-  if (!setup.parts.empty()) {
-    if (setup.parts.size() != plan_.buckets.size()) {
-      return InvalidArgument("setup: 'parts' lists " + std::to_string(setup.parts.size()) + " buckets, the plan has " +
-                             std::to_string(plan_.buckets.size()));
-    }
-    parts_.assign(setup.parts.size(), {});
-    for (std::size_t j = 0; j < setup.parts.size(); ++j) {
-      for (const Part& p : setup.parts[j]) parts_[j].push_back(BucketContributor{p.index, p.bytes});
-    }
+  return adopt_parts(setup.parts);
+}
+
+// Sharded trainers: several feeders write parts of a bucket (the
+// coordinator checked that the parts fill each bucket); none: each bucket
+// comes whole from one feeder.
+Status EngineRank::Impl::adopt_parts(const std::vector<std::vector<Part>>& parts) {
+  parts_.clear();
+  if (parts.empty()) return Status::Ok();
+  if (parts.size() != plan_.buckets.size()) {
+    return InvalidArgument("setup: 'parts' lists " + std::to_string(parts.size()) + " buckets, the plan has " +
+                           std::to_string(plan_.buckets.size()));
+  }
+  parts_.assign(parts.size(), {});
+  for (std::size_t j = 0; j < parts.size(); ++j) {
+    for (const Part& p : parts[j]) parts_[j].push_back(BucketContributor{p.index, p.bytes});
   }
   return Status::Ok();
 }

@@ -76,6 +76,7 @@ class EngineRank::Impl {
   Status acquire_pool(std::uint64_t version);
 
   Status adopt_setup(const Setup& setup);
+  Status adopt_parts(const std::vector<std::vector<Part>>& parts);
   Status make_receiver(std::unique_ptr<TargetMemory> pool);
 
   Status link_relay(const std::vector<EngineTarget>& children, Deadline deadline);

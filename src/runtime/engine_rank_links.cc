@@ -136,7 +136,10 @@ Status EngineRank::Impl::relink_data(const Relink& relink, bool after_failure) {
       std::lock_guard<std::mutex> lock(data_mu_);
       old = std::move(receiver_);
     }
-    if (relink.route) feeders_ = relink.route->feeders;
+    if (relink.route) {  // the relay tree's new root takes the trainer ranks' parts too
+      feeders_ = relink.route->feeders;
+      RETURN_IF_ERROR(adopt_parts(relink.route->parts));
+    }
     RETURN_IF_ERROR(make_receiver(old->release_pool()));
     // A trainer rank may come back as a new process that must open the pool.
     ASSIGN_OR_RETURN(reopened, receiver_->pool().unseal());

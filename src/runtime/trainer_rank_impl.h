@@ -129,6 +129,7 @@ class TrainerRank::Impl {
   // root: a new link, target and sender, as at setup); otherwise the links
   // as before, made again.
   Status relink_to(const Relink& relink, Deadline deadline);
+  Status move_channels(const std::vector<EngineTarget>& moved, Deadline deadline);
   // Between refits: relink_to, then linked (a failure is reported).
   Status move_to_root(const Relink& relink);
   // Recovery of the one engine link: a fresh data-plane connection over the

@@ -3,6 +3,8 @@
 // fed was dropped, and the release and acquire between refits.
 #include "runtime/trainer_rank_impl.h"
 
+#include <algorithm>
+
 namespace refit {
 
 ControlClient::BetweenRefits TrainerRank::Impl::between_refits() {
@@ -92,8 +94,10 @@ Status TrainerRank::Impl::send_hello(Deadline deadline) {
 }
 
 Status TrainerRank::Impl::relink_to(const Relink& relink, Deadline deadline) {
-  if (sharded_) return relink_channels(channels_, deadline);
-  if (!relink.route || relink.route->targets.empty()) return relink_engine(deadline);
+  if (!relink.route || relink.route->targets.empty()) {
+    return sharded_ ? relink_channels(channels_, deadline) : relink_engine(deadline);
+  }
+  if (sharded_) return move_channels(relink.route->targets, deadline);
   const EngineTarget& root = relink.route->targets.front();
   if (root.engine_rank != static_cast<std::uint64_t>(engine_rank_)) {
     return InvalidArgument("protocol error: the relink names engine rank " + std::to_string(root.engine_rank) +
@@ -104,6 +108,24 @@ Status TrainerRank::Impl::relink_to(const Relink& relink, Deadline deadline) {
           std::to_string(root.engine_rank) + " at " + root.address + " takes its place");
   engine_address_ = root.address;
   return link_engine(root.descriptor, deadline);
+}
+
+// A sharded rank's engine ranks moved to the new root: each target of the
+// relink replaces the one of the same engine rank, and every channel is
+// linked again as at setup.
+Status TrainerRank::Impl::move_channels(const std::vector<EngineTarget>& moved, Deadline deadline) {
+  for (const EngineTarget& target : moved) {
+    auto same = std::find_if(targets_.begin(), targets_.end(),
+                             [&](const EngineTarget& t) { return t.engine_rank == target.engine_rank; });
+    if (same == targets_.end()) {
+      return InvalidArgument("protocol error: the relink names engine rank " + std::to_string(target.engine_rank) +
+                             ", which this rank does not feed");
+    }
+    *same = target;
+  }
+  log(LogLevel::kInfo, name(),
+      "the engine it fed was dropped: engine " + std::to_string(moved.front().engine) + " takes its place");
+  return link_channels(deadline);
 }
 
 Status TrainerRank::Impl::move_to_root(const Relink& relink) {
