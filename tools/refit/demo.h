@@ -66,6 +66,8 @@ struct DemoOptions {
   // Tests: arguments appended to every engine rank's command line (a
   // setting the demo does not offer, to make a job fail at setup).
   std::vector<std::string> debug_engine_flags;
+  // "K:STEP:VERSION:ACTION": engine K's ranks get --debug-fault STEP:VERSION:ACTION.
+  std::vector<std::string> debug_engine_faults;
 };
 
 // The flags `refit demo` and `refit bench` share, bound to `options`
