@@ -161,8 +161,8 @@ refit::Join EngineRank::Impl::make_join(const std::string& descriptor) const {
   join.quantized_tensors = binding_.quantized_tensors;
   join.shadow = binding_.shadow;
   // It can send its committed weights to an engine that joins (read back
-  // from host weights; a relay forwards from host memory here).
-  join.catch_up = binding_.read_committed && !on_device_ && !direct_;
+  // from its weights in staged mode).
+  join.catch_up = binding_.read_committed && !direct_;
   join.data_address = listener_->address();
   join.descriptor = descriptor;
   join.pool_slots = direct_ ? 2 : static_cast<std::uint64_t>(std::max(options_.pool_slots, 0));

@@ -39,20 +39,33 @@ Status EngineRank::Impl::send_committed(const CatchUp& catch_up) {
   }
   const Deadline deadline = Deadline::AfterSeconds(options_.refit_timeout_s);
   RETURN_IF_ERROR(relay_->begin_for(catch_up.version, catch_up.engine, deadline));
-  // Two buffers: bucket j is packed while bucket j - 1 goes out.
-  std::vector<std::vector<std::byte>> buffers(2, std::vector<std::byte>(pool_slot_bytes(plan_)));
+  // Two buffers in the weights' memory (the relay copies from there as from
+  // its receive pool): bucket j is packed while bucket j - 1 goes out.
+  std::vector<std::vector<std::byte>> host;
+  std::vector<DeviceBuffer> device;
+  std::byte* buffers[2] = {nullptr, nullptr};
+  for (int b = 0; b < 2; ++b) {
+    if (on_device_) {
+      ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(device_, pool_slot_bytes(plan_)));
+      device.push_back(std::move(buffer));
+      buffers[b] = device.back().data();
+    } else {
+      host.emplace_back(pool_slot_bytes(plan_));
+      buffers[b] = host.back().data();
+    }
+  }
   for (std::size_t j = 0; j < plan_.buckets.size(); ++j) {
-    if (j >= buffers.size()) RETURN_IF_ERROR(relay_->wait_forwarded(j - buffers.size(), deadline));
-    std::vector<std::byte>& buffer = buffers[j % buffers.size()];
+    if (j >= 2) RETURN_IF_ERROR(relay_->wait_forwarded(j - 2, deadline));
+    std::byte* buffer = buffers[j % 2];
     const Bucket& bucket = plan_.buckets[j];
     for (const PlanEntry& e : bucket.entries) {
       RETURN_IF_ERROR(binding_.read_committed(e.tensor, e.tensor_offset,
-                                              std::span<std::byte>(buffer.data() + e.bucket_offset, e.bytes)));
+                                              std::span<std::byte>(buffer + e.bucket_offset, e.bytes)));
     }
     TappedBucket tapped;
     tapped.version = catch_up.version;
     tapped.bucket = j;
-    tapped.bytes = buffer.data();
+    tapped.bytes = buffer;
     tapped.n = bucket.bytes;
     RETURN_IF_ERROR(relay_->landed(tapped));
   }

@@ -135,8 +135,9 @@ ContentSeed content_seed(const EngineOptions& options, std::uint64_t seed) {
   return ContentSeed(seed, change.ok() ? *change : kEveryElement);
 }
 
-// Host weights: the served bytes of rank `rank`'s stream tensors
-// (EngineBinding::read_committed), by the stream's index.
+// The served bytes of rank `rank`'s stream tensors (EngineBinding::
+// read_committed), by the stream's index: into host memory from host
+// weights, into device memory (a device copy) from device weights.
 auto committed_bytes(const LocalEngine& local, int rank) {
   return [&local, rank](std::uint32_t tensor, std::uint64_t offset, std::span<std::byte> out) -> Status {
     const std::vector<TensorSpec>& stream = local.streams[static_cast<std::size_t>(rank)];
@@ -146,6 +147,7 @@ auto committed_bytes(const LocalEngine& local, int rank) {
       return Internal("no committed bytes [" + std::to_string(offset) + ", +" + std::to_string(out.size()) + ") of " +
                       stream[tensor].name);
     }
+    if (local.on_device) return copy_device_to_device(out.data(), served + offset, out.size());
     std::memcpy(out.data(), served + offset, out.size());
     return Status::Ok();
   };
@@ -164,9 +166,9 @@ EngineBinding bind_local_engine(const EngineOptions& options, const LocalEngine&
   binding.quantized_tensors = local.choice.quantized.quantized_tensors;
   binding.shadow = options.shadow;
   binding.weight_memory_bytes = local.engine->weight_memory_bytes();
-  // Host weights can be read back: delta refits decode over them, and a relay parent sends them to an engine
-  // joining the job.
-  if (!local.on_device) binding.read_committed = committed_bytes(local, options.rank);
+  // The weights can be read back: delta refits decode over host weights, and a relay parent sends them to an
+  // engine joining the job.
+  binding.read_committed = committed_bytes(local, options.rank);
   if (options.readers > 0) {
     binding.read_counts = [&local] { return local.readers ? local.readers->counts() : ReadCounts{}; };
   }
