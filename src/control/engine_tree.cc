@@ -38,8 +38,8 @@ Status EngineTree::check_joiner(std::uint64_t engine, const std::vector<Join>& j
     const Join& feeder = joins_[parent * ranks_ + r];
     if (feeder.catch_up) continue;
     return FailedPrecondition(join_name(joins[r], slots_) + " would first receive the committed weights from " +
-                              join_name(feeder, slots_) + ", which cannot read them back (weights in device "
-                              "memory, or a Python engine without host tensors)");
+                              join_name(feeder, slots_) + ", which cannot read them back (a Python engine "
+                              "without host tensors)");
   }
   return Status::Ok();
 }
