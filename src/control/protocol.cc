@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "control/route_json.h"
 #include "control/shard_json.h"
 #include "control/spec_json.h"
 #include "refit/checkpoint.h"
@@ -177,10 +178,7 @@ StatusOr<Setup> decode_setup(const Json& m) {
   s.feeder_count = u64(m, "feeder_count");
   s.on_demand = boolean(m, "on_demand");
   if (auto it = m.find("parts"); it != m.end()) {
-    for (std::size_t j = 0; j < it->size(); ++j) {
-      ASSIGN_OR_RETURN(auto parts, parts_from_json((*it)[j], "'setup' field 'parts': bucket " + std::to_string(j)));
-      s.parts.push_back(std::move(parts));
-    }
+    ASSIGN_OR_RETURN(s.parts, bucket_parts_from_json(*it, "'setup' field 'parts'"));
   }
   if (auto it = m.find("targets"); it != m.end()) {
     ASSIGN_OR_RETURN(s.targets, targets_from_json(*it, "'setup' field 'targets'"));
@@ -209,11 +207,7 @@ Json encode_setup(const Setup& s) {
                   {"trainer_index", s.trainer_index}, {"feeder_count", s.feeder_count},
                   {"on_demand", s.on_demand}});
   }
-  if (!s.parts.empty()) {
-    Json parts = Json::array();
-    for (const auto& bucket : s.parts) parts.push_back(parts_to_json(bucket));
-    m["parts"] = std::move(parts);
-  }
+  if (!s.parts.empty()) m["parts"] = bucket_parts_to_json(s.parts);
   if (!s.targets.empty()) {
     m["targets"] = targets_to_json(s.targets);
     m["on_demand"] = s.on_demand;
@@ -374,18 +368,7 @@ Json encode(const CoordinatorMessage& message) {
                              },
                              [](const Relink& r) {
                                Json m = versioned("relink", r.version);
-                               if (r.route) {
-                                 m["route"] = Json{{"feeders", r.route->feeders},
-                                                   {"relay", targets_to_json(r.route->relay)}};
-                                 if (!r.route->targets.empty()) {
-                                   m["route"]["targets"] = targets_to_json(r.route->targets);
-                                 }
-                                 if (!r.route->parts.empty()) {
-                                   Json parts = Json::array();
-                                   for (const auto& bucket : r.route->parts) parts.push_back(parts_to_json(bucket));
-                                   m["route"]["parts"] = std::move(parts);
-                                 }
-                               }
+                               if (r.route) m["route"] = route_to_json(*r.route);
                                return m;
                              },
                              [](const Shutdown& s) {
@@ -495,23 +478,7 @@ StatusOr<CoordinatorMessage> decode_coordinator_message(const Json& m) {
   if (type == "relink") {
     Relink relink{u64(m, "version"), std::nullopt};
     if (auto it = m.find("route"); it != m.end()) {
-      Route route;
-      const Json& feeders = it->value("feeders", Json::array());
-      for (const Json& f : feeders) {
-        if (!f.is_number_unsigned()) return InvalidArgument("'relink' field 'route': 'feeders' must hold integers >= 0");
-        route.feeders.push_back(f.get<std::uint64_t>());
-      }
-      ASSIGN_OR_RETURN(route.relay, targets_from_json(it->value("relay", Json::array()), "'relink' field 'route'"));
-      ASSIGN_OR_RETURN(route.targets,
-                       targets_from_json(it->value("targets", Json::array()), "'relink' field 'route' 'targets'"));
-      const Json& parts = it->value("parts", Json::array());
-      if (!parts.is_array()) return InvalidArgument("'relink' field 'route': 'parts' must be an array");
-      for (std::size_t j = 0; j < parts.size(); ++j) {
-        ASSIGN_OR_RETURN(auto bucket, parts_from_json(parts[j], "'relink' field 'route' 'parts': bucket " +
-                                                                    std::to_string(j)));
-        route.parts.push_back(std::move(bucket));
-      }
-      relink.route = std::move(route);
+      ASSIGN_OR_RETURN(relink.route, route_from_json(*it, "'relink' field 'route'"));
     }
     return CoordinatorMessage(std::move(relink));
   }

@@ -83,6 +83,22 @@ StatusOr<std::vector<Feed>> feeds_from_json(const Json& json, const std::string&
   return feeds;
 }
 
+Json bucket_parts_to_json(const std::vector<std::vector<Part>>& buckets) {
+  Json out = Json::array();
+  for (const auto& bucket : buckets) out.push_back(parts_to_json(bucket));
+  return out;
+}
+
+StatusOr<std::vector<std::vector<Part>>> bucket_parts_from_json(const Json& json, const std::string& what) {
+  RETURN_IF_ERROR(require_array(json, what));
+  std::vector<std::vector<Part>> buckets;
+  for (std::size_t j = 0; j < json.size(); ++j) {
+    ASSIGN_OR_RETURN(auto parts, parts_from_json(json[j], what + ": bucket " + std::to_string(j)));
+    buckets.push_back(std::move(parts));
+  }
+  return buckets;
+}
+
 Json targets_to_json(const std::vector<EngineTarget>& targets) {
   Json out = Json::array();
   for (const EngineTarget& t : targets) {

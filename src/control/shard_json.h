@@ -16,6 +16,11 @@ namespace refit {
 Json parts_to_json(const std::vector<Part>& parts);
 StatusOr<std::vector<Part>> parts_from_json(const Json& json, const std::string& what);
 
+// Per bucket of a plan, its parts: [[[index, bytes], ...], ...] (a setup's
+// and a relink route's `parts`; errors name "<what>: bucket j").
+Json bucket_parts_to_json(const std::vector<std::vector<Part>>& buckets);
+StatusOr<std::vector<std::vector<Part>>> bucket_parts_from_json(const Json& json, const std::string& what);
+
 // [{"engine_rank": e, "plan_digest": "...", "parts": [[bucket, bytes], ...]}, ...]
 Json feeds_to_json(const std::vector<Feed>& feeds);
 StatusOr<std::vector<Feed>> feeds_from_json(const Json& json, const std::string& what);

@@ -589,18 +589,7 @@ void add_demo_command(CLI::App& app, CommandTable& table) {
       app.add_subcommand("demo", "Run a coordinator, trainer and engine ranks as processes and refit N times");
   add_demo_flags(*cmd, *o);
   cmd->add_option("--refits", o->refits, "Number of refits")->check(CLI::Range(1, 1000000))->capture_default_str();
-  cmd->add_option("--soak-report", o->soak_report,
-                  "Soak: sample every process's memory, descriptors and shared memory into this JSON file")
-      ->group("");  // hidden: bench/soak.sh
-  cmd->add_flag("--debug-log-processes", o->debug_log_processes,
-                "Debug: print every process's pid once started, and keep the coordinator's log (joins, setup)")
-      ->group("");  // hidden: tests synchronise on these lines
-  cmd->add_option("--debug-engine-flag", o->debug_engine_flags,
-                  "Debug: append this argument to every engine rank's command line (repeatable)")
-      ->group("");  // hidden: tests make a job fail at setup
-  cmd->add_option("--debug-engine-fault", o->debug_engine_faults,
-                  "Debug: K:STEP:VERSION:ACTION gives engine K's ranks --debug-fault STEP:VERSION:ACTION (repeatable)")
-      ->group("");  // hidden: tests lose one engine of many
+  add_demo_hidden_flags(*cmd, *o);
   table.push_back({cmd, [o] { return run_demo(*o); }});
 }
 

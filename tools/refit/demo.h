@@ -74,6 +74,8 @@ struct DemoOptions {
 // (everything but --refits, whose range differs, and the hidden ones), and
 // the command's callback: the receive pool must fit --memory-limit.
 void add_demo_flags(CLI::App& cmd, DemoOptions& options);
+// The demo's hidden flags: the soak report and the debug hooks tests use.
+void add_demo_hidden_flags(CLI::App& cmd, DemoOptions& options);
 
 // Where the trainers' weights live: --trainer-device, or --device.
 const std::string& trainer_device(const DemoOptions& options);

@@ -109,4 +109,19 @@ Status check_demo_settings(const DemoOptions& o) {
   return check_settings(o, o.trainer_ranks > 0 ? o.trainer_ranks : o.engine_ranks);
 }
 
+void add_demo_hidden_flags(CLI::App& cmd, DemoOptions& o) {
+  cmd.add_option("--soak-report", o.soak_report,
+                 "Soak: sample every process's memory, descriptors and shared memory into this JSON file")
+      ->group("");  // hidden: bench/soak.sh
+  cmd.add_flag("--debug-log-processes", o.debug_log_processes,
+               "Debug: print every process's pid once started, and keep the coordinator's log (joins, setup)")
+      ->group("");  // hidden: tests synchronise on these lines
+  cmd.add_option("--debug-engine-flag", o.debug_engine_flags,
+                 "Debug: append this argument to every engine rank's command line (repeatable)")
+      ->group("");  // hidden: tests make a job fail at setup
+  cmd.add_option("--debug-engine-fault", o.debug_engine_faults,
+                 "Debug: K:STEP:VERSION:ACTION gives engine K's ranks --debug-fault STEP:VERSION:ACTION (repeatable)")
+      ->group("");  // hidden: tests lose one engine of many
+}
+
 }  // namespace refit::cli
