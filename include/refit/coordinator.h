@@ -99,6 +99,15 @@ struct CoordinatorOptions {
   // engine rank returned. A failure while releasing or acquiring ends the
   // job keeping the committed version. Default: false.
   bool release_between_refits = false;
+  // Partial refits (refit/partial.h): refits from `only_from` on move only
+  // the tensors these whole-name globs ('*' only) select, each with its own
+  // plan and digest; the version still applies to the whole engine. Every
+  // glob must select a tensor of engine rank 0's stream. The first refit,
+  // and the one after an engine's weights were left incomplete, move every
+  // tensor (with a note). Empty (the default): every refit is full. On
+  // demand, Trainer refit(version, only) asks instead.
+  std::vector<std::string> only;
+  std::uint64_t only_from = 2;
   // Draw a progress bar (through refit::log). Default: false.
   bool progress = false;
   // Log each join and refusal. Default: true.

@@ -1,7 +1,7 @@
 // Engine: the contract between refit and an inference server.
 //
 // Per refit, in this order:
-//   begin(version)               once
+//   begin(version)               once (begin_partial for a partial refit)
 //   apply(aligned batch)         once per aligned batch; the engine makes one
 //                                post per dtype group (DESIGN.md rule 5);
 //                                payload[r] goes to TP rank r (rule 8)
@@ -13,6 +13,15 @@
 //                                version stays at the last committed one and
 //                                the weights are reported incomplete
 //
+// A partial refit (refit/partial.h) moves only the tensors its scope
+// selects: the batches carry those, and the others keep the bytes of the
+// refit that last included them; commit(version) still bumps the version of
+// the whole engine. begin_partial(version, scope) comes instead of begin():
+// an engine whose weights are served while others land (shadow weights)
+// must first make the tensors outside the scope whole where the refit
+// lands. By default it refuses (kFailedPrecondition): an engine does not
+// take partial refits unless it says so.
+//
 // Between refits, in jobs that release refit's memory (CoordinatorOptions::
 // release_between_refits): release_idle() after a commit, acquire_idle()
 // before the next begin().
@@ -21,8 +30,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "refit/batch.h"
+#include "refit/partial.h"
 #include "refit/status.h"
 
 namespace refit {
@@ -31,6 +42,10 @@ class Engine {
  public:
   virtual ~Engine() = default;
   virtual Status begin(std::uint64_t version) = 0;
+  virtual Status begin_partial(std::uint64_t version, const RefitScope& scope) {
+    (void)scope;
+    return FailedPrecondition("this engine does not take partial refits (refit " + std::to_string(version) + ")");
+  }
   virtual Status apply(const AlignedBatch& batch) = 0;
   virtual Status commit(std::uint64_t version) = 0;
   virtual void abort(std::uint64_t version, const Status& why) = 0;

@@ -64,8 +64,11 @@ struct EngineBinding {
   MemoryKind memory = MemoryKind::kHost;
   int device = -1;  // local CUDA index for kCuda
   // Checks this rank's weights after refit `version` (seed: the job's);
-  // empty: the rank reports its refits as unverified.
-  std::function<Status(std::uint64_t version, std::uint64_t seed)> verify;
+  // `moved`: the tensors of `stream` the refit moved (a partial refit,
+  // refit/partial.h: the others hold what the last refit that moved them
+  // delivered); empty: every tensor. Empty function: the rank reports its
+  // refits as unverified.
+  std::function<Status(std::uint64_t version, std::uint64_t seed, const std::vector<bool>& moved)> verify;
   // --quantize (quantize.h): how many of the model's weights this engine
   // holds as FP8 codes and scales converted from the trainer's bf16 or
   // fp32 (EngineOptions::quantize names the conversion), for the report.

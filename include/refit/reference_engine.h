@@ -103,6 +103,11 @@ class ReferenceEngine : public Engine {
   ~ReferenceEngine() override;
 
   Status begin(std::uint64_t version) override;
+  // Live weights take a partial refit as a full one (the batches carry the
+  // scope's tensors; the others are not written). Shadow weights refuse it:
+  // the arena it would land in holds an older version of the others (not
+  // built yet).
+  Status begin_partial(std::uint64_t version, const RefitScope& scope) override;
   Status apply(const AlignedBatch& batch) override;
   Status commit(std::uint64_t version) override;
   void abort(std::uint64_t version, const Status& why) override;

@@ -88,6 +88,8 @@ class TargetEngine : public Engine {
   void set_loader(Loader loader) { loader_ = std::move(loader); }
 
   Status begin(std::uint64_t version) override;
+  // The batches carry the scope's tensors, copied or loaded as they come.
+  Status begin_partial(std::uint64_t version, const RefitScope&) override { return begin(version); }
   Status apply(const AlignedBatch& batch) override;
   Status commit(std::uint64_t version) override;
   void abort(std::uint64_t version, const Status& why) override;

@@ -23,6 +23,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "refit/status.h"
 #include "refit/weight_source.h"
@@ -39,6 +41,7 @@ StatusOr<std::unique_ptr<WeightSource>> make_rank_source(const RankOptions& opti
 // `seconds` this rank spent waiting for others.
 struct TrainerRefitReport {
   std::uint64_t version = 0;
+  std::vector<std::string> only;  // a partial refit's globs (canonical); empty: every tensor
   std::uint64_t buckets = 0;  // buckets this rank sent
   std::uint64_t bytes = 0;    // bytes this rank sent: its buckets' share of the plan
   // From the call (refit(): before asking for the version; serve(): the
@@ -62,7 +65,13 @@ class TrainerRank {
   Status serve();
   // On failure the error is returned; when recovered() the rank relinked and
   // the caller may ask for the next refit (or the same version again).
-  Status refit(std::uint64_t version);
+  // `only`: a partial refit of the tensors these whole-name globs select
+  // ('*' only; refit/partial.h), every trainer rank asking the same; empty:
+  // every tensor. The coordinator runs it full while an engine does not
+  // hold whole weights (the first refit, after a failed one), with a note;
+  // last_refit().only says what moved. Refused, named, with sharded
+  // trainers, --delta, --quantize and direct mode (not built yet).
+  Status refit(std::uint64_t version, const std::vector<std::string>& only = {});
   bool recovered() const;
   Status finish();
 

@@ -23,12 +23,14 @@
 #include "control/protocol.h"
 #include "control/progress_line.h"
 #include "control/refit_phases.h"
+#include "control/partial_setup.h"
 #include "control/relay_topology.h"
 #include "control/report_builder.h"
 #include "control/roster.h"
 #include "control/topology.h"
 #include "net/link.h"
 #include "refit/format.h"
+#include "refit/partial.h"
 #include "refit/log.h"
 #include "core/refit_tally.h"
 
@@ -81,6 +83,12 @@ Status CoordinatorShell::setup(const std::function<void(int)>& on_listening) {
     return InvalidArgument("coordinator: --min-engines " + std::to_string(options_.min_engines) +
                            " is not a count of engines in 1.." + std::to_string(options_.engines) + " (--engines)");
   }
+  ASSIGN_OR_RETURN(const RefitScope scope, canonical_scope(options_.only));
+  options_.only = scope.only;
+  if (!options_.only.empty() && options_.only_from < 2) {
+    return InvalidArgument("coordinator: --only-from " + std::to_string(options_.only_from) +
+                           " must be at least 2: the first refit moves every tensor");
+  }
   // A report file that cannot be written fails now, before any rank joins.
   RETURN_IF_ERROR(report_.persist_running("at setup, before any refit was committed"));
   ASSIGN_OR_RETURN(heartbeats_,
@@ -124,6 +132,8 @@ Status CoordinatorShell::setup(const std::function<void(int)>& on_listening) {
   const std::vector<Join> first_engine(engine_joins.begin(), engine_joins.begin() + options_.engine_ranks);
   ASSIGN_OR_RETURN(Topology topology,
                    plan_topology(trainer_joins, first_engine, options_.seed, options_.refits == 0));
+  RETURN_IF_ERROR(check_partial_refits(options_.refits == 0 ? std::vector<std::string>() : options_.only,
+                                       trainer_joins[0], engine_joins[0], slots() > options_.engines));
   RETURN_IF_ERROR(plan_relay(engine_joins, options_.engine_ranks, static_cast<std::uint64_t>(options_.relay_fanout),
                              options_.release_between_refits, slots(), topology));
   for (const std::string& warning : topology.warnings) note(LogLevel::kWarning, warning);
@@ -168,6 +178,8 @@ Status CoordinatorShell::drive() {
   phase_options.amax_exchange = trainer.layout != "full" && trainer.quantize != "none";
   phase_options.alternate_arenas = engine.mode == "direct" && engine.shadow;
   phase_options.release_between_refits = options_.release_between_refits;
+  phase_options.only = options_.only;
+  phase_options.only_from = options_.only_from;
   RefitPhases phases(phase_options);
   members_ = roster_.slots();
   // Setup's linking shares the deadline the joins had.
@@ -270,7 +282,7 @@ void CoordinatorShell::carry_out(PhaseAction& action, std::vector<Lost>* lost) {
     report_.record_join(*join);
   } else if (auto* commit = std::get_if<RecordCommit>(&action)) {
     report_.record_commit(*commit);
-    tally_.add(commit->version, report_.bytes_per_refit());
+    tally_.add(commit->version, report_.refit_bytes(*commit));
     every_commit_verified_ = every_commit_verified_ && commit->verified;
     // Written before commit(v) goes out: a coordinator lost from here on
     // leaves a report that names v committed.

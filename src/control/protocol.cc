@@ -27,6 +27,15 @@ std::string str(const Json& m, const char* field, const std::string& otherwise =
   auto it = m.find(field);
   return it == m.end() ? otherwise : it->get<std::string>();
 }
+// A partial refit's globs (the schema checked they are strings); absent: none.
+std::vector<std::string> globs(const Json& m) {
+  std::vector<std::string> out;
+  if (auto it = m.find("only"); it != m.end()) {
+    for (const Json& g : *it) out.push_back(g.get<std::string>());
+  }
+  return out;
+}
+
 bool boolean(const Json& m, const char* field, bool otherwise = false) {
   auto it = m.find(field);
   return it == m.end() ? otherwise : it->get<bool>();
@@ -305,7 +314,11 @@ Json encode(const RankMessage& message) {
                  if (l.weights_complete) m["weights_complete"] = *l.weights_complete;
                  return m;
                },
-               [](const Ready& r) { return versioned("ready", r.version); },
+               [](const Ready& r) {
+                 Json m = versioned("ready", r.version);
+                 if (!r.plan_digest.empty()) m["plan_digest"] = r.plan_digest;
+                 return m;
+               },
                [](const Progress& p) {
                  Json m = versioned("progress", p.version);
                  m["bytes"] = p.bytes;
@@ -325,7 +338,11 @@ Json encode(const RankMessage& message) {
                  m["error"] = status_to_json(f.error);
                  return m;
                },
-               [](const Request& r) { return versioned("request", r.version); },
+               [](const Request& r) {
+                 Json m = versioned("request", r.version);
+                 if (!r.only.empty()) m["only"] = r.only;
+                 return m;
+               },
                [](const Finish&) { return typed("finish"); },
                [](const Heartbeat&) { return typed("heartbeat"); },
                [](const SetupFailed& f) {
@@ -357,6 +374,7 @@ Json encode(const CoordinatorMessage& message) {
                              [](const Start& s) {
                                Json m = versioned("start", s.version);
                                if (s.arena != 0) m["arena"] = s.arena;
+                               if (!s.only.empty()) m["only"] = s.only;
                                return m;
                              },
                              [](const Go& g) { return versioned("go", g.version); },
@@ -427,7 +445,7 @@ StatusOr<RankMessage> decode_rank_message(const Json& m) {
     if (m.contains("weights_complete")) l.weights_complete = boolean(m, "weights_complete");
     return RankMessage(l);
   }
-  if (type == "ready") return RankMessage(Ready{u64(m, "version")});
+  if (type == "ready") return RankMessage(Ready{u64(m, "version"), m.value("plan_digest", std::string())});
   if (type == "progress") return RankMessage(Progress{u64(m, "version"), u64(m, "bytes")});
   if (type == "sent") return RankMessage(Sent{u64(m, "version")});
   if (type == "done") {
@@ -441,7 +459,7 @@ StatusOr<RankMessage> decode_rank_message(const Json& m) {
   if (type == "failed") {
     return RankMessage(Failed{u64(m, "version"), status_field(m, "error").value_or(Internal("no error given"))});
   }
-  if (type == "request") return RankMessage(Request{u64(m, "version")});
+  if (type == "request") return RankMessage(Request{u64(m, "version"), globs(m)});
   if (type == "finish") return RankMessage(Finish{});
   if (type == "heartbeat") return RankMessage(Heartbeat{});
   if (type == "setup_failed") {
@@ -469,7 +487,7 @@ StatusOr<CoordinatorMessage> decode_coordinator_message(const Json& m) {
     ASSIGN_OR_RETURN(Setup setup, decode_setup(m));
     return CoordinatorMessage(std::move(setup));
   }
-  if (type == "start") return CoordinatorMessage(Start{u64(m, "version"), u64(m, "arena")});
+  if (type == "start") return CoordinatorMessage(Start{u64(m, "version"), u64(m, "arena"), globs(m)});
   if (type == "go") return CoordinatorMessage(Go{u64(m, "version")});
   if (type == "commit") return CoordinatorMessage(Commit{u64(m, "version")});
   if (type == "abort") {

@@ -77,8 +77,9 @@ namespace refit {
 // delta (--delta) with the data plane's credit base and encoded kLanded
 // (net/frames.h); version 9 many engines (the join's engine, the setup's
 // engines, engine and relay; issue 18); version 10 engines joining a running
-// job (the join's catch_up, catch_up(v, engine)).
-inline constexpr std::uint64_t kControlProtocolVersion = 10;
+// job (the join's catch_up, catch_up(v, engine)); version 11 partial
+// refits (request's and start's only, ready's plan_digest; issue 22).
+inline constexpr std::uint64_t kControlProtocolVersion = 11;
 
 // How often a side sends a heartbeat, and how long it waits for a word from
 // its peer before it treats the peer as lost (stalled, dead or cut off).
@@ -222,8 +223,14 @@ struct Linked {
   std::optional<std::uint64_t> version;  // after a relink: the rank's committed version
   std::optional<bool> weights_complete;  // engine, after a relink
 };
+// `plan_digest`: the digest (16 hex digits) of the plan this rank moves
+// refit `version` by: the setup's, or a partial refit's subset plan
+// (refit/partial.h). The coordinator compares each trainer rank's with the
+// engine rank it feeds. Empty: a rank that plans no stream of its own (a
+// sharded trainer rank).
 struct Ready {
   std::uint64_t version = 0;
+  std::string plan_digest;
 };
 struct Progress {
   std::uint64_t version = 0, bytes = 0;
@@ -261,6 +268,7 @@ struct Acquired {
 };
 struct Request {  // on demand: run refit `version` next
   std::uint64_t version = 0;
+  std::vector<std::string> only;  // a partial refit's globs (canonical_scope); empty: every tensor
 };
 struct Finish {};  // on demand: this trainer rank asks for no more refits
 // In place of a join: this rank failed its own setup before it could join
@@ -322,6 +330,9 @@ struct Start {
   // Direct mode over shadow weights: the arena the trainers write (0 or 1,
   // the one not served; shadow_arena_stride apart). Absent on the wire: 0.
   std::uint64_t arena = 0;
+  // A partial refit: the globs of the tensors it moves (canonical, refit/
+  // partial.h); empty (absent on the wire): every tensor.
+  std::vector<std::string> only;
 };
 struct Go {
   std::uint64_t version = 0;

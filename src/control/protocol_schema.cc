@@ -43,6 +43,8 @@ constexpr std::uint64_t kMaxHexBytes = 256;      // auth nonces and MACs
 
 const Field kVersion{"version", kUint};
 const Field kError{"error", kObj};
+// A partial refit's globs (request, start): at most 256, each a name's length.
+const Field kOnly{"only", kArr, false, 256, kStr};
 
 // Rank -> coordinator: the join.
 void add_join(std::vector<Schema>& s) {
@@ -83,7 +85,9 @@ void add_join(std::vector<Schema>& s) {
 // Rank -> coordinator: every message after the join.
 void add_rank_messages(std::vector<Schema>& s) {
   s.push_back({"linked", {{"version", kUint}, {"weights_complete", kBool}}});
-  for (const char* t : {"ready", "sent", "committed", "request"}) s.push_back({t, {kVersion}});
+  for (const char* t : {"sent", "committed"}) s.push_back({t, {kVersion}});
+  s.push_back({"ready", {kVersion, {"plan_digest", kStr, false, kMaxNameBytes}}});
+  s.push_back({"request", {kVersion, kOnly}});
   s.push_back({"done", {kVersion, {"verified", kBool}, {"stats", kObj}}});
   s.push_back({"progress", {kVersion, {"bytes", kUint}}});
   s.push_back({"failed", {kVersion, kError}});
@@ -125,7 +129,7 @@ void add_coordinator_messages(std::vector<Schema>& s) {
   s.push_back({"release", {kVersion}});
   s.push_back({"catch_up", {kVersion, {"engine", kUint, true, kMaxRanks}}});
   s.push_back({"acquire", {kVersion, {"descriptors", kArr, false, kMaxRanks, kStr}}});
-  s.push_back({"start", {kVersion, {"arena", kUint, false, 1}}});
+  s.push_back({"start", {kVersion, {"arena", kUint, false, 1}, kOnly}});
   for (const char* t : {"go", "commit"}) s.push_back({t, {kVersion}});
   s.push_back({"relink", {kVersion, {"route", kObj}}});  // protocol.cc checks the route's fields
   s.push_back({"abort", {kVersion, kError}});

@@ -307,6 +307,33 @@ TEST(Protocol, AShadowEnginesJoinAndAStartsArenaRoundTrip) {
   EXPECT_FALSE(decode_coordinator_message(bad).ok());
 }
 
+// Partial refits (protocol 11): request's and start's globs and ready's
+// plan digest round trip, absent when empty; a glob that is not a string is
+// refused naming the field. Catches: `only` dropped by encode or decode (a
+// partial refit would run full on one side only), the digest dropped (the
+// coordinator could not compare the plans).
+TEST(Protocol, PartialRefitFieldsRoundTrip) {
+  const std::vector<std::string> only{"*.q_proj.weight", "*norm*"};
+  auto request = decode_rank_message(encode(RankMessage(Request{3, only})));
+  ASSERT_TRUE(request.ok()) << request.status().ToString();
+  EXPECT_EQ(std::get<Request>(*request).only, only);
+  EXPECT_FALSE(encode(RankMessage(Request{3})).contains("only"));
+  Start start{3, 0, only};
+  auto started = decode_coordinator_message(encode(CoordinatorMessage(start)));
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  EXPECT_EQ(std::get<Start>(*started).only, only);
+  EXPECT_FALSE(encode(CoordinatorMessage(Start{3})).contains("only"));
+  auto ready = decode_rank_message(encode(RankMessage(Ready{3, "0123456789abcdef"})));
+  ASSERT_TRUE(ready.ok()) << ready.status().ToString();
+  EXPECT_EQ(std::get<Ready>(*ready).plan_digest, "0123456789abcdef");
+  EXPECT_FALSE(encode(RankMessage(Ready{3})).contains("plan_digest"));
+  Json bad = encode(RankMessage(Request{3, only}));
+  bad["only"] = Json::array({"*norm*", 7});
+  auto refused = decode_rank_message(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("only"), std::string::npos) << refused.status().ToString();
+}
+
 // Release between refits: the setup's flag and the four messages keep
 // every field; a descriptor that is not a string is refused. Catches: the
 // flag dropped by encode (no rank would release), descriptors lost or

@@ -152,6 +152,7 @@ void RefitPhases::finish_recovery(PhaseTime now) {
     }
     out_.emplace_back(std::in_place_type<RecordRecovery>, std::move(recovered));
   }
+  note_engines_whole();
   failure_recovery_ = false;
   rerouting_ = false;
   if (joining_ >= 0) return start_catch_up(now);

@@ -79,7 +79,7 @@ void RefitPhases::advance(PhaseTime now) {
         decide_idle(now);
         break;
       case Phase::kPrepare:
-        if (all_reached(Step::kReady)) {
+        if (all_reached(Step::kReady) && plans_agree(now)) {
           go_time_ = last_sent_ = now;
           out_.push_back(SendAll{Go{version_}});
           enter(Phase::kTransfer, Step::kSent);
@@ -223,6 +223,7 @@ void RefitPhases::on_report(int member, Step step, const RankMessage& message, P
   m.step = step;
   if (step == Step::kSent) last_sent_ = std::max(last_sent_, now);
   if (const auto* done = std::get_if<Done>(&message)) m.done = *done;
+  if (const auto* ready = std::get_if<Ready>(&message)) m.plan_digest = ready->plan_digest;
   if (const auto* linked = std::get_if<Linked>(&message)) m.linked = *linked;
   if (const auto* released = std::get_if<Released>(&message)) m.released_bytes = released->bytes;
   if (const auto* acquired = std::get_if<Acquired>(&message)) m.descriptor = acquired->descriptor;
@@ -450,6 +451,7 @@ bool RefitPhases::stalled_itself(PhaseTime now) {
 void RefitPhases::decide_idle(PhaseTime now) {
   int finished = 0, asked = 0;
   std::optional<std::uint64_t> version;
+  std::vector<std::string> only;  // the first request's globs; every other must ask the same
   for (int t = 0; t < options_.trainer_ranks; ++t) {
     const std::optional<RankMessage>& ask = members_[static_cast<std::size_t>(t)].ask;
     if (!ask) continue;
@@ -467,7 +469,9 @@ void RefitPhases::decide_idle(PhaseTime now) {
       return end(InvalidArgument("the trainer ranks ask for different versions: " + std::to_string(*version) +
                                  " and " + std::to_string(request->version) + " (" + member_name(t) + ")"));
     }
+    if (!asks_agree(version ? only : request->only, *request, t)) return;
     version = request->version;
+    only = request->only;
   }
   if (asked < options_.trainer_ranks) return;
   if (finished == options_.trainer_ranks) return end(Status::Ok());
@@ -475,6 +479,7 @@ void RefitPhases::decide_idle(PhaseTime now) {
     return end(InvalidArgument(std::to_string(finished) + " trainer ranks finished while the others asked for refit " +
                                std::to_string(*version)));
   }
+  only_ = scope_of(*version, only);
   begin_refit(*version, now);
 }
 
@@ -483,6 +488,8 @@ void RefitPhases::decide_idle(PhaseTime now) {
 void RefitPhases::decide_commit(PhaseTime) {
   RecordCommit commit;
   commit.version = version_;
+  commit.only = only_;
+  if (only_.empty()) engines_whole_ = true;  // every live engine took every byte
   commit.seconds = std::chrono::duration<double>(last_sent_ - go_time_).count();
   for (int i = 0; i < static_cast<int>(members_.size()); ++i) {
     if (dropped(i)) {  // its engine was dropped: nothing of it counts
@@ -513,7 +520,7 @@ void RefitPhases::start_refit(std::uint64_t version, PhaseTime now) {
   for (Member& m : members_) m = Member{};
   deadline_ = now + std::chrono::duration_cast<PhaseClock::duration>(
                         std::chrono::duration<double>(options_.refit_timeout_s));
-  out_.push_back(SendAll{Start{version, options_.alternate_arenas ? landing_ : 0}});
+  out_.push_back(SendAll{Start{version, options_.alternate_arenas ? landing_ : 0, only_}});
   enter(Phase::kPrepare, Step::kReady);
 }
 
@@ -528,6 +535,7 @@ void RefitPhases::next_refit(PhaseTime now) {
     return enter(Phase::kIdle, Step::kNone);
   }
   if (version_ >= static_cast<std::uint64_t>(options_.refits)) return end(Status::Ok());
+  only_ = scope_of(version_ + 1, {});
   begin_refit(version_ + 1, now);
 }
 

@@ -111,6 +111,14 @@ struct PhaseOptions {
   // before the next start (see above). A failure in either phase ends the
   // job keeping the committed version (nothing of the next refit began).
   bool release_between_refits = false;
+  // Partial refits, scheduled jobs (refit_phase_scope.cc): refits from
+  // `only_from` on move only the tensors `only` selects (canonical globs,
+  // refit/partial.h); empty: every refit is full. On demand the trainer
+  // ranks' requests carry the globs instead. A partial refit needs whole
+  // engines: the first refit, and the one after a recovery in which an
+  // engine rank said its weights are incomplete, run full (with a note).
+  std::vector<std::string> only;
+  std::uint64_t only_from = 2;
 };
 
 using PhaseClock = std::chrono::steady_clock;
@@ -153,6 +161,7 @@ struct SendAll {
 // The commit decision: refit `version` is committed from now on.
 struct RecordCommit {
   std::uint64_t version = 0;
+  std::vector<std::string> only;  // a partial refit's globs; empty: every tensor
   double seconds = 0;  // from go to the last rank's sent
   bool verified = true;
   std::vector<Done> engines, trainers;  // by rank
@@ -248,6 +257,7 @@ class RefitPhases {
     std::optional<RankMessage> ask;  // on demand: its request or finish
     std::optional<Done> done;
     std::optional<Linked> linked;
+    std::string plan_digest;  // its ready's: the plan it moves this refit by
     std::optional<std::vector<AmaxEntry>> amax;  // its amax_share of the refit
     std::uint64_t released_bytes = 0;            // its released
     std::string descriptor;                      // an engine rank's acquired
@@ -277,6 +287,14 @@ class RefitPhases {
   void decide_commit(PhaseTime now);
   void begin_refit(std::uint64_t version, PhaseTime now);
   void start_refit(std::uint64_t version, PhaseTime now);
+  // Partial refits (refit_phase_scope.cc): the globs refit `version` moves
+  // (`asked`: the trainer ranks' on demand), full while an engine is not
+  // whole; the trainer ranks' asks agree; every rank's ready digest equals
+  // that of the ranks it shares a stream with.
+  std::vector<std::string> scope_of(std::uint64_t version, const std::vector<std::string>& asked);
+  bool asks_agree(const std::vector<std::string>& first, const Request& request, int member);
+  bool plans_agree(PhaseTime now);
+  void note_engines_whole();
   // release_between_refits (release_phases.cc).
   void begin_release(PhaseTime now);
   void advance_release(PhaseTime now);
@@ -327,6 +345,11 @@ class RefitPhases {
   std::uint64_t version_ = 0;   // the refit in flight (or last run)
   std::uint64_t decided_ = 0;   // the last version decided committed
   std::uint64_t landing_ = 1;   // alternate_arenas: the arena the next start names
+  std::vector<std::string> only_;  // the refit in flight's globs (empty: every tensor)
+  // Every live engine holds whole weights (a committed refit's every byte):
+  // a partial refit may run. False until the first full commit, and after a
+  // recovery in which an engine said otherwise.
+  bool engines_whole_ = false;
   bool in_flight_ = true;       // setup or refit version_ undecided: a failure aborts it
   bool released_ = false;       // the ranks released after the last commit: acquire before a start
   bool second_stage_ = false;   // kRelease: the engines were asked; kAcquire: the trainers were

@@ -39,7 +39,7 @@ void RefitPhases::advance_release(PhaseTime now) {
     const std::uint64_t bytes = members_[static_cast<std::size_t>(i)].released_bytes;
     (is_trainer(i) ? record.trainer_bytes : record.engine_bytes).push_back(bytes);
   }
-  out_.push_back(std::move(record));
+  out_.emplace_back(std::in_place_type<RecordRelease>, std::move(record));
   released_ = true;
   next_refit(now);
 }

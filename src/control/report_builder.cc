@@ -134,17 +134,32 @@ void ReportBuilder::record_commit(const RecordCommit& commit) {
   std::uint64_t relayed = 0;
   for (const Done& done : commit.engines) relayed += stat_u64(done.stats, "relay_bytes");
   record_engines(commit);
+  const std::uint64_t bytes = refit_bytes(commit);
   Json refit{{"version", commit.version},
-             {"bytes", bytes_per_refit_},
+             {"bytes", bytes},
              {"trainer_link_bytes", from_trainers},
              {"wire_bytes", from_trainers + relayed},
              {"seconds", seconds},
-             {"gbps", seconds > 0 ? static_cast<double>(bytes_per_refit_) / seconds / 1e9 : 0.0},
+             {"gbps", seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0},
              {"verified", commit.verified}};
+  if (!commit.only.empty()) refit["only"] = commit.only;
   if (std::optional<Json> encodings = delta_encodings(commit.trainers)) refit["encodings"] = std::move(*encodings);
   report_["refits"].push_back(std::move(refit));
   report_["committed_version"] = commit.version;
   if (!commit.verified) all_verified_ = false;
+}
+
+std::uint64_t ReportBuilder::refit_bytes(const RecordCommit& commit) const {
+  if (commit.only.empty()) return bytes_per_refit_;
+  for (std::size_t first = 0; first < commit.engines.size(); first += ranks_per_engine_) {
+    if (commit.engines[first].stats.value("dropped", false)) continue;
+    std::uint64_t bytes = 0;
+    for (std::size_t g = first; g < std::min(first + ranks_per_engine_, commit.engines.size()); ++g) {
+      bytes += stat_u64(commit.engines[g].stats, "refit_bytes");
+    }
+    return bytes;
+  }
+  return 0;
 }
 
 // Engine rank g's stats, named by engine and rank (k * R + r; engine
@@ -180,7 +195,7 @@ void ReportBuilder::record_engines(const RecordCommit& commit) {
     // Dropped (it holds none of the later versions), or refused before it joined.
     if (!engine["lost"].is_null() || engine["joined_at"].is_null()) continue;
     engine["versions"].push_back(commit.version);
-    engine["gbps"] = slowest_ms > 0 ? static_cast<double>(bytes_per_refit_) / (slowest_ms / 1e3) / 1e9 : 0.0;
+    engine["gbps"] = slowest_ms > 0 ? static_cast<double>(refit_bytes(commit)) / (slowest_ms / 1e3) / 1e9 : 0.0;
   }
 }
 

@@ -65,6 +65,9 @@ class ReportBuilder {
 
   std::uint64_t committed_version() const;
   std::uint64_t bytes_per_refit() const { return bytes_per_refit_; }
+  // What one committed refit moved into one engine: bytes_per_refit, or a
+  // partial refit's (its engine ranks' `refit_bytes`, the first live engine's).
+  std::uint64_t refit_bytes(const RecordCommit& commit) const;
 
   // Rewrites the report file (when there is one) as it stands, marked
   // unfinished: "the coordinator wrote this report <when> and did not

@@ -34,25 +34,29 @@ class RefitTally {
     last_ = version;
     ++count_;
     bytes_ += bytes;
+    same_ = count_ == 1 || (same_ && bytes == each_);
     each_ = bytes;
     last_commit_ = std::chrono::steady_clock::now();
   }
 
   // "3 refits (versions 1..3) <outcome>, 53.77 MiB <verb> each (161.3 MiB in
-  // all), 0.41 s from setup to the last commit"; "no refit <outcome>" without one.
+  // all), 0.41 s from setup to the last commit"; "no refit <outcome>" without
+  // one; refits of different sizes (partial refits): "161.3 MiB <verb> in all".
   std::string summary(const std::string& verb, const std::string& outcome) const {
     if (count_ == 0) return "no refit " + outcome;
     const std::string versions = first_ == last_ ? "version " + std::to_string(first_)
                                                  : "versions " + std::to_string(first_) + ".." + std::to_string(last_);
     const double seconds = std::chrono::duration<double>(last_commit_ - started_).count();
-    return format_count(count_, "refit") + " (" + versions + ") " + outcome + ", " + format_bytes(each_) + " " +
-           verb + " each (" + format_bytes(bytes_) + " in all), " + format_seconds(seconds) +
-           " from setup to the last commit";
+    const std::string moved = same_ ? format_bytes(each_) + " " + verb + " each (" + format_bytes(bytes_) + " in all)"
+                                    : format_bytes(bytes_) + " " + verb + " in all";
+    return format_count(count_, "refit") + " (" + versions + ") " + outcome + ", " + moved + ", " +
+           format_seconds(seconds) + " from setup to the last commit";
   }
 
  private:
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now(), last_commit_ = started_;
   std::uint64_t count_ = 0, first_ = 0, last_ = 0, bytes_ = 0, each_ = 0;
+  bool same_ = true;  // every refit moved each_ bytes
 };
 
 }  // namespace refit

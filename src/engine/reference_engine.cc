@@ -304,6 +304,15 @@ Status ReferenceEngine::begin(std::uint64_t version) {
   return Status::Ok();
 }
 
+Status ReferenceEngine::begin_partial(std::uint64_t version, const RefitScope& scope) {
+  if (options_.shadow) {
+    return FailedPrecondition("reference engine: partial refit " + std::to_string(version) + " (" +
+                              std::to_string(scope.only.size()) + " globs) into shadow weights: the arena it lands " +
+                              "in holds an older version of the tensors outside them; not built yet");
+  }
+  return begin(version);
+}
+
 const ReferenceEngine::PreparedApply* ReferenceEngine::find_prepared(std::uint64_t sequence,
                                                                      const std::vector<const void*>& key) const {
   if (sequence >= prepared_.size()) return nullptr;

@@ -23,6 +23,9 @@ LandingLedger::LandingLedger(const Plan* plan, std::string owner)
 void LandingLedger::set_links(std::vector<std::string> names, BucketFeeders feeders) {
   links_ = std::move(names);
   feeders_ = std::move(feeders);
+  encoded_.assign(feeders_.size(), 0);  // the plan may have changed (a partial refit's, Receiver::replan)
+  slot_.assign(feeders_.size(), -1);
+  owed_.assign(feeders_.size(), 0);
   part_landed_.assign(feeders_.size(), {});
   for (std::size_t j = 0; j < feeders_.size(); ++j) part_landed_[j].assign(feeders_[j].size(), 0);
 }

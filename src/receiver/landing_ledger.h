@@ -48,8 +48,9 @@ class LandingLedger {
 
   // The names of the attached links ("trainer link 0 (<peer>)"), and which
   // of them write into each bucket (sharded trainers: several, each a part;
-  // round_robin_feeders otherwise). REQUIRES: one entry per bucket, links
-  // inside `names`.
+  // round_robin_feeders otherwise). REQUIRES: one entry per bucket of the
+  // plan as it is now, links inside `names`. Called again when the plan
+  // changed between refits (a partial refit's plan, Receiver::replan).
   void set_links(std::vector<std::string> names, BucketFeeders feeders);
   std::size_t links() const { return links_.size(); }
   const std::string& link_name(std::size_t i) const { return links_[i]; }

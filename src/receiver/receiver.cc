@@ -212,6 +212,20 @@ Status Receiver::set_feeders(BucketFeeders feeders) {
 
 Status Receiver::start(std::uint64_t version, Deadline deadline) { return impl_->start(version, deadline); }
 
+Status Receiver::replan() {
+  Impl& impl = *impl_;
+  impl.whole_views.clear();  // keyed by bucket: the old plan's
+  std::lock_guard<std::mutex> lock(impl.mu);
+  if (!impl.feeders.empty()) {
+    return FailedPrecondition(impl.options.name + ": a partial refit's plan with sharded trainers' bucket parts");
+  }
+  if (impl.ledger.links() == 0) return Status::Ok();  // dealt at the first start
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < impl.ledger.links(); ++i) names.push_back(impl.ledger.link_name(i));
+  impl.ledger.set_links(std::move(names), round_robin_feeders(*plan_, impl.ledger.links()));
+  return Status::Ok();
+}
+
 Status Receiver::set_delta_base(std::uint64_t base, CommittedBytes committed) {
   if (base != 0 && (impl_->direct || impl_->on_device() || !committed)) {
     return FailedPrecondition(impl_->options.name + ": delta refits decode into staged host pools, with the "

@@ -147,6 +147,15 @@ class Receiver : public BatchSource {
   // refit before the next start().
   Status set_tap(BucketTap* tap);
 
+  // Partial refits (refit/partial.h): the plan this receiver was created
+  // with changed in place (core/plan_swap.h): a subset plan of the same
+  // specs whose buckets fit the pool's slots, or the setup's again. Deals
+  // the buckets over the links again and forgets the views built for the
+  // old buckets. Between refits, on the consumer's thread.
+  // kFailedPrecondition with sharded trainers' feeders (set_feeders), whose
+  // parts follow the setup's plan.
+  Status replan();
+
   // Begins refit `version`: resets the stream, grants the first slots.
   // Fails, naming the link, when a link closed or sent a frame since the
   // last refit ended (a frame of an older version is never silently taken).

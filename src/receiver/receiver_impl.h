@@ -129,7 +129,8 @@ struct Receiver::Impl {
   BucketTap* tap = nullptr;
   std::vector<std::int64_t> slot_bucket;
   // Views of buckets of whole tensors, by bucket * slots + slot; empty until
-  // built (the plan and the pool do not change while this receiver lives).
+  // built (the pool does not change while this receiver lives; the plan
+  // only in replan(), which clears them).
   std::vector<std::vector<TensorView>> whole_views;
 
   // Numbers `batch`, records what it holds (a slot, or -1; reassembly

@@ -21,7 +21,8 @@ StatusOr<std::optional<std::uint64_t>> EngineRank::Impl::next() {
                                                         [this](const CatchUp& c) { return catch_up(c); }}));
   if (!start) return std::optional<std::uint64_t>();
   const std::uint64_t version = start->version;
-  Status status = refit(version);
+  Status status = refit(*start);
+  if (status.ok()) last_only_ = start->only;
   // Committed: a failed release ends the job (the coordinator's verdict), never aborts the version.
   if (status.ok() && release_) RETURN_IF_ERROR(release_after(version));
   if (!status.ok()) {
@@ -231,15 +232,17 @@ Status EngineRank::Impl::adopt_parts(const std::vector<std::vector<Part>>& parts
   return Status::Ok();
 }
 
-Status EngineRank::Impl::refit(std::uint64_t version) {
+Status EngineRank::Impl::refit(const Start& start) {
+  const std::uint64_t version = start.version;
   fire_fault_hook(options_.debug_fault, ProtocolStep::kStart, version, name());
+  ASSIGN_OR_RETURN(const PlanSwap partial, use_scope(version, start.only));
   if (options_.delta && !direct_) RETURN_IF_ERROR(receiver_->set_delta_base(delta_base(), binding_.read_committed));
-  RETURN_IF_ERROR(engine_->begin(version));
+  RETURN_IF_ERROR(begin_engine(version, start.only));
   // Direct mode has no credits: trainers announce buckets as soon as they
   // see "go", so the receiver takes this refit's frames before "ready".
   if (direct_) RETURN_IF_ERROR(receiver_->start(version, Deadline::AfterSeconds(options_.refit_timeout_s)));
   fire_fault_hook(options_.debug_fault, ProtocolStep::kReady, version, name());
-  RETURN_IF_ERROR(client_->send(Ready{version}));
+  RETURN_IF_ERROR(client_->send(Ready{version, plan_.digest_hex()}));
   Deadline deadline = Deadline::AfterSeconds(options_.refit_timeout_s);
   ASSIGN_OR_RETURN(Go go, client_->wait_for<Go>(deadline));
   (void)go;
@@ -289,6 +292,7 @@ Status EngineRank::Impl::refit(std::uint64_t version) {
             {"batches", stats.batches},
             {"tensors", stats.tensors},
             {"bytes", stats.bytes},
+            {"refit_bytes", plan_.total_bytes},
             {"aligned_batches", aligned},
             {"wait_ms", std::chrono::duration<double, std::milli>(waiting).count()},
             {"apply_ms", std::chrono::duration<double, std::milli>(applying).count()},
@@ -320,7 +324,7 @@ Status EngineRank::Impl::finish_direct(std::uint64_t version, Deadline deadline)
 // byte differs). What the Done's `verified` says.
 StatusOr<bool> EngineRank::Impl::verify(std::uint64_t version) {
   if (!binding_.verify) return false;
-  RETURN_IF_ERROR(binding_.verify(version, seed_));
+  RETURN_IF_ERROR(binding_.verify(version, seed_, moving_));
   return true;
 }
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <cstdio>
@@ -21,6 +22,8 @@
 #include "refit/content.h"
 #include "refit/coordinator.h"
 #include "control/spec_json.h"
+#include "core/plan_swap.h"
+#include "refit/partial.h"
 #include "net/frames.h"
 #include "aligner/aligner.h"
 #include "cuda/device.h"
@@ -85,7 +88,14 @@ class EngineRank::Impl {
   StatusOr<bool> recover();
   Status relink_data(const Relink& relink, bool after_failure);
   Status reroute(const Relink& relink);
-  Status refit(std::uint64_t version);
+  Status refit(const Start& start);
+  // Partial refits (engine_rank_scope.cc): this rank's plan and its peers'
+  // as the subset plans of `only` for one refit (the setup's again when the
+  // PlanSwap goes; the receiver deals its buckets again each time), and the
+  // tensors of the stream it moves (moving_; empty: every tensor).
+  StatusOr<PlanSwap> use_scope(std::uint64_t version, const std::vector<std::string>& only);
+  Status check_partial(std::uint64_t version) const;
+  Status begin_engine(std::uint64_t version, const std::vector<std::string>& only);
   // Many engines: a joining engine's catch-up (engine_rank_catch_up.cc).
   Status catch_up(const CatchUp& catch_up);
   Status send_committed(const CatchUp& catch_up);
@@ -105,8 +115,16 @@ class EngineRank::Impl {
 
   EngineOptions options_;
   EngineBinding binding_;
-  Plan plan_;
-  std::vector<Plan> peer_plans_;
+  Plan plan_;  // the setup's, but during a partial refit its subset plan (use_scope)
+  std::vector<Plan> peer_plans_;  // likewise
+  struct SubsetPlans {
+    Plan own;
+    std::vector<Plan> peers;
+    std::vector<bool> selected;  // of this rank's stream
+  };
+  std::map<std::vector<std::string>, SubsetPlans> subset_plans_;  // partial refits' plans, by their globs
+  std::vector<bool> moving_;          // the refit in flight's tensors of the stream (empty: every tensor)
+  std::vector<std::string> last_only_;  // the last committed refit's globs (empty: every tensor)
   std::uint64_t seed_ = 0;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Listener> listener_;

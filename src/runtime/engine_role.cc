@@ -62,7 +62,26 @@ struct LocalEngine {
   std::vector<std::vector<TensorSpec>> streams;  // every engine rank's, sharded alike
   std::unique_ptr<ReferenceEngine> engine;
   std::unique_ptr<WeightReaders> readers;  // --readers; stopped before the engine goes
+  // Partial refits: the version of the last committed refit that moved each
+  // model weight (empty before the first commit), and the weights the refit
+  // being verified moves (empty: every weight), which hold that refit's
+  // version once it is committed (commit_versions).
+  std::vector<std::uint64_t> versions;
+  std::vector<bool> moving;
 };
+
+// Refit `version` committed: the weights it moved hold it now. Returns
+// the bytes it moved into `stream` (this rank's).
+std::uint64_t commit_versions(LocalEngine& local, std::uint64_t version, const std::vector<TensorSpec>& stream) {
+  local.versions.resize(stream.size(), 0);
+  std::uint64_t bytes = 0;
+  for (std::size_t i = 0; i < stream.size(); ++i) {
+    if (!local.moving.empty() && !local.moving[i]) continue;
+    local.versions[i] = version;
+    bytes += stream[i].nbytes();
+  }
+  return bytes;
+}
 
 // --shadow and --readers fit the model: the second arena within
 // --memory-limit; readers of a synthetic model's content (a checkpoint's
@@ -153,7 +172,7 @@ auto committed_bytes(const LocalEngine& local, int rank) {
   };
 }
 
-EngineBinding bind_local_engine(const EngineOptions& options, const LocalEngine& local) {
+EngineBinding bind_local_engine(const EngineOptions& options, LocalEngine& local) {
   EngineBinding binding;
   binding.stream = local.streams[static_cast<std::size_t>(options.rank)];
   for (const Weight& w : local.choice.model.weights) binding.rules.push_back(w.rule);  // stream order
@@ -173,9 +192,16 @@ EngineBinding bind_local_engine(const EngineOptions& options, const LocalEngine&
     binding.read_counts = [&local] { return local.readers ? local.readers->counts() : ReadCounts{}; };
   }
   if (options.verify) {
-    binding.verify = [&options, &local](std::uint64_t version, std::uint64_t seed) {
+    binding.verify = [&options, &local](std::uint64_t version, std::uint64_t seed, const std::vector<bool>& moved) {
+      local.moving = moved;
+      WeightVersions versions{version, {}};
+      if (!moved.empty()) {
+        for (std::size_t i = 0; i < moved.size(); ++i) {
+          versions.each.push_back(moved[i] || i >= local.versions.size() ? version : local.versions[i]);
+        }
+      }
       return verify_engine_weights(local.choice, *local.engine, options.rank, options.engine_ranks, local.on_device,
-                                   version, content_seed(options, seed));
+                                   versions, content_seed(options, seed));
     };
   }
   return binding;
@@ -247,7 +273,7 @@ Status run_engine(const EngineOptions& options) {
       RETURN_IF_ERROR(
           local.readers->error().WithContext(rank_label(options) + ": a --readers thread"));
     }
-    tally.add(*version, stream_bytes(local.streams[static_cast<std::size_t>(options.rank)]));
+    tally.add(*version, commit_versions(local, *version, local.streams[static_cast<std::size_t>(options.rank)]));
     if (!options.save_path.empty()) {
       RETURN_IF_ERROR(save_shards(local.choice.model, *local.engine, options.rank, options.engine_ranks,
                                   local.on_device, *version, options.save_path));

@@ -18,12 +18,12 @@ Status TrainerRank::Impl::serve() {
       return Status::Ok();
     }
     land_in(start->arena);
-    Status status = refit_or_report(start->version);
+    Status status = refit_or_report(*start);
     if (!status.ok() && !recovered_) return status;
   }
 }
 
-Status TrainerRank::Impl::refit(std::uint64_t version) {
+Status TrainerRank::Impl::refit(std::uint64_t version, const std::vector<std::string>& only) {
   const Clock::time_point called = Clock::now();  // the report's seconds start here
   recovered_ = false;
   if (!on_demand_) {
@@ -34,10 +34,12 @@ Status TrainerRank::Impl::refit(std::uint64_t version) {
     return InvalidArgument(name() + ": refit version " + std::to_string(version) +
                            " is not above the last committed version " + std::to_string(committed_));
   }
+  ASSIGN_OR_RETURN(const RefitScope scope, canonical_scope(only));
+  if (!scope.full()) RETURN_IF_ERROR(check_partial(version));
   // A job that ended meanwhile (a rank lost while this one was idle)
   // answers with its reason, not with a failed send.
   if (std::optional<Status> ended = client_->abort_reason()) return *ended;
-  if (Status asked = client_->send(Request{version}); !asked.ok()) {
+  if (Status asked = client_->send(Request{version, scope.only}); !asked.ok()) {
     return client_->await_abort_reason(std::chrono::milliseconds(500)).value_or(asked);
   }
   ASSIGN_OR_RETURN(std::optional<Start> start, client_->wait_for_start_while_alive(between_refits()));
@@ -49,7 +51,7 @@ Status TrainerRank::Impl::refit(std::uint64_t version) {
                               " (every trainer rank must ask for the same version)");
   }
   land_in(start->arena);
-  return refit_or_report(version, called);
+  return refit_or_report(*start, called);
 }
 
 Status TrainerRank::Impl::finish() {
@@ -171,9 +173,10 @@ Status TrainerRank::Impl::make_sender(int writer) {
   return Status::Ok();
 }
 
-Status TrainerRank::Impl::refit_or_report(std::uint64_t version, Clock::time_point called) {
+Status TrainerRank::Impl::refit_or_report(const Start& start, Clock::time_point called) {
   recovered_ = false;
-  Status status = run_refit(version, called);
+  const std::uint64_t version = start.version;
+  Status status = run_refit(version, start.only, called);
   if (status.ok()) return Status::Ok();
   // In doubt: the coordinator is lost, nobody to report to or relink with.
   if (in_doubt_) return status;
@@ -207,9 +210,12 @@ Status TrainerRank::Impl::refit_or_report(std::uint64_t version, Clock::time_poi
   return status;
 }
 
-Status TrainerRank::Impl::run_refit(std::uint64_t version, Clock::time_point called) {
+Status TrainerRank::Impl::run_refit(std::uint64_t version, const std::vector<std::string>& only,
+                                    Clock::time_point called) {
   TrainerRefitReport report;
   report.version = version;
+  report.only = only;
+  ASSIGN_OR_RETURN(const PlanSwap partial, use_scope(version, only));
   report.wait_start_s = seconds_since(called);
   protocol_.begin_refit();
   if (bases_) bases_->drop_pending();
@@ -217,7 +223,7 @@ Status TrainerRank::Impl::run_refit(std::uint64_t version, Clock::time_point cal
   RETURN_IF_ERROR(source_->prepare(version, seed_).WithContext(name() + ", preparing the weights of refit " +
                                                                 std::to_string(version)));
   fire_fault_hook(options_.debug_fault, ProtocolStep::kReady, version, name());
-  RETURN_IF_ERROR(client_->send(Ready{version}));
+  RETURN_IF_ERROR(client_->send(Ready{version, sharded_ ? std::string() : plan_.digest_hex()}));
   const Clock::time_point ready = Clock::now();
   RETURN_IF_ERROR(client_->wait_for<Go>(Deadline::AfterSeconds(options_.refit_timeout_s)).status());
   report.wait_go_s = seconds_since(ready);
@@ -346,8 +352,8 @@ Status TrainerRank::serve() {
   const Status status = impl_->serve();  // before reading the version it leaves
   return with_committed_version(status, impl_->committed_version()).WithContext(impl_->name());
 }
-Status TrainerRank::refit(std::uint64_t version) {
-  const Status status = impl_->refit(version);
+Status TrainerRank::refit(std::uint64_t version, const std::vector<std::string>& only) {
+  const Status status = impl_->refit(version, only);
   return with_committed_version(status, impl_->committed_version()).WithContext(impl_->name());
 }
 Status TrainerRank::finish() { return impl_->finish().WithContext(impl_->name()); }

@@ -10,12 +10,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <vector>
 
 #include "control/auth.h"
 #include "control/control_client.h"
+#include "core/plan_swap.h"
 #include "core/refit_tally.h"
 #include "cuda/device.h"
 #include "delta/bucket_bases.h"
@@ -23,6 +25,7 @@
 #include "refit/coordinator.h"
 #include "refit/format.h"
 #include "refit/model.h"
+#include "refit/partial.h"
 #include "refit/plan.h"
 #include "refit/reference_engine.h"
 #include "refit/trainer_layout.h"
@@ -61,7 +64,7 @@ class TrainerRank::Impl {
 
   Status serve();
 
-  Status refit(std::uint64_t version);
+  Status refit(std::uint64_t version, const std::vector<std::string>& only);
 
   Status finish();
 
@@ -121,7 +124,7 @@ class TrainerRank::Impl {
   // with recovered_ set; a coordinator that shuts down or is lost leaves the
   // error fatal.
   // `called`: when the caller began this refit (the report's seconds).
-  Status refit_or_report(std::uint64_t version, Clock::time_point called = Clock::now());
+  Status refit_or_report(const Start& start, Clock::time_point called = Clock::now());
 
   // The coordinator's relink, after a failed refit or (many engines) between
   // refits once the engine it fed was dropped: the route's target, when it
@@ -136,7 +139,14 @@ class TrainerRank::Impl {
   // same transport target, and the hello again.
   Status relink_engine(Deadline deadline);
 
-  Status run_refit(std::uint64_t version, Clock::time_point called);
+  Status run_refit(std::uint64_t version, const std::vector<std::string>& only, Clock::time_point called);
+
+  // Partial refits (trainer_rank_scope.cc): whether this rank can move only
+  // part of its stream (refused, named, where that is not built yet), and
+  // plan_ as the subset plan of `only` for one refit (the setup's again
+  // when the PlanSwap goes; nothing to swap for a full refit).
+  Status check_partial(std::uint64_t version) const;
+  StatusOr<PlanSwap> use_scope(std::uint64_t version, const std::vector<std::string>& only);
 
   // What this rank sent of one refit.
   struct SentShare {
@@ -181,7 +191,8 @@ class TrainerRank::Impl {
   std::unique_ptr<WeightSource> source_;
   int engine_rank_ = 0;
   int pack_rank_ = 0;  // == engine_rank_ unless a test injects a fault
-  Plan plan_;
+  Plan plan_;  // the setup's, but during a partial refit its subset plan (use_scope)
+  std::map<std::vector<std::string>, Plan> subset_plans_;  // partial refits' plans, by their globs
   // Destroyed in reverse order: the client's reader thread (which may shut
   // the link down) stops first, then the target, then the link it uses.
   std::unique_ptr<Transport> transport_;

@@ -41,16 +41,25 @@ StatusOr<std::int64_t> synthetic_mismatch(const Weight& w, const std::byte* got,
 }  // namespace
 
 Status verify_synthetic(const Model& model, const ReferenceEngine& engine, int rank, int ranks, bool on_device,
-                        std::uint64_t version, const ContentSeed& seed) {
+                        const WeightVersions& versions, const ContentSeed& seed) {
   const std::string name = "engine rank " + std::to_string(rank);
-  for (const Weight& w : model.weights) {
+  if (!versions.each.empty() && versions.each.size() != model.weights.size()) {
+    return Internal(name + ": " + std::to_string(versions.each.size()) + " weight versions for " +
+                    std::to_string(model.weights.size()) + " weights");
+  }
+  for (std::size_t i = 0; i < model.weights.size(); ++i) {
+    const Weight& w = model.weights[i];
+    const std::uint64_t version = versions.of(i);
     const std::byte* got = engine.landed_weight(rank, w.spec.name);
     if (got == nullptr) return Internal(name + " holds no weight '" + w.spec.name + "'");
     ASSIGN_OR_RETURN(const std::int64_t at,
                      synthetic_mismatch(w, got, rank, ranks, on_device, seed.key(version, w.spec.name, w.spec.dtype)));
     if (at >= 0) {
+      const std::string held =
+          version == versions.refit ? "" : " (it must still hold refit " + std::to_string(version) + "'s bytes)";
       return DataLoss(name + ": tensor '" + w.spec.name + "' is wrong at byte " + std::to_string(at) +
-                      " of its shard after refit " + std::to_string(version) + " (stale, misplaced or corrupted bytes)");
+                      " of its shard after refit " + std::to_string(versions.refit) + held +
+                      " (stale, misplaced or corrupted bytes)");
     }
   }
   return Status::Ok();
@@ -194,7 +203,8 @@ StatusOr<bool> served_quantized_weight_is_version(const Model& unquantized, cons
 }
 
 Status verify_engine_weights(const ModelChoice& choice, const ReferenceEngine& engine, int rank, int ranks,
-                             bool on_device, std::uint64_t version, const ContentSeed& seed) {
+                             bool on_device, const WeightVersions& versions, const ContentSeed& seed) {
+  const std::uint64_t version = versions.refit;  // a checkpoint's bytes are every version's
   if (!choice.quantized.sources.empty()) {
     return verify_quantized(choice.unquantized, choice.quantized, choice.checkpoint.get(), engine, rank, ranks,
                             on_device, version, seed);
@@ -202,7 +212,7 @@ Status verify_engine_weights(const ModelChoice& choice, const ReferenceEngine& e
   if (choice.checkpoint != nullptr) {
     return verify_checkpoint(choice.model, *choice.checkpoint, engine, rank, ranks, on_device, version);
   }
-  return verify_synthetic(choice.model, engine, rank, ranks, on_device, version, seed);
+  return verify_synthetic(choice.model, engine, rank, ranks, on_device, versions, seed);
 }
 
 }  // namespace refit

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "refit/checkpoint.h"
 #include "refit/model.h"
@@ -16,11 +17,22 @@
 
 namespace refit {
 
+// What each weight of a model must hold after refit `refit`: that refit's
+// content, or with partial refits (refit/partial.h) `each[i]`'s, the version
+// of the last refit that moved weight i (one per model weight). `each`
+// empty: every weight is the refit's.
+struct WeightVersions {
+  std::uint64_t refit = 0;
+  std::vector<std::uint64_t> each;
+  std::uint64_t of(std::size_t i) const { return each.empty() ? refit : each[i]; }
+};
+
 // Checks every byte of `rank`'s weights in `engine` (its shards of `model`
 // over `ranks` ranks, on the device when `on_device`) against the content
-// `version` must have for `seed`. DataLoss names the tensor and the byte.
+// each must have after refit `versions.refit` for `seed`. DataLoss names the
+// tensor, the byte and the version it must hold.
 Status verify_synthetic(const Model& model, const ReferenceEngine& engine, int rank, int ranks, bool on_device,
-                        std::uint64_t version, const ContentSeed& seed);
+                        const WeightVersions& versions, const ContentSeed& seed);
 
 // A reader's check (--readers, runtime/weight_readers.h): whether weight
 // `index` of `model` as `rank` serves it (ReferenceEngine::weight) holds
@@ -69,6 +81,6 @@ Status verify_quantized(const Model& unquantized, const QuantizedModel& quantize
 // The check of an engine that verifies (EngineOptions::verify), as its
 // model calls for: verify_quantized, verify_checkpoint or verify_synthetic.
 Status verify_engine_weights(const ModelChoice& choice, const ReferenceEngine& engine, int rank, int ranks,
-                             bool on_device, std::uint64_t version, const ContentSeed& seed);
+                             bool on_device, const WeightVersions& versions, const ContentSeed& seed);
 
 }  // namespace refit

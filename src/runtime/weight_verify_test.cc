@@ -63,7 +63,7 @@ TEST(VerifySyntheticTest, CorrectRowShardedWeightsPass) {
   const Model model = row_sharded_model();
   for (int rank = 0; rank < kRanks; ++rank) {
     auto engine = synthetic_engine(model, rank);
-    ASSERT_OK(verify_synthetic(model, *engine, rank, kRanks, /*on_device=*/false, kVersion, kSeed));
+    ASSERT_OK(verify_synthetic(model, *engine, rank, kRanks, /*on_device=*/false, WeightVersions{kVersion}, kSeed));
   }
 }
 
@@ -76,7 +76,8 @@ TEST(VerifySyntheticTest, OneWrongByteInAMiddleOrLastRowFails) {
     for (std::uint64_t row : {std::uint64_t{2}, std::uint64_t{4}}) {
       auto engine = synthetic_engine(model, rank);
       shard_byte(*engine, model, rank, row, 5) ^= std::byte{0x40};
-      const Status s = verify_synthetic(model, *engine, rank, kRanks, /*on_device=*/false, kVersion, kSeed);
+      const Status s =
+          verify_synthetic(model, *engine, rank, kRanks, /*on_device=*/false, WeightVersions{kVersion}, kSeed);
       ASSERT_EQ(s.code(), StatusCode::kDataLoss) << "rank " << rank << " row " << row << ": " << s.ToString();
       EXPECT_NE(s.message().find("'layer.o_proj.weight' is wrong at byte " + std::to_string(row * 16 + 5)),
                 std::string::npos)

@@ -79,6 +79,7 @@ void add_coordinator_command(CLI::App& app, CommandTable& table) {
                   "the next refit commits); 0: a lost rank ends the job")
       ->capture_default_str();
   add_release_flag(*cmd, o.release_between_refits);
+  add_only_flags(*cmd, o.only, o.only_from);
   add_engines_flags(*cmd, o.engines, o.relay_fanout, o.min_engines, o.max_engines);
   cmd->add_option("--port-file", f->port_file,
                   "Write the listening port to this file (default: none, say it on stderr)");

@@ -271,6 +271,7 @@ std::string start_coordinator(const DemoOptions& o, DemoJob& job) {
                                    "--port-file", "/dev/fd/3"};
   if (!o.debug_log_processes) args.push_back("--quiet");
   if (o.release_between_refits) args.push_back("--release-between-refits");
+  for (const std::string& arg : coordinator_only_args(o)) args.push_back(arg);
   if (o.engines > 1 || o.max_engines > 1) {
     args.insert(args.end(), {"--engines", std::to_string(o.engines), "--relay-fanout", std::to_string(o.relay_fanout)});
     if (o.min_engines > 0) args.insert(args.end(), {"--min-engines", std::to_string(o.min_engines)});

@@ -55,6 +55,8 @@ struct DemoOptions {
   bool shadow = EngineOptions{}.shadow;
   int readers = EngineOptions{}.readers;
   bool release_between_refits = CoordinatorOptions{}.release_between_refits;
+  std::vector<std::string> only = CoordinatorOptions{}.only;  // partial refits from only_from on
+  std::uint64_t only_from = CoordinatorOptions{}.only_from;
   double setup_timeout_s = RankOptions{}.setup_timeout_s;
   double refit_timeout_s = RankOptions{}.refit_timeout_s;
   std::string secret_file;  // passed to every process as --secret-file; "": REFIT_SECRET or none
@@ -79,6 +81,10 @@ void add_demo_hidden_flags(CLI::App& cmd, DemoOptions& options);
 
 // Where the trainers' weights live: --trainer-device, or --device.
 const std::string& trainer_device(const DemoOptions& options);
+// The coordinator's --only and --only-from (none for full refits).
+std::vector<std::string> coordinator_only_args(const DemoOptions& options);
+// The coordinator's --only and --only-from (none for full refits).
+std::vector<std::string> coordinator_only_args(const DemoOptions& options);
 
 // The checks the demo makes before it starts any process: the model preset
 // and layer count, and every rank's settings (validate_rank_settings, which

@@ -71,9 +71,17 @@ void add_demo_flags(CLI::App& cmd, DemoOptions& o) {
   cmd.add_flag("--poison-recycled", o.poison_recycled, "Debug: poison every recycled staging buffer");
   add_shadow_flags(cmd, o.shadow, o.readers);
   add_release_flag(cmd, o.release_between_refits);
+  add_only_flags(cmd, o.only, o.only_from);
   add_engines_flags(cmd, o.engines, o.relay_fanout, o.min_engines, o.max_engines);
   add_timeout_flags(cmd, o.setup_timeout_s, o.refit_timeout_s);
   add_secret_file_flag(cmd, o.secret_file);
+}
+
+std::vector<std::string> coordinator_only_args(const DemoOptions& o) {
+  if (o.only.empty()) return {};
+  std::string globs;
+  for (const std::string& g : o.only) globs += (globs.empty() ? "" : ",") + g;
+  return {"--only", globs, "--only-from", std::to_string(o.only_from)};
 }
 
 // Where the trainers' weights live: --trainer-device, or --device.

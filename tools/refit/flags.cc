@@ -358,6 +358,17 @@ void add_release_flag(CLI::App& cmd, bool& release) {
                "the bytes each engine rank returned)");
 }
 
+void add_only_flags(CLI::App& cmd, std::vector<std::string>& only, std::uint64_t& only_from) {
+  cmd.add_option("--only", only,
+                 "Partial refits: from --only-from on, each refit moves only the tensors these whole-name globs "
+                 "select ('*' only, comma-separated, e.g. '*.q_proj.weight,*norm*'); the version applies to the "
+                 "whole engine")
+      ->delimiter(',');
+  cmd.add_option("--only-from", only_from, "The first refit that is partial (with --only; the first is full)")
+      ->check(CLI::Range(std::uint64_t{2}, std::uint64_t{1} << 62))
+      ->capture_default_str();
+}
+
 void add_engine_experts_flag(CLI::App& cmd, std::string& experts) {
   cmd.add_option("--engine-experts", experts,
                  "How engine ranks hold MoE experts: tp (each rank a TP slice of every expert) or ep (expert "

@@ -116,6 +116,8 @@ void add_trainer_layout_flags(CLI::App& cmd, std::string& layout, std::string& n
 void add_shadow_flags(CLI::App& cmd, bool& shadow, int& readers);
 // --release-between-refits (coordinator, demo, bench): CoordinatorOptions::release_between_refits.
 void add_release_flag(CLI::App& cmd, bool& release);
+// --only and --only-from (coordinator, demo, bench): CoordinatorOptions::only, only_from (partial refits).
+void add_only_flags(CLI::App& cmd, std::vector<std::string>& only, std::uint64_t& only_from);
 // --engines, --relay-fanout, --min-engines and --max-engines (coordinator,
 // demo, bench): CoordinatorOptions::engines, relay_fanout, min_engines,
 // max_engines.

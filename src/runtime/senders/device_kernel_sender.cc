@@ -5,6 +5,7 @@
 // one GPU: the slot's landing event) kLanded goes out at once and the stream
 // is waited for once, in finish(); otherwise once per bucket before kLanded.
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "runtime/senders/pack.h"
@@ -57,13 +58,14 @@ class DeviceKernelSender final : public BucketSender {
     PreparedCopy copy;
   };
 
-  // The pack of bucket j into slot `slot` (mapped at `dst`), prepared on its
-  // first use and kept: the plan, the weights and the mapped slots do not
-  // move while this rank runs; a slot mapped elsewhere (after a relink) is
-  // prepared again.
+  // The pack of bucket j of the plan into slot `slot` (mapped at `dst`),
+  // prepared on its first use and kept: the weights and the mapped slots do
+  // not move while this rank runs; a slot mapped elsewhere (after a relink)
+  // is prepared again. Keyed by the plan's digest too: a partial refit's
+  // plan (refit/partial.h) has other buckets under the same numbers.
   StatusOr<const PreparedCopy*> prepared_pack(std::uint64_t j, std::uint64_t slot, std::byte* dst,
                                               const std::string& where) {
-    PreparedPack& p = packs_[{j, slot}];
+    PreparedPack& p = packs_[{c_.plan->digest, j, slot}];
     if (p.dst != dst) {
       runs_.clear();
       append_slot_runs(c_, j, dst, &runs_);
@@ -79,7 +81,7 @@ class DeviceKernelSender final : public BucketSender {
   SenderContext c_;
   std::unique_ptr<BatchedCopier> copier_;
   CudaStream stream_;
-  std::map<std::pair<std::uint64_t, std::uint64_t>, PreparedPack> packs_;  // by (bucket, slot)
+  std::map<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>, PreparedPack> packs_;  // by (plan, bucket, slot)
   bool unwaited_ = false;  // packs announced with a landing event, not yet waited for
   std::vector<CopyRun> runs_;
 };

@@ -1,0 +1,33 @@
+// A trainer rank's partial refits (refit/partial.h): see trainer_rank_impl.h
+// check_partial and use_scope.
+#include "refit/partial.h"
+#include "runtime/trainer_rank_impl.h"
+
+namespace refit {
+
+Status TrainerRank::Impl::check_partial(std::uint64_t version) const {
+  const std::string what = name() + ": partial refit " + std::to_string(version);
+  // Each refusal: a setting whose partial refit is not built yet.
+  if (sharded_) {
+    return FailedPrecondition(what + " with sharded trainers (--trainer-layout " + options_.trainer_layout +
+                              "): not built yet");
+  }
+  if (options_.delta) return FailedPrecondition(what + " with --delta: not built yet");
+  if (options_.quantize != "none") return FailedPrecondition(what + " with --quantize: not built yet");
+  if (direct_) return FailedPrecondition(what + " in direct mode: not built yet (--mode staged)");
+  return Status::Ok();
+}
+
+StatusOr<PlanSwap> TrainerRank::Impl::use_scope(std::uint64_t version, const std::vector<std::string>& only) {
+  if (only.empty()) return PlanSwap();
+  RETURN_IF_ERROR(check_partial(version));
+  auto cached = subset_plans_.find(only);
+  if (cached == subset_plans_.end()) {
+    ASSIGN_OR_RETURN(const std::vector<bool> selected, select_tensors(RefitScope{only}, plan_.specs));
+    ASSIGN_OR_RETURN(Plan subset, make_subset_plan(plan_, selected));
+    cached = subset_plans_.emplace(only, std::move(subset)).first;
+  }
+  return PlanSwap(std::vector<std::pair<Plan*, Plan*>>{{&plan_, &cached->second}});
+}
+
+}  // namespace refit
