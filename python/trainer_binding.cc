@@ -56,6 +56,7 @@ py::dict report_dict(const TrainerRefitReport& r) {
   d["wait_go_s"] = r.wait_go_s;
   d["wait_credits_s"] = r.wait_credits_s;
   d["wait_commit_s"] = r.wait_commit_s;
+  d["only"] = py::tuple(py::cast(r.only));
   return d;
 }
 
@@ -164,7 +165,7 @@ class PyTrainer {
   ~PyTrainer() { close(); }
 
   // The report of the refit (a dict; see report_dict).
-  py::dict refit(std::uint64_t version) {
+  py::dict refit(std::uint64_t version, const std::vector<std::string>& only) {
     TrainerRank& rank = joined();
     Status status;
     {
@@ -172,7 +173,7 @@ class PyTrainer {
       if (memory_ == MemoryKind::kCuda) {
         status = synchronize_device(device_).WithContext(name_ + ", before refit " + std::to_string(version));
       }
-      if (status.ok()) status = rank.refit(version);
+      if (status.ok()) status = rank.refit(version, only);
     }
     check(status);
     return last_refit().cast<py::dict>();
@@ -243,7 +244,7 @@ class PyTrainer {
 void bind_trainer(py::module_& m) {
   py::class_<PyTrainer>(m, "Trainer")
       .def(py::init<RankOptions, const py::list&>(), py::arg("options"), py::arg("entries"))
-      .def("refit", &PyTrainer::refit, py::arg("version"))
+      .def("refit", &PyTrainer::refit, py::arg("version"), py::arg("only") = std::vector<std::string>())
       .def("serve", &PyTrainer::serve)
       .def("finish", &PyTrainer::finish)
       .def("close", &PyTrainer::close)

@@ -129,6 +129,7 @@ class RefitReport:
     wait_go_s: float       # ready until 'go' (every rank ready)
     wait_credits_s: float  # waiting for the engine rank's free pool slots (part of send_s)
     wait_commit_s: float   # done until the commit (the other ranks finishing)
+    only: tuple = ()       # a partial refit's globs; (): every tensor moved
 
     def as_dict(self):
         """{field: value}, for a logger (wandb.log, tensorboard, json)."""
@@ -357,15 +358,28 @@ class Trainer:
                 entries.append((name, _exportable(tensor), rule))
         return entries
 
-    def refit(self, version):
+    def refit(self, version, only=None):
         """Sends the tensors' current bytes as weight version `version` (on-demand
         jobs) and returns once the job committed it: every engine rank
         received and verified it and the coordinator decided the commit
         (each engine rank switches to it as its Commit arrives), with a
         RefitReport of this rank's part (bytes, seconds, GB/s, waits). Raises a
         refit.Error (e.g. AbortedError naming a lost engine rank) when the refit
-        failed anywhere; the version is then not committed."""
-        return RefitReport(**self._impl.refit(version))
+        failed anywhere; the version is then not committed.
+
+        only: a partial refit: a whole-name glob ('*' only) or a list of them,
+        e.g. "*lora*" or ["*.q_proj.weight", "*norm*"]; only the tensors they
+        select move (every trainer rank passes the same), and the version
+        still applies to the whole engine. A glob that selects nothing is
+        refused. The first refit, and the one after a failed refit left an
+        engine's weights incomplete, move every tensor anyway (the report's
+        `only` is then ()). Not with sharded trainers, delta, quantize or
+        direct mode yet."""
+        if only is None:
+            only = []
+        elif isinstance(only, str):
+            only = [only]
+        return RefitReport(**self._impl.refit(version, list(only)))
 
     def serve(self):
         """Takes part in every refit of a coordinator-scheduled job (refits=N)."""

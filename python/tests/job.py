@@ -217,8 +217,9 @@ def run_trainer(c):
                 np.savez(os.path.join(out, f"trainer{rank}_v{v}.npz"), **arrays)
                 _await_file(c.get("go_files", {}).get(str(v)))  # the test's go-ahead for refit v
                 started = time.monotonic()
+                only = c.get("only") if v >= c.get("only_from", 2) else None  # a partial refit's globs
                 try:
-                    trainer.refit(v)
+                    result.setdefault("only", []).append(list(trainer.refit(v, only=only).only))
                 except refit.AbortedError as e:  # an engine dropped mid-refit (retry_aborted): ask for v again
                     if len(result.get("retried", [])) >= c.get("retry_aborted", 0):
                         raise
@@ -255,7 +256,8 @@ def run_engine(c):
             os.kill(os.getpid(), signal.SIGKILL)  # an engine process that dies mid-refit
         if raise_at == version:
             raise ValueError("the engine's loader refused the batch")
-        calls.append({"dtypes": sorted({view.dtype for _, view in items}), "names": [name for name, _ in items]})
+        calls.append({"dtypes": sorted({view.dtype for _, view in items}), "names": [name for name, _ in items],
+                      "version": version})
         for name, view in items:
             np.copyto(store[name], np.from_dlpack(view))
         kept.append(items[0][1])

@@ -362,7 +362,7 @@ void add_only_flags(CLI::App& cmd, std::vector<std::string>& only, std::uint64_t
   cmd.add_option("--only", only,
                  "Partial refits: from --only-from on, each refit moves only the tensors these whole-name globs "
                  "select ('*' only, comma-separated, e.g. '*.q_proj.weight,*norm*'); the version applies to the "
-                 "whole engine")
+                 "whole engine (default: none, every refit moves every tensor)")
       ->delimiter(',');
   cmd.add_option("--only-from", only_from, "The first refit that is partial (with --only; the first is full)")
       ->check(CLI::Range(std::uint64_t{2}, std::uint64_t{1} << 62))
