@@ -32,6 +32,10 @@ struct ReferenceEngineStats {
   std::uint64_t cache_flushes = 0;   // one per commit
   std::uint64_t tensors_applied = 0; // per local rank, summed
   std::uint64_t bytes_applied = 0;
+  // Partial refits into shadow weights: bytes copied from the served arena
+  // into the one a partial refit lands in (the tensors outside its scope
+  // that the landing arena held at another version), summed.
+  std::uint64_t catch_up_bytes = 0;
 };
 
 // An embedded engine that behaves like a server: it allocates its weights once
@@ -104,9 +108,12 @@ class ReferenceEngine : public Engine {
 
   Status begin(std::uint64_t version) override;
   // Live weights take a partial refit as a full one (the batches carry the
-  // scope's tensors; the others are not written). Shadow weights refuse it:
-  // the arena it would land in holds an older version of the others (not
-  // built yet).
+  // scope's tensors; the others are not written). Shadow weights first make
+  // the arena it lands in hold the served bytes of every tensor outside the
+  // scope (reference_engine_partial.cc): copied from the served arena where
+  // the landing arena holds another version of them (after one full refit,
+  // a job that repeats one scope copies nothing), so the flip serves a
+  // whole version.
   Status begin_partial(std::uint64_t version, const RefitScope& scope) override;
   Status apply(const AlignedBatch& batch) override;
   Status commit(std::uint64_t version) override;
@@ -144,6 +151,11 @@ class ReferenceEngine : public Engine {
   const std::vector<TensorSpec>& stream(int rank) const { return streams_.at(rank); }
   const std::vector<int>& hosted() const { return hosted_; }
   const ReferenceEngineStats& stats() const { return stats_; }
+  // The version the served weights hold of tensor `index` of hosted rank
+  // `rank`'s stream: the last committed refit that moved it (partial
+  // refits), or weight_version() when not known. Inside read_active (or on
+  // the thread that drives the engine).
+  std::uint64_t served_version(int rank, std::size_t index) const;
 
  private:
   struct Arena;  // host or device memory of one hosted rank
@@ -177,6 +189,18 @@ class ReferenceEngine : public Engine {
   bool complete_ = true;
   bool idle_released_ = false;  // release_idle() freed the arena not served
   ReferenceEngineStats stats_;
+  // Partial refits (reference_engine_partial.cc): the version arena k holds
+  // of each tensor of rank r's stream (0: not known), and the open refit's
+  // tensors of each rank's stream (empty: every tensor).
+  std::vector<std::vector<std::uint64_t>> held_[2];
+  std::vector<std::vector<bool>> moving_;
+  Status catch_up_landing(const RefitScope& scope);
+  std::byte* arena_data(int k, std::size_t rank);  // arena k of hosted rank `rank`
+  // The open refit committed as `version` (before the flip) or aborted (0):
+  // the landing arena holds the moved tensors at that version, or not known.
+  void note_landed(std::uint64_t version);
+  // The landing arena's contents are unknown (freed, or taken again).
+  void forget_landing();
   std::unique_ptr<BatchedCopier> copier_;  // device engines only
   std::unique_ptr<CudaStream> stream_;
   // Device engines: batches already validated, with their posts' copies

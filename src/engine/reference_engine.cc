@@ -229,9 +229,12 @@ StatusOr<std::uint64_t> ReferenceEngine::release_idle() {
     freed += arena->bytes;
   }
   prepared_.clear();  // their copies wrote into the freed arena
+  forget_landing();
   idle_released_ = true;
   return freed;
 }
+
+std::byte* ReferenceEngine::arena_data(int k, std::size_t rank) { return arenas_[k][rank]->data(); }
 
 Status ReferenceEngine::acquire_idle() {
   if (!idle_released_) return Status::Ok();
@@ -300,17 +303,9 @@ Status ReferenceEngine::begin(std::uint64_t version) {
   }
   in_refit_ = true;
   pending_version_ = version;
+  moving_.clear();  // every tensor (begin_partial says otherwise)
   ++stats_.begins;
   return Status::Ok();
-}
-
-Status ReferenceEngine::begin_partial(std::uint64_t version, const RefitScope& scope) {
-  if (options_.shadow) {
-    return FailedPrecondition("reference engine: partial refit " + std::to_string(version) + " (" +
-                              std::to_string(scope.only.size()) + " globs) into shadow weights: the arena it lands " +
-                              "in holds an older version of the tensors outside them; not built yet");
-  }
-  return begin(version);
 }
 
 const ReferenceEngine::PreparedApply* ReferenceEngine::find_prepared(std::uint64_t sequence,
@@ -411,6 +406,7 @@ Status ReferenceEngine::commit(std::uint64_t version) {
                               std::to_string(pending_version_));
   }
   in_refit_ = false;
+  note_landed(version);
   std::unique_lock<std::shared_mutex> no_readers = exclude_readers();
   if (options_.shadow) active_ = 1 - active_;  // the flip: the landed arena is served from now on
   version_ = version;  // DESIGN.md rule 6: once per refit, only here
@@ -421,6 +417,7 @@ Status ReferenceEngine::commit(std::uint64_t version) {
 }
 
 void ReferenceEngine::abort(std::uint64_t /*version*/, const Status& /*why*/) {
+  if (in_refit_) note_landed(0);
   in_refit_ = false;
   // The version stays at the last committed one. Shadow weights: the failed
   // refit wrote only the inactive arena, which the next refit overwrites;

@@ -13,10 +13,6 @@ Status EngineRank::Impl::check_partial(std::uint64_t version) const {
   if (options_.delta) return FailedPrecondition(what + " with --delta: not built yet");
   if (options_.quantize != "none") return FailedPrecondition(what + " with --quantize: not built yet");
   if (!parts_.empty()) return FailedPrecondition(what + " from sharded trainers: not built yet");
-  if (binding_.read_counts) {
-    return FailedPrecondition(what + " with --readers: the readers check every tensor at the engine's version; "
-                                     "not built yet");
-  }
   return Status::Ok();
 }
 

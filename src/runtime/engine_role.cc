@@ -219,7 +219,8 @@ void say_what_is_served(const EngineOptions& options, const LocalEngine& local, 
     return log(LogLevel::kInfo, name, serving + ", complete (not checked again)");
   }
   const Status served = verify_served_synthetic(local.choice.model, *local.engine, options.rank, options.engine_ranks,
-                                                local.on_device, version, content_seed(options, seed));
+                                                local.on_device, WeightVersions{version, local.versions},
+                                                content_seed(options, seed));
   log(LogLevel::kInfo, name,
       served.ok() ? serving + ", complete and verified again (the failed refit was never served)"
                   : serving + ", but its check failed: " + served.message());
@@ -248,8 +249,10 @@ Status run_engine(const EngineOptions& options) {
                                                                        std::uint64_t version) -> StatusOr<bool> {
           const ModelChoice& c = local.choice;
           if (c.quantized.sources.empty()) {
+            // A partial refit leaves tensors outside its scope at the version that last moved them.
+            const std::uint64_t holds = local.engine->served_version(options.rank, index);
             return served_weight_is_version(c.model, index, *local.engine, options.rank, options.engine_ranks,
-                                            local.on_device, version, seed);
+                                            local.on_device, holds, seed);
           }
           return served_quantized_weight_is_version(c.unquantized, c.quantized, index, *local.engine, options.rank,
                                                     options.engine_ranks, local.on_device, version, seed);

@@ -77,8 +77,9 @@ StatusOr<bool> served_weight_is_version(const Model& model, std::size_t index, c
 }
 
 Status verify_served_synthetic(const Model& model, const ReferenceEngine& engine, int rank, int ranks,
-                               bool on_device, std::uint64_t version, const ContentSeed& seed) {
+                               bool on_device, const WeightVersions& versions, const ContentSeed& seed) {
   for (std::size_t i = 0; i < model.weights.size(); ++i) {
+    const std::uint64_t version = versions.of(i);
     ASSIGN_OR_RETURN(const bool whole,
                      served_weight_is_version(model, i, engine, rank, ranks, on_device, version, seed));
     if (!whole) {

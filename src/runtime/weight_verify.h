@@ -56,7 +56,7 @@ StatusOr<bool> served_quantized_weight_is_version(const Model& unquantized, cons
 // synthetic content of `version` for `seed`: DataLoss names the first that
 // does not. What a shadow engine checks after a failed refit.
 Status verify_served_synthetic(const Model& model, const ReferenceEngine& engine, int rank, int ranks,
-                               bool on_device, std::uint64_t version, const ContentSeed& seed);
+                               bool on_device, const WeightVersions& versions, const ContentSeed& seed);
 
 // Checks every byte of `rank`'s weights against its shard of the checkpoint's
 // tensors (the bytes a push of that checkpoint must deliver). DataLoss names
