@@ -20,6 +20,13 @@
 // example under the lock its forward pass takes) and must not read the old
 // arena after it starts the next refit.
 //
+// A partial refit (begin_partial, refit/partial.h) lands in the arena not
+// served like any other, after the tensors outside its scope were copied
+// into it from the served arena where it held another version of them (it
+// knows which version each arena holds of each tensor), so the flip serves
+// a whole version; a job that repeats one scope copies nothing after the
+// first time.
+//
 // Thread safety: one thread drives it (the engine rank's), as any Engine.
 #pragma once
 
@@ -50,6 +57,7 @@ class ShadowEngine : public Engine {
   void set_flip_hook(FlipHook hook) { on_flip_ = std::move(hook); }
 
   Status begin(std::uint64_t version) override;
+  Status begin_partial(std::uint64_t version, const RefitScope& scope) override;
   Status apply(const AlignedBatch& batch) override;
   Status commit(std::uint64_t version) override;
   void abort(std::uint64_t version, const Status& why) override;
@@ -73,6 +81,8 @@ class ShadowEngine : public Engine {
   std::byte* region() const { return arenas_[0]->data(); }
   std::uint64_t region_bytes() const { return weight_memory_bytes(); }
   std::uint64_t posts() const { return copies_.posts(); }
+  // Partial refits: bytes copied from the served arena into the landing one.
+  std::uint64_t catch_up_bytes() const { return catch_up_bytes_; }
 
  private:
   ShadowEngine(int rank, std::vector<TensorSpec> stream, MemoryKind memory, int device, ShadowArenas arenas);
@@ -86,6 +96,14 @@ class ShadowEngine : public Engine {
   std::shared_ptr<WeightArena> arenas_[2];
   int served_ = 0;
   FlipHook on_flip_;
+  // The version arena k holds of each tensor (0: not known), the open
+  // refit's tensors (empty: every tensor), and what catch-ups copied.
+  std::vector<std::uint64_t> held_[2];
+  std::vector<bool> moving_;
+  std::uint64_t catch_up_bytes_ = 0;
+  // The open refit's tensors in the landing arena hold `version` now (0: not known).
+  void note_landed(std::uint64_t version);
+  Status catch_up_landing(std::uint64_t version);
 };
 
 }  // namespace refit

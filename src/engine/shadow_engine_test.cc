@@ -7,7 +7,11 @@
 //   - commit() without the flip: CommitServes... and Arenas... fail;
 //   - the flip hook called before the flip: CommitServes... fails;
 //   - abort() flipping (or weights_complete() following the copies'
-//     engine): Abort... fails.
+//     engine): Abort... fails;
+//   - a partial refit without the catch-up: PartialRefits... fails (the
+//     flip serves t1..t3 at 0 beside t0 at 2);
+//   - a catch-up that ignores the held versions: PartialRefits... fails
+//     (the repeated scope copies again).
 #include "refit/shadow_engine.h"
 
 #include <gtest/gtest.h>
@@ -73,6 +77,39 @@ TEST_F(ShadowEngineTest, AbortLeavesTheServedArenaWholeAndTheNextRefitCommits) {
   refit(3);
   EXPECT_TRUE(holds(*engine->served(), 3));
   EXPECT_EQ(engine->weight_version(), 3u);
+}
+
+// Partial refits: the landing arena first takes the served bytes of the
+// tensors outside the scope (only those it holds at another version), so
+// each flip serves a whole version; an aborted partial refit's tensors are
+// copied back before the next flip.
+TEST_F(ShadowEngineTest, PartialRefitsServeWholeVersionsCopyingOnlyWhatTheLandingArenaLacks) {
+  auto partial = [&](std::uint64_t version, int tensor, bool commit = true) {
+    ASSERT_OK(engine->begin_partial(version, RefitScope{{testing::VersionedTensors::name(tensor)}}));
+    ASSERT_OK(engine->apply(v.batch(version, tensor, tensor + 1)));
+    if (commit) {
+      ASSERT_OK(engine->commit(version));
+    } else {
+      engine->abort(version, Aborted("a trainer died"));
+    }
+  };
+  auto serves = [&](const std::vector<std::uint64_t>& want) {
+    for (std::size_t i = 0; i < kTensors; ++i) {
+      if (!v.holds(engine->served()->tensor(i), want[i], i)) return false;
+    }
+    return true;
+  };
+  refit(1);
+  partial(2, 0);
+  EXPECT_TRUE(serves({2, 1, 1, 1}));
+  EXPECT_EQ(engine->catch_up_bytes(), 3 * 96u);
+  partial(3, 0);
+  EXPECT_TRUE(serves({3, 1, 1, 1}));
+  EXPECT_EQ(engine->catch_up_bytes(), 3 * 96u) << "the landing arena held t1..t3 at 1 already";
+  partial(4, 1, /*commit=*/false);
+  EXPECT_TRUE(serves({3, 1, 1, 1}));
+  partial(5, 2);
+  EXPECT_TRUE(serves({3, 1, 5, 1}));
 }
 
 TEST_F(ShadowEngineTest, ArenasAlternateAndCostTwiceTheWeights) {
