@@ -263,6 +263,7 @@ class PyEngine {
   }
   std::uint64_t posts() const { return shadow_ ? shadow_->posts() : engine_ ? engine_->posts() : 0; }
   bool shadow() const { return shadow_ != nullptr; }
+  py::tuple last_only() const { return py::tuple(py::cast(rank_ ? rank_->last_only() : std::vector<std::string>())); }
   std::uint64_t weight_memory_bytes() const { return shadow_ ? shadow_->weight_memory_bytes() : 0; }
   std::uint64_t cache_flushes() const { return cache_flushes_; }
   std::string device() const { return memory_ == MemoryKind::kCuda ? "cuda:" + std::to_string(device_) : "cpu"; }
@@ -420,6 +421,7 @@ void bind_engine(py::module_& m) {
       .def_property_readonly("posts", &PyEngine::posts)
       .def_property_readonly("cache_flushes", &PyEngine::cache_flushes)
       .def_property_readonly("shadow", &PyEngine::shadow)
+      .def_property_readonly("last_only", &PyEngine::last_only)
       .def_property_readonly("weight_memory_bytes", &PyEngine::weight_memory_bytes)
       .def_property_readonly("device", &PyEngine::device)
       .def_property_readonly("specs", &PyEngine::specs);

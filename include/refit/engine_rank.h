@@ -29,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "refit/engine.h"
@@ -108,6 +109,9 @@ class EngineRank {
   bool recovered() const;
   // The job's seed of the synthetic content, from the coordinator's setup.
   std::uint64_t seed() const;
+  // The globs of the last committed refit (a partial refit, refit/partial.h:
+  // only the tensors they select changed); empty when it moved every tensor.
+  std::vector<std::string> last_only() const;
 
   class Impl;
 

@@ -165,6 +165,13 @@ class Engine:
         return self._impl.shadow
 
     @property
+    def last_only(self):
+        """The globs of the last committed refit when it was partial (only the
+        tensors they select changed: invalidate what was built from those);
+        () when it moved every tensor."""
+        return self._impl.last_only
+
+    @property
     def weight_memory_bytes(self):
         """With shadow weights, the bytes of both arenas (else 0)."""
         return self._impl.weight_memory_bytes

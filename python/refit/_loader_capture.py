@@ -167,6 +167,11 @@ class LoaderCapture:
         moved = _layout_difference(layout, _layout(self._model))
         if state.failure is None and moved is not None:
             state.fail(None, f"the loader re-allocated the model's memory while loading ({moved})")
+        if state.failure is None and self._engine.last_only:
+            # A partial refit (Trainer.refit(only=...)) moved some tensors: not a capture of every one. The
+            # loader ran as it is; the next refit captures again.
+            self.history[-1] = "loader"
+            return version
         if state.failure is None:
             state.finish(self._engine.specs)
         if state.failure is None:

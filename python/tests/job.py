@@ -302,6 +302,7 @@ def run_engine(c):
                     if version is None:
                         break
                     result["versions"].append(version)
+                    result.setdefault("last_only", []).append(list(engine.last_only))
                     if c.get("die_after_version") == version:  # an engine process that dies between refits
                         os.kill(os.getpid(), signal.SIGKILL)
                     result.setdefault("pool_maps", []).append(pool_maps())

@@ -144,6 +144,7 @@ class RefitAcrossProcesses(unittest.TestCase):
         for e in range(2):
             engine = j.result(f"engine{e}")
             self.assertEqual(engine["versions"], versions)
+            self.assertEqual(engine["last_only"], [[], sorted(only), sorted(only)])  # Engine.last_only
             for call in engine["calls"]:
                 if call["version"] > 1:
                     self.assertLessEqual(set(call["names"]), selected, call)

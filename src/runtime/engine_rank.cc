@@ -384,6 +384,7 @@ Status EngineRank::serve() {
 
 bool EngineRank::recovered() const { return impl_->recovered(); }
 std::uint64_t EngineRank::seed() const { return impl_->seed(); }
+std::vector<std::string> EngineRank::last_only() const { return impl_->last_only_; }
 
 StatusOr<std::optional<std::uint64_t>> EngineRank::next() {
   auto version = impl_->next();
