@@ -15,6 +15,7 @@
 
 #include "job.h"
 #include "process_harness.h"
+#include "testing/ucx_test_util.h"
 
 namespace refit {
 namespace {
@@ -130,6 +131,28 @@ TEST(PartialJob, ShadowWeightsServeWholeVersionsAndReadersAreNeverTorn) {
   for (std::size_t k = 1; k < 3; ++k) {  // refits 3 and 4: the served weights stayed whole through refit 2's failure
     const json& r = failed["refits"][k];
     EXPECT_EQ(r["only"], json({"*.q_proj.weight", "*norm*"})) << r.dump();
+  }
+}
+
+// Direct mode over UCX (host memory here): the trainers write each
+// selected tensor into the engine's weights at the full stream's offsets;
+// with --shadow into the arena not served, which begin_partial caught up
+// before ready (the trainers write only after go). Every refit verified.
+// Catches: a subset plan's entries placed by subset index (the direct write
+// lands on another tensor: verification fails), the catch-up after ready
+// (the flip would serve stale tensors).
+TEST(PartialJob, DirectModeWritesTheSelectedTensorsInPlace) {
+  REFIT_SKIP_WITHOUT_UCX();
+  for (const std::vector<std::string>& shadow : {std::vector<std::string>{}, {"--shadow"}}) {
+    std::vector<std::string> args = {"--transport", "ucx", "--mode", "direct", "--engine-ranks", "2",
+                                     "--bucket-size", "1MiB"};
+    args.insert(args.end(), shadow.begin(), shadow.end());
+    const json report = run_partial_demo(args);
+    ASSERT_FALSE(report.is_null());
+    EXPECT_TRUE(report["verified"].get<bool>()) << report.dump();
+    ASSERT_EQ(report["refits"].size(), 4u);
+    EXPECT_EQ(report["refits"][3]["only"], json({"*.q_proj.weight", "*norm*"}));
+    EXPECT_LT(report["refits"][3]["bytes"].get<std::uint64_t>(), report["bytes_per_refit"].get<std::uint64_t>() / 10);
   }
 }
 

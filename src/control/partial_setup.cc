@@ -18,7 +18,6 @@ Status check_partial_refits(const std::vector<std::string>& only, const Join& tr
   if (engine.quantize != "none") {
     return FailedPrecondition(what + " with --quantize " + engine.quantize + ": not built yet");
   }
-  if (engine.mode == "direct") return FailedPrecondition(what + " in direct mode: not built yet (--mode staged)");
   if (joins_possible) {
     return FailedPrecondition(what + " in a job that engines may join (--max-engines): a joiner's catch-up cannot "
                                      "tell which version each tensor holds; not built yet");

@@ -314,8 +314,10 @@ Status EngineRank::Impl::finish_direct(std::uint64_t version, Deadline deadline)
   return report_and_commit(version, deadline, verified,
                            Json{{"buckets", buckets},
                                 {"batches", 0},
-                                {"tensors", plan_.specs.size()},
+                                {"tensors", moving_.empty() ? plan_.specs.size() : static_cast<std::size_t>(
+                                                std::count(moving_.begin(), moving_.end(), true))},
                                 {"bytes", bytes},
+                                {"refit_bytes", plan_.total_bytes},
                                 {"aligned_batches", 0}});
 }
 

@@ -14,7 +14,6 @@ Status TrainerRank::Impl::check_partial(std::uint64_t version) const {
   }
   if (options_.delta) return FailedPrecondition(what + " with --delta: not built yet");
   if (options_.quantize != "none") return FailedPrecondition(what + " with --quantize: not built yet");
-  if (direct_) return FailedPrecondition(what + " in direct mode: not built yet (--mode staged)");
   return Status::Ok();
 }
 
