@@ -227,8 +227,8 @@ Status Receiver::replan() {
 }
 
 Status Receiver::set_delta_base(std::uint64_t base, CommittedBytes committed) {
-  if (base != 0 && (impl_->direct || impl_->on_device() || !committed)) {
-    return FailedPrecondition(impl_->options.name + ": delta refits decode into staged host pools, with the "
+  if (base != 0 && (impl_->direct || !committed)) {
+    return FailedPrecondition(impl_->options.name + ": delta refits decode into staged pools, with the "
                               "engine's committed bytes to read");
   }
   impl_->delta_base = base;

@@ -134,8 +134,9 @@ class Receiver : public BatchSource {
   // (delta/word_delta.h). next() decodes such a bucket in its slot over the
   // base's bytes of its entries, read with `committed`, before anything
   // reads the slot; an encoding that does not decode fails the refit
-  // (kDataLoss, naming the bucket). Staged host pools only
-  // (kFailedPrecondition otherwise).
+  // (kDataLoss, naming the bucket); in a device pool on the device
+  // (cuda/word_delta_device.h), the committed bytes read into device memory.
+  // Staged pools only (kFailedPrecondition otherwise).
   Status set_delta_base(std::uint64_t base, CommittedBytes committed);
 
   // Relays: every bucket of the refits that follow goes to `tap` (not

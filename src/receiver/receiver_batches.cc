@@ -88,20 +88,43 @@ Status Receiver::Impl::wait_in_place(LandedBucket& b) {
 Status Receiver::Impl::decode_in_slot(LandedBucket& b, std::uint64_t encoded_bytes) {
   const Bucket& bucket = plan->buckets[b.index];
   std::byte* slot = pool->slot(b.slot);
-  auto where = [&] {
-    return options.name + ": delta-encoded bucket " + std::to_string(b.index) + " from " + feeders_of(b.index) +
-           " (refit " + std::to_string(b.version) + ", base " + std::to_string(delta_base) + ")";
-  };
+  const std::string where = options.name + ": delta-encoded bucket " + std::to_string(b.index) + " from " +
+                            feeders_of(b.index) + " (refit " + std::to_string(b.version) + ", base " +
+                            std::to_string(delta_base) + ")";
+  if (on_device()) return decode_on_device(bucket, slot, encoded_bytes, where);
   delta_scratch.assign(slot, slot + encoded_bytes);
+  RETURN_IF_ERROR(gather_committed(bucket, slot, where));
+  const std::span<std::byte> bytes(slot, bucket.bytes);
+  Status decoded = decode_delta(delta_scratch, bytes, delta_base, bytes);
+  if (!decoded.ok()) return DataLoss(where + ": " + decoded.message());
+  return Status::Ok();
+}
+
+Status Receiver::Impl::gather_committed(const Bucket& bucket, std::byte* slot, const std::string& where) {
   for (const PlanEntry& e : bucket.entries) {
     if (e.bytes == 0) continue;
     Status read = committed(e.tensor, e.tensor_offset, std::span<std::byte>(slot + e.bucket_offset, e.bytes));
-    if (!read.ok()) return read.WithContext(where() + ", reading the committed bytes of " + plan->specs[e.tensor].name);
+    if (!read.ok()) return read.WithContext(where + ", reading the committed bytes of " + plan->specs[e.tensor].name);
   }
-  const std::span<std::byte> bytes(slot, bucket.bytes);
-  Status decoded = decode_delta(delta_scratch, bytes, delta_base, bytes);
-  if (!decoded.ok()) return DataLoss(where() + ": " + decoded.message());
   return Status::Ok();
+}
+
+// The encoding is copied aside on the device, the committed bytes (device
+// weights: device copies) gathered into the slot, and the codec decodes over
+// them in place on the default stream, waited for before the slot is read.
+Status Receiver::Impl::decode_on_device(const Bucket& bucket, std::byte* slot, std::uint64_t encoded_bytes,
+                                        const std::string& where) {
+  if (!device_codec) {
+    ASSIGN_OR_RETURN(DeviceDeltaCodec codec, DeviceDeltaCodec::Create(pool->device(), pool->slot_bytes()));
+    device_codec = std::make_unique<DeviceDeltaCodec>(std::move(codec));
+    ASSIGN_OR_RETURN(device_delta_scratch, DeviceBuffer::Allocate(pool->device(), pool->slot_bytes()));
+  }
+  RETURN_IF_ERROR(copy_device_to_device(device_delta_scratch.data(), slot, encoded_bytes).WithContext(where));
+  RETURN_IF_ERROR(gather_committed(bucket, slot, where));
+  Status decoded = device_codec->decode(device_delta_scratch.data(), encoded_bytes, slot, delta_base, slot,
+                                        bucket.bytes, nullptr);
+  if (!decoded.ok()) return DataLoss(where + ": " + decoded.message());
+  return synchronize_device(pool->device()).WithContext(where);
 }
 
 // Turns landed bucket b into the next batch (yielded: credits sent, what it
@@ -123,7 +146,7 @@ StatusOr<std::optional<Batch>> Receiver::Impl::take_bucket(LandedBucket& b) {
   if (tap != nullptr) {  // relays: forwarded while this rank applies it, the slot held until then
     RETURN_IF_ERROR(wait_in_place(b));
     TappedBucket tapped{b.version, j, pool->slot(slot), bucket.bytes, {}, 0};
-    if (encoded != 0) {  // decode_in_slot kept the encoding aside
+    if (encoded != 0 && !on_device()) {  // decode_in_slot kept the encoding aside (a device pool's relays raw)
       tapped.encoding = std::span<const std::byte>(delta_scratch.data(), encoded);
       tapped.base = delta_base;
     }

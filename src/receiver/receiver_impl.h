@@ -14,6 +14,7 @@
 #pragma once
 
 #include "cuda/device.h"
+#include "cuda/word_delta_device.h"
 #include "net/frames.h"
 #include "receiver/landing_ledger.h"
 #include "receiver/receiver.h"
@@ -124,6 +125,10 @@ struct Receiver::Impl {
   std::uint64_t delta_base = 0;
   CommittedBytes committed;
   std::vector<std::byte> delta_scratch;
+  // ... into a device pool: the encoding set aside on the device, and the
+  // codec that decodes it there (both made at the first encoded bucket).
+  DeviceBuffer device_delta_scratch;
+  std::unique_ptr<DeviceDeltaCodec> device_codec;
   // Relays (set_tap): the tap, and the bucket each slot holds until the tap
   // forwarded it (-1: none).
   BucketTap* tap = nullptr;
@@ -278,6 +283,11 @@ struct Receiver::Impl {
                                       Deadline deadline);
   Status wait_in_place(LandedBucket& b);
   Status decode_in_slot(LandedBucket& b, std::uint64_t encoded_bytes);
+  // The committed bytes of bucket b's entries, read into its slot.
+  Status gather_committed(const Bucket& bucket, std::byte* slot, const std::string& where);
+  // decode_in_slot for a device pool, with the GPU codec.
+  Status decode_on_device(const Bucket& bucket, std::byte* slot, std::uint64_t encoded_bytes,
+                          const std::string& where);
   StatusOr<std::optional<Batch>> take_bucket(LandedBucket& b);
   Status gather(LandedBucket& b, BucketParts& parts);
   Status reassemble(LandedBucket& b, const PlanEntry& e, std::byte* base, BucketParts& parts);

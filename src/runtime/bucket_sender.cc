@@ -55,6 +55,7 @@ const char* sender_kind_name(SenderKind kind) {
     case SenderKind::kPinned: return "pinned";
     case SenderKind::kPinnedDirect: return "pinned direct";
     case SenderKind::kDeviceKernel: return "device kernel";
+    case SenderKind::kDeviceDelta: return "device delta";
     case SenderKind::kRegisteredHost: return "registered host";
     case SenderKind::kDeviceDirect: return "device direct";
     case SenderKind::kRemoteWrite: return "remote write";
@@ -73,7 +74,8 @@ SenderKind choose_sender(const SenderSettings& s, bool registered) {
   const bool device_reads = s.weights_on_device || registered;
   if (!device_reads) return s.direct ? SenderKind::kPinnedDirect : SenderKind::kPinned;
   if (s.direct) return SenderKind::kDeviceDirect;
-  return s.weights_on_device ? SenderKind::kDeviceKernel : SenderKind::kRegisteredHost;
+  if (!s.weights_on_device) return SenderKind::kRegisteredHost;
+  return s.delta ? SenderKind::kDeviceDelta : SenderKind::kDeviceKernel;
 }
 
 SharedRegistrations host_registrations(const WeightSource& source, const SenderSettings& s, const std::string& name) {
@@ -89,9 +91,9 @@ StatusOr<std::unique_ptr<BucketSender>> make_bucket_sender(SenderContext c, cons
   SharedRegistrations registrations = c.registrations ? c.registrations : host_registrations(*c.source, s, c.name);
   const std::string name = c.name;
   const SenderKind kind = choose_sender(s, !registrations->empty());
-  if (s.delta && kind != SenderKind::kHostDelta) {
-    return FailedPrecondition(name + ": --delta sends host weights into a host pool, staged; these settings call for "
-                              "the " + sender_kind_name(kind) + " sender");
+  if (s.delta && kind != SenderKind::kHostDelta && kind != SenderKind::kDeviceDelta) {
+    return FailedPrecondition(name + ": --delta sends host weights into a host pool or device weights into a device "
+                              "pool, staged; these settings call for the " + sender_kind_name(kind) + " sender");
   }
   switch (kind) {
     case SenderKind::kHostPack: return make_host_pack_sender(std::move(c), s.capabilities.one_sided);
@@ -100,6 +102,7 @@ StatusOr<std::unique_ptr<BucketSender>> make_bucket_sender(SenderContext c, cons
     case SenderKind::kPinned: return make_pinned_sender(std::move(c), s.gpu);
     case SenderKind::kPinnedDirect: return make_pinned_direct_sender(std::move(c), s.gpu);
     case SenderKind::kDeviceKernel: return make_device_kernel_sender(std::move(c), s.gpu);
+    case SenderKind::kDeviceDelta: return make_device_delta_sender(std::move(c), s.gpu);
     case SenderKind::kRegisteredHost: return make_registered_host_sender(std::move(c), s.gpu, registrations);
     case SenderKind::kDeviceDirect: return make_device_direct_sender(std::move(c), s.gpu, registrations);
     case SenderKind::kRemoteWrite: {

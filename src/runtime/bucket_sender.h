@@ -14,6 +14,9 @@
 //   kPinned          host           device, staged     pack into two pinned buffers, copy each to the slot
 //   kPinnedDirect    host           device, direct     pinned buffer -> device bucket -> scatter kernel
 //   kDeviceKernel    device         device, staged     one prepared copy kernel per bucket into the slot
+//   kDeviceDelta     device         device, staged,    the bucket packed into a buffer on the trainer's
+//                                   --delta            device, encoded there against the engine's committed
+//                                                      version, the smaller copied into the slot (issue 22)
 //   kRegisteredHost  host, pinned   device, staged     the copy engines read the registered weights
 //                    in place                          (cudaHostRegister) straight into the slot
 //   kDeviceDirect    device, or     device, direct     batched kernels (or copy-engine copies) of >= 1 GiB
@@ -38,6 +41,7 @@
 #include "refit/deadline.h"
 #include "cuda/device.h"
 #include "delta/bucket_bases.h"
+#include "delta/device_bucket_bases.h"
 #include "refit/plan.h"
 #include "refit/status.h"
 #include "transport/transport.h"
@@ -112,6 +116,8 @@ struct SenderContext {
   // refits (and senders: a release drops the sender, not the bases). Null
   // otherwise.
   BucketBases* delta_bases = nullptr;
+  // --delta with device weights (kDeviceDelta): the same, on the device.
+  DeviceBucketBases* device_delta_bases = nullptr;
 };
 
 enum class SenderKind {
@@ -121,6 +127,7 @@ enum class SenderKind {
   kPinned,
   kPinnedDirect,
   kDeviceKernel,
+  kDeviceDelta,
   kRegisteredHost,
   kDeviceDirect,
   kRemoteWrite,
@@ -156,7 +163,7 @@ struct SenderSettings {
   // Host weights into a device engine: register the source's stable host
   // ranges and let the copy engines read them (RankOptions).
   bool register_host_weights = true;
-  bool delta = false;  // --delta: only kHostDelta, or the choice is refused
+  bool delta = false;  // --delta: only kHostDelta or kDeviceDelta, or the choice is refused
   int gpu = -1;  // the device that copies: the weights' device, or --gpu
   std::string transport;  // its name, in messages only
   TransportCapabilities capabilities;

@@ -130,7 +130,11 @@ Status TrainerRank::Impl::setup() {
   if (options_.delta) {  // the bases of the buckets this rank sends, kept across refits and releases
     std::vector<std::uint64_t> sends(plan_.buckets.size(), 0);
     for (std::uint64_t j = trainer_index_; j < sends.size(); j += feeders_) sends[j] = plan_.buckets[j].bytes;
-    bases_.emplace(std::move(sends));
+    if (source_on_device_) {
+      device_bases_.emplace(source_->device(), std::move(sends));
+    } else {
+      bases_.emplace(std::move(sends));
+    }
   }
   on_demand_ = setup.on_demand;
   target_on_device_ = setup.engine_device == "cuda";
@@ -154,6 +158,7 @@ Status TrainerRank::Impl::make_sender(int writer) {
   context.target = target_.get();
   context.protocol = &protocol_;
   context.delta_bases = bases_ ? &*bases_ : nullptr;
+  context.device_delta_bases = device_bases_ ? &*device_bases_ : nullptr;
   // Direct mode writes into the engine's weight arena, laid out the same
   // way from the engine rank's stream.
   if (direct_) context.arena_offsets = weight_arena_offsets(plan_.specs, nullptr);
@@ -304,6 +309,7 @@ StatusOr<Json> TrainerRank::Impl::share_stats(const SentShare& sent) {
   Json stats{{"buckets", sent.buckets}, {"bytes", sent.bytes}, {"send_ms", sent.send_ms},
              {"memory_path", memory_path()}};
   if (bases_) add_delta_fields(stats, protocol_.tally(), bases_->bytes_held());
+  if (device_bases_) add_delta_fields(stats, protocol_.tally(), device_bases_->bytes_held());
   add_share_fields(stats, sent.shares, gathered_bytes(*source_));
   if (gpu_span_) RETURN_IF_ERROR(gpu_span_->add_to(stats).WithContext(name()));
   return stats;
@@ -323,6 +329,7 @@ Status TrainerRank::Impl::await_commit(std::uint64_t version, Deadline deadline)
 }
 
 void TrainerRank::Impl::commit_bases(std::uint64_t version) {
+  if (device_bases_) device_bases_->commit(version);
   if (!bases_) return;
   if (Status kept = bases_->commit(version); !kept.ok()) {
     log(LogLevel::kError, name(), kept.ToString() + "; the next refit sends every bucket as it is");

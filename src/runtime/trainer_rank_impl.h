@@ -214,6 +214,7 @@ class TrainerRank::Impl {
   std::uint64_t landing_ = 0;                     // the senders' SenderContext::landing
   EngineLinkProtocol protocol_;                   // credits and kLanded on link_, for the sender
   std::optional<BucketBases> bases_;              // --delta: what its buckets are encoded against
+  std::optional<DeviceBucketBases> device_bases_;  // --delta with device weights: the same, on its device
   // How this rank's buckets move (chosen once at setup; uses target_ and
   // link_, so declared after them: destroyed first).
   std::unique_ptr<BucketSender> sender_;

@@ -190,6 +190,14 @@ TEST(ChooseSender, EachCombinationTakesItsPath) {
     s.weights_on_device = r.weights_on_device;
     s.target_on_device = r.target_on_device;
     s.direct = r.direct;
+    // --delta: host weights into a host pool and device weights into a
+    // device pool, staged, take their delta senders; every other path stays.
+    s.delta = true;
+    const SenderKind with_delta = r.want == SenderKind::kHostPack       ? SenderKind::kHostDelta
+                                  : r.want == SenderKind::kDeviceKernel ? SenderKind::kDeviceDelta
+                                                                        : r.want;
+    EXPECT_EQ(choose_sender(s, r.registered), with_delta) << sender_kind_name(r.want) << " with --delta";
+    s.delta = false;
     EXPECT_EQ(choose_sender(s, r.registered), r.want)
         << "remote_write " << r.remote_write << " weights_on_device " << r.weights_on_device << " target_on_device "
         << r.target_on_device << " direct " << r.direct << " registered " << r.registered << ": got "

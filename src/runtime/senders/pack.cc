@@ -155,7 +155,8 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> slot_ranges(const SenderCon
 }
 
 StatusOr<bool> announce_after_stream(const SenderContext& c, CudaStream& stream, std::uint64_t version,
-                                     std::uint64_t bucket, std::uint64_t slot, Deadline deadline) {
+                                     std::uint64_t bucket, std::uint64_t slot, Deadline deadline,
+                                     std::uint64_t encoded_bytes) {
   const std::string where = bucket_where(c, bucket);
   // A bucket several trainer ranks write (a feed: sharded trainers) has one
   // landing event per slot but several writers, and a writer's record would
@@ -165,7 +166,11 @@ StatusOr<bool> announce_after_stream(const SenderContext& c, CudaStream& stream,
     ASSIGN_OR_RETURN(ordered, c.target->record_landed(static_cast<int>(slot), stream.handle()));
   }
   if (!ordered) RETURN_IF_ERROR(stream.synchronize().WithContext(where));
-  RETURN_IF_ERROR(c.protocol->send_landed(version, bucket, slot, deadline));
+  if (encoded_bytes != 0) {
+    RETURN_IF_ERROR(c.protocol->send_landed_encoded(version, bucket, slot, encoded_bytes, deadline));
+  } else {
+    RETURN_IF_ERROR(c.protocol->send_landed(version, bucket, slot, deadline));
+  }
   return ordered;
 }
 

@@ -67,7 +67,10 @@ Status wait_written(const SenderContext& c, std::span<const Ticket> tickets, std
 // event: RemoteTarget::record_landed) announces the bucket at once and
 // returns true (the stream must be waited for before the refit's "sent");
 // otherwise waits for the stream, announces, and returns false.
+// `encoded_bytes` (delta refits): the slot holds the bucket's encoding of
+// that many bytes (kLanded says so); 0: its bytes.
 StatusOr<bool> announce_after_stream(const SenderContext& c, CudaStream& stream, std::uint64_t version,
-                                     std::uint64_t bucket, std::uint64_t slot, Deadline deadline);
+                                     std::uint64_t bucket, std::uint64_t slot, Deadline deadline,
+                                     std::uint64_t encoded_bytes = 0);
 
 }  // namespace refit

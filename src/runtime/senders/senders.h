@@ -25,6 +25,10 @@ StatusOr<std::unique_ptr<BucketSender>> make_pinned_sender(SenderContext c, int 
 StatusOr<std::unique_ptr<BucketSender>> make_pinned_direct_sender(SenderContext c, int gpu);
 // device_kernel_sender.cc
 StatusOr<std::unique_ptr<BucketSender>> make_device_kernel_sender(SenderContext c, int gpu);
+// device_delta_sender.cc (--delta with device weights): as the device
+// kernel sender, each bucket packed on the device and encoded against
+// c.device_delta_bases where smaller.
+StatusOr<std::unique_ptr<BucketSender>> make_device_delta_sender(SenderContext c, int gpu);
 // registered_host_sender.cc: `registrations` hold every byte the source's
 // data() points to.
 StatusOr<std::unique_ptr<BucketSender>> make_registered_host_sender(SenderContext c, int gpu,
