@@ -187,6 +187,8 @@ TEST(PartialJob, SettingsItCannotRunAreRefusedNamed) {
       {{"--only", kGlobs, "--quantize", "fp8-block128"}, "--only (partial refits) with --quantize fp8-block128"},
       {{"--only", kGlobs, "--only-from", "1"}, "--only-from"},
   };
+  // (On demand, Trainer.refit(v, only=[...]) refuses a glob that selects
+  // nothing before it asks: python/tests/refit_test.py.)
   for (const Case& c : cases) {
     std::vector<std::string> args = {"demo", "--model", "tiny", "--engine-ranks", "1", "--refits", "2",
                                      "--timeout", "60"};

@@ -69,8 +69,9 @@ class TrainerRank {
   // ('*' only; refit/partial.h), every trainer rank asking the same; empty:
   // every tensor. The coordinator runs it full while an engine does not
   // hold whole weights (the first refit, after a failed one), with a note;
-  // last_refit().only says what moved. Refused, named, with sharded
-  // trainers, --delta, --quantize and direct mode (not built yet).
+  // last_refit().only says what moved. A glob that selects none of the
+  // stream's tensors is refused before anything is asked; so are sharded
+  // trainers, --delta and --quantize (not built yet).
   Status refit(std::uint64_t version, const std::vector<std::string>& only = {});
   bool recovered() const;
   Status finish();

@@ -69,26 +69,36 @@ std::string CoordinatorShell::summary() const {
   return line;
 }
 
-Status CoordinatorShell::setup(const std::function<void(int)>& on_listening) {
-  RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
-  if (options_.engines < 1 || options_.relay_fanout < 1) {
-    return InvalidArgument("coordinator: --engines (" + std::to_string(options_.engines) + ") and --relay-fanout (" +
-                           std::to_string(options_.relay_fanout) + ") must be at least 1");
+namespace {
+
+// The engine counts and the partial refits' globs (made canonical).
+Status check_engines_and_scope(CoordinatorOptions& o) {
+  if (o.engines < 1 || o.relay_fanout < 1) {
+    return InvalidArgument("coordinator: --engines (" + std::to_string(o.engines) + ") and --relay-fanout (" +
+                           std::to_string(o.relay_fanout) + ") must be at least 1");
   }
-  if (options_.max_engines != 0 && options_.max_engines < options_.engines) {
-    return InvalidArgument("coordinator: --max-engines " + std::to_string(options_.max_engines) +
-                           " is below --engines " + std::to_string(options_.engines));
+  if (o.max_engines != 0 && o.max_engines < o.engines) {
+    return InvalidArgument("coordinator: --max-engines " + std::to_string(o.max_engines) + " is below --engines " +
+                           std::to_string(o.engines));
   }
-  if (options_.min_engines < 0 || options_.min_engines > options_.engines) {
-    return InvalidArgument("coordinator: --min-engines " + std::to_string(options_.min_engines) +
-                           " is not a count of engines in 1.." + std::to_string(options_.engines) + " (--engines)");
+  if (o.min_engines < 0 || o.min_engines > o.engines) {
+    return InvalidArgument("coordinator: --min-engines " + std::to_string(o.min_engines) +
+                           " is not a count of engines in 1.." + std::to_string(o.engines) + " (--engines)");
   }
-  ASSIGN_OR_RETURN(const RefitScope scope, canonical_scope(options_.only));
-  options_.only = scope.only;
-  if (!options_.only.empty() && options_.only_from < 2) {
-    return InvalidArgument("coordinator: --only-from " + std::to_string(options_.only_from) +
+  ASSIGN_OR_RETURN(const RefitScope scope, canonical_scope(o.only));
+  o.only = scope.only;
+  if (!o.only.empty() && o.only_from < 2) {
+    return InvalidArgument("coordinator: --only-from " + std::to_string(o.only_from) +
                            " must be at least 2: the first refit moves every tensor");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CoordinatorShell::setup(const std::function<void(int)>& on_listening) {
+  RETURN_IF_ERROR(validate_rank_counts(options_.trainer_ranks, options_.engine_ranks));
+  RETURN_IF_ERROR(check_engines_and_scope(options_));
   // A report file that cannot be written fails now, before any rank joins.
   RETURN_IF_ERROR(report_.persist_running("at setup, before any refit was committed"));
   ASSIGN_OR_RETURN(heartbeats_,

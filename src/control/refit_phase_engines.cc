@@ -158,6 +158,7 @@ void RefitPhases::finish_recovery(PhaseTime now) {
   if (joining_ >= 0) return start_catch_up(now);
   if (retry_) {
     retry_ = false;
+    only_ = scope_of(version_, only_);  // the whole-engine rule again: the dropped refit may have left them torn
     return begin_refit(version_, now);
   }
   next_refit(now);

@@ -10,35 +10,25 @@
 
 #include <functional>
 #include <utility>
-#include <vector>
-
-#include "refit/plan.h"
 
 namespace refit {
 
 class PlanSwap {
  public:
   PlanSwap() = default;
-  // Swaps each pair's plans now, and back at destruction; `after` (if any)
-  // runs after each of the two swaps (a receiver deals its buckets again).
-  explicit PlanSwap(std::vector<std::pair<Plan*, Plan*>> pairs, std::function<void()> after = {})
-      : pairs_(std::move(pairs)), after_(std::move(after)) {
-    swap_all();
-  }
-  PlanSwap(PlanSwap&& other) noexcept
-      : pairs_(std::exchange(other.pairs_, {})), after_(std::exchange(other.after_, {})) {}
+  // Runs `swap` (which exchanges the plans; running it again swaps them
+  // back) now, and again at destruction.
+  explicit PlanSwap(std::function<void()> swap) : swap_(std::move(swap)) { swap_(); }
+  PlanSwap(PlanSwap&& other) noexcept : swap_(std::exchange(other.swap_, {})) {}
   PlanSwap& operator=(PlanSwap&&) = delete;
   PlanSwap(const PlanSwap&) = delete;
   PlanSwap& operator=(const PlanSwap&) = delete;
-  ~PlanSwap() { swap_all(); }
+  ~PlanSwap() {
+    if (swap_) swap_();
+  }
 
  private:
-  void swap_all() {
-    for (auto& [a, b] : pairs_) std::swap(*a, *b);
-    if (!pairs_.empty() && after_) after_();
-  }
-  std::vector<std::pair<Plan*, Plan*>> pairs_;
-  std::function<void()> after_;
+  std::function<void()> swap_;
 };
 
 }  // namespace refit

@@ -406,8 +406,8 @@ Status ReferenceEngine::commit(std::uint64_t version) {
                               std::to_string(pending_version_));
   }
   in_refit_ = false;
-  note_landed(version);
   std::unique_lock<std::shared_mutex> no_readers = exclude_readers();
+  note_landed(version);  // readers read the served arena's versions (served_version): held out meanwhile
   if (options_.shadow) active_ = 1 - active_;  // the flip: the landed arena is served from now on
   version_ = version;  // DESIGN.md rule 6: once per refit, only here
   complete_ = true;
@@ -417,7 +417,10 @@ Status ReferenceEngine::commit(std::uint64_t version) {
 }
 
 void ReferenceEngine::abort(std::uint64_t /*version*/, const Status& /*why*/) {
-  if (in_refit_) note_landed(0);
+  if (in_refit_) {
+    std::unique_lock<std::shared_mutex> no_readers = exclude_readers();
+    note_landed(0);
+  }
   in_refit_ = false;
   // The version stays at the last committed one. Shadow weights: the failed
   // refit wrote only the inactive arena, which the next refit overwrites;

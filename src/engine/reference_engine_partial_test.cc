@@ -51,6 +51,10 @@ std::unique_ptr<ReferenceEngine> make(const Versions& v, bool shadow) {
   return std::move(engine).value();
 }
 
+// Live weights: the scope's tensors are written, the others keep their
+// bytes and their versions (served_version). Catches: begin_partial
+// marking every tensor moved (served_version of t3 would be 2), a catch-up
+// run over live weights (catch_up_bytes not 0).
 TEST(ReferenceEnginePartial, LiveWeightsKeepTheTensorsOutsideTheScope) {
   Versions v;
   auto engine = make(v, /*shadow=*/false);
@@ -96,6 +100,8 @@ TEST(ReferenceEnginePartial, AnAbortedPartialRefitLeavesItsTensorsUnknownWhereIt
   EXPECT_TRUE(v.serves(*engine, {2, 1, 4, 1, 1, 1}));
 }
 
+// Catches: a glob that selects nothing taken as an empty scope (a refit of
+// nothing called done).
 TEST(ReferenceEnginePartial, AGlobThatSelectsNothingIsRefused) {
   Versions v;
   auto engine = make(v, /*shadow=*/true);

@@ -212,13 +212,15 @@ Status Receiver::set_feeders(BucketFeeders feeders) {
 
 Status Receiver::start(std::uint64_t version, Deadline deadline) { return impl_->start(version, deadline); }
 
-Status Receiver::replan() {
+Status Receiver::replan(const std::function<void()>& change) {
   Impl& impl = *impl_;
   impl.whole_views.clear();  // keyed by bucket: the old plan's
   std::lock_guard<std::mutex> lock(impl.mu);
   if (!impl.feeders.empty()) {
     return FailedPrecondition(impl.options.name + ": a partial refit's plan with sharded trainers' bucket parts");
   }
+  impl.ledger.end();
+  change();
   if (impl.ledger.links() == 0) return Status::Ok();  // dealt at the first start
   std::vector<std::string> names;
   for (std::size_t i = 0; i < impl.ledger.links(); ++i) names.push_back(impl.ledger.link_name(i));

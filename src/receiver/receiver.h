@@ -148,14 +148,17 @@ class Receiver : public BatchSource {
   // refit before the next start().
   Status set_tap(BucketTap* tap);
 
-  // Partial refits (refit/partial.h): the plan this receiver was created
-  // with changed in place (core/plan_swap.h): a subset plan of the same
-  // specs whose buckets fit the pool's slots, or the setup's again. Deals
-  // the buckets over the links again and forgets the views built for the
-  // old buckets. Between refits, on the consumer's thread.
+  // Partial refits (refit/partial.h): `change` changes the plan this
+  // receiver was created with in place (core/plan_swap.h: to a subset plan
+  // of the same specs whose buckets fit the pool's slots, or back to the
+  // setup's). It runs under the receiver's lock, after the refit's stream
+  // was ended (a late frame of it is then out of protocol, never checked
+  // against the other plan); then the buckets are dealt over the links
+  // again and the views built for the old buckets forgotten. Between
+  // refits (or after a failed one), on the consumer's thread.
   // kFailedPrecondition with sharded trainers' feeders (set_feeders), whose
-  // parts follow the setup's plan.
-  Status replan();
+  // parts follow the setup's plan: `change` does not run.
+  Status replan(const std::function<void()>& change);
 
   // Begins refit `version`: resets the stream, grants the first slots.
   // Fails, naming the link, when a link closed or sent a frame since the

@@ -21,12 +21,17 @@ StatusOr<std::optional<std::uint64_t>> EngineRank::Impl::next() {
                                                         [this](const CatchUp& c) { return catch_up(c); }}));
   if (!start) return std::optional<std::uint64_t>();
   const std::uint64_t version = start->version;
-  Status status = refit(*start);
+  std::optional<PlanSwap> partial;
+  Status status = refit(*start, partial);
   if (status.ok()) last_only_ = start->only;
+  if (!status.ok() && relay_) {
+    relay_->cancel(status);  // its workers leave the failed refit's buckets
+    if (partial) (void)relay_->wait_idle(Deadline::AfterSeconds(options_.bucket_timeout_s));
+  }
+  partial.reset();  // the setup's plans again: nothing of the refit reads the subset's
   // Committed: a failed release ends the job (the coordinator's verdict), never aborts the version.
   if (status.ok() && release_) RETURN_IF_ERROR(release_after(version));
   if (!status.ok()) {
-    if (relay_) relay_->cancel(status);  // its workers leave the failed refit's buckets
     engine_->abort(version, status);  // the version stays at the last committed one
     // In doubt: the coordinator is lost, nobody to report to or relink with.
     if (in_doubt_) return status;
@@ -232,10 +237,11 @@ Status EngineRank::Impl::adopt_parts(const std::vector<std::vector<Part>>& parts
   return Status::Ok();
 }
 
-Status EngineRank::Impl::refit(const Start& start) {
+Status EngineRank::Impl::refit(const Start& start, std::optional<PlanSwap>& partial) {
   const std::uint64_t version = start.version;
   fire_fault_hook(options_.debug_fault, ProtocolStep::kStart, version, name());
-  ASSIGN_OR_RETURN(const PlanSwap partial, use_scope(version, start.only));
+  ASSIGN_OR_RETURN(PlanSwap swapped, use_scope(version, start.only));
+  partial.emplace(std::move(swapped));
   if (options_.delta && !direct_) RETURN_IF_ERROR(receiver_->set_delta_base(delta_base(), binding_.read_committed));
   RETURN_IF_ERROR(begin_engine(version, start.only));
   // Direct mode has no credits: trainers announce buckets as soon as they

@@ -88,7 +88,9 @@ class EngineRank::Impl {
   StatusOr<bool> recover();
   Status relink_data(const Relink& relink, bool after_failure);
   Status reroute(const Relink& relink);
-  Status refit(const Start& start);
+  // `partial`: a partial refit's plans, swapped back by the caller once
+  // nothing of the refit runs any more (the relay's workers stopped).
+  Status refit(const Start& start, std::optional<PlanSwap>& partial);
   // Partial refits (engine_rank_scope.cc): this rank's plan and its peers'
   // as the subset plans of `only` for one refit (the setup's again when the
   // PlanSwap goes; the receiver deals its buckets again each time), and the
@@ -125,6 +127,7 @@ class EngineRank::Impl {
   std::map<std::vector<std::string>, SubsetPlans> subset_plans_;  // partial refits' plans, by their globs
   std::vector<bool> moving_;          // the refit in flight's tensors of the stream (empty: every tensor)
   std::vector<std::string> last_only_;  // the last committed refit's globs (empty: every tensor)
+  static constexpr std::size_t kSubsetPlansKept = 8;
   std::uint64_t seed_ = 0;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Listener> listener_;

@@ -21,6 +21,7 @@ StatusOr<PlanSwap> EngineRank::Impl::use_scope(std::uint64_t version, const std:
   RETURN_IF_ERROR(check_partial(version));
   auto cached = subset_plans_.find(only);
   if (cached == subset_plans_.end()) {
+    if (subset_plans_.size() >= kSubsetPlansKept) subset_plans_.clear();  // a job whose globs keep changing
     const RefitScope scope{only};
     SubsetPlans plans;
     ASSIGN_OR_RETURN(plans.selected, select_tensors(scope, plan_.specs));
@@ -33,16 +34,20 @@ StatusOr<PlanSwap> EngineRank::Impl::use_scope(std::uint64_t version, const std:
     }
     cached = subset_plans_.emplace(only, std::move(plans)).first;
   }
-  SubsetPlans& plans = cached->second;
-  moving_ = plans.selected;
-  std::vector<std::pair<Plan*, Plan*>> pairs{{&plan_, &plans.own}};
-  for (std::size_t r = 0; r < peer_plans_.size(); ++r) {
-    if (static_cast<int>(r) != rank()) pairs.emplace_back(&peer_plans_[r], &plans.peers[r]);
-  }
-  PlanSwap swap(std::move(pairs), [this] {
-    if (Status dealt = receiver_->replan(); !dealt.ok()) log(LogLevel::kError, name(), dealt.ToString());
-  });
-  return swap;
+  SubsetPlans* plans = &cached->second;
+  moving_ = plans->selected;
+  // The receiver's I/O thread reads plan_ under the receiver's lock: the
+  // swap runs there (check_partial refused the feeders replan refuses).
+  auto swap = [this, plans] {
+    const Status dealt = receiver_->replan([&] {
+      std::swap(plan_, plans->own);
+      for (std::size_t r = 0; r < peer_plans_.size(); ++r) {
+        if (static_cast<int>(r) != rank()) std::swap(peer_plans_[r], plans->peers[r]);
+      }
+    });
+    if (!dealt.ok()) log(LogLevel::kError, name(), dealt.ToString());
+  };
+  return PlanSwap(swap);
 }
 
 Status EngineRank::Impl::begin_engine(std::uint64_t version, const std::vector<std::string>& only) {

@@ -14,6 +14,7 @@
 #include "refit/device_memory.h"
 #include "refit/engine_rank.h"
 #include "refit/log.h"
+#include "refit/partial.h"
 #include "refit/model.h"
 #include "refit/reference_engine.h"
 #include "refit/roles.h"
@@ -63,20 +64,25 @@ struct LocalEngine {
   std::unique_ptr<ReferenceEngine> engine;
   std::unique_ptr<WeightReaders> readers;  // --readers; stopped before the engine goes
   // Partial refits: the version of the last committed refit that moved each
-  // model weight (empty before the first commit), and the weights the refit
-  // being verified moves (empty: every weight), which hold that refit's
-  // version once it is committed (commit_versions).
+  // model weight (empty before the first commit), kept apart from the
+  // engine's own bookkeeping, for the verification.
   std::vector<std::uint64_t> versions;
-  std::vector<bool> moving;
 };
 
-// Refit `version` committed: the weights it moved hold it now. Returns
-// the bytes it moved into `stream` (this rank's).
-std::uint64_t commit_versions(LocalEngine& local, std::uint64_t version, const std::vector<TensorSpec>& stream) {
+// Refit `version` committed, a partial one of `only` (empty: every tensor):
+// the weights it moved hold it now. Returns the bytes it moved into
+// `stream` (this rank's).
+std::uint64_t commit_versions(LocalEngine& local, std::uint64_t version, const std::vector<TensorSpec>& stream,
+                              const std::vector<std::string>& only) {
+  std::vector<bool> moved(stream.size(), true);
+  if (!only.empty()) {  // as the rank selected them (it refused the refit otherwise)
+    StatusOr<std::vector<bool>> selected = select_tensors(RefitScope{only}, stream);
+    if (selected.ok()) moved = std::move(selected).value();
+  }
   local.versions.resize(stream.size(), 0);
   std::uint64_t bytes = 0;
   for (std::size_t i = 0; i < stream.size(); ++i) {
-    if (!local.moving.empty() && !local.moving[i]) continue;
+    if (!moved[i]) continue;
     local.versions[i] = version;
     bytes += stream[i].nbytes();
   }
@@ -193,7 +199,6 @@ EngineBinding bind_local_engine(const EngineOptions& options, LocalEngine& local
   }
   if (options.verify) {
     binding.verify = [&options, &local](std::uint64_t version, std::uint64_t seed, const std::vector<bool>& moved) {
-      local.moving = moved;
       WeightVersions versions{version, {}};
       if (!moved.empty()) {
         for (std::size_t i = 0; i < moved.size(); ++i) {
@@ -276,7 +281,8 @@ Status run_engine(const EngineOptions& options) {
       RETURN_IF_ERROR(
           local.readers->error().WithContext(rank_label(options) + ": a --readers thread"));
     }
-    tally.add(*version, commit_versions(local, *version, local.streams[static_cast<std::size_t>(options.rank)]));
+    tally.add(*version, commit_versions(local, *version, local.streams[static_cast<std::size_t>(options.rank)],
+                                        rank->last_only()));
     if (!options.save_path.empty()) {
       RETURN_IF_ERROR(save_shards(local.choice.model, *local.engine, options.rank, options.engine_ranks,
                                   local.on_device, *version, options.save_path));

@@ -108,6 +108,9 @@ class RelayForwarder final : public BucketTap {
   Status finish(Deadline deadline);
   // Fails every wait with `why` and shuts the links (the workers stop).
   void cancel(const Status& why);
+  // After cancel(): returns once no worker is inside a bucket of the failed
+  // refit (it read the plan and the slot until then).
+  Status wait_idle(Deadline deadline);
   // Bytes written to the children in this refit, over all of them (an
   // encoded bucket counts its encoding).
   std::uint64_t forwarded_bytes() const;
@@ -123,7 +126,6 @@ class RelayForwarder final : public BucketTap {
   };
   RelayForwarder(RelaySettings settings, const Plan* plan);
   Status link(Child& child, Deadline deadline);
-  Status wait_idle(Deadline deadline);
   void start_worker(Child& child);
   void work(Child* child);
   StatusOr<std::uint64_t> forward(Child& child, const Item& item, std::uint64_t version, Deadline deadline);

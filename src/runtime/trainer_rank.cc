@@ -34,8 +34,7 @@ Status TrainerRank::Impl::refit(std::uint64_t version, const std::vector<std::st
     return InvalidArgument(name() + ": refit version " + std::to_string(version) +
                            " is not above the last committed version " + std::to_string(committed_));
   }
-  ASSIGN_OR_RETURN(const RefitScope scope, canonical_scope(only));
-  if (!scope.full()) RETURN_IF_ERROR(check_partial(version));
+  ASSIGN_OR_RETURN(const RefitScope scope, partial_scope(version, only));
   // A job that ended meanwhile (a rank lost while this one was idle)
   // answers with its reason, not with a failed send.
   if (std::optional<Status> ended = client_->abort_reason()) return *ended;

@@ -146,7 +146,9 @@ class TrainerRank::Impl {
   // plan_ as the subset plan of `only` for one refit (the setup's again
   // when the PlanSwap goes; nothing to swap for a full refit).
   Status check_partial(std::uint64_t version) const;
+  StatusOr<RefitScope> partial_scope(std::uint64_t version, const std::vector<std::string>& only) const;
   StatusOr<PlanSwap> use_scope(std::uint64_t version, const std::vector<std::string>& only);
+  static constexpr std::size_t kSubsetPlansKept = 8;
 
   // What this rank sent of one refit.
   struct SentShare {

@@ -5,6 +5,16 @@
 
 namespace refit {
 
+StatusOr<RefitScope> TrainerRank::Impl::partial_scope(std::uint64_t version,
+                                                      const std::vector<std::string>& only) const {
+  ASSIGN_OR_RETURN(RefitScope scope, canonical_scope(only));
+  if (scope.full()) return scope;
+  RETURN_IF_ERROR(check_partial(version));
+  // A glob that selects nothing is refused here, before the refit is asked for.
+  RETURN_IF_ERROR(select_tensors(scope, plan_.specs).status().WithContext(name()));
+  return scope;
+}
+
 Status TrainerRank::Impl::check_partial(std::uint64_t version) const {
   const std::string what = name() + ": partial refit " + std::to_string(version);
   // Each refusal: a setting whose partial refit is not built yet.
@@ -22,11 +32,13 @@ StatusOr<PlanSwap> TrainerRank::Impl::use_scope(std::uint64_t version, const std
   RETURN_IF_ERROR(check_partial(version));
   auto cached = subset_plans_.find(only);
   if (cached == subset_plans_.end()) {
+    if (subset_plans_.size() >= kSubsetPlansKept) subset_plans_.clear();  // a job whose globs keep changing
     ASSIGN_OR_RETURN(const std::vector<bool> selected, select_tensors(RefitScope{only}, plan_.specs));
     ASSIGN_OR_RETURN(Plan subset, make_subset_plan(plan_, selected));
     cached = subset_plans_.emplace(only, std::move(subset)).first;
   }
-  return PlanSwap(std::vector<std::pair<Plan*, Plan*>>{{&plan_, &cached->second}});
+  Plan* subset = &cached->second;
+  return PlanSwap([this, subset] { std::swap(plan_, *subset); });
 }
 
 }  // namespace refit

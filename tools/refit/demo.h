@@ -83,8 +83,6 @@ void add_demo_hidden_flags(CLI::App& cmd, DemoOptions& options);
 const std::string& trainer_device(const DemoOptions& options);
 // The coordinator's --only and --only-from (none for full refits).
 std::vector<std::string> coordinator_only_args(const DemoOptions& options);
-// The coordinator's --only and --only-from (none for full refits).
-std::vector<std::string> coordinator_only_args(const DemoOptions& options);
 
 // The checks the demo makes before it starts any process: the model preset
 // and layer count, and every rank's settings (validate_rank_settings, which

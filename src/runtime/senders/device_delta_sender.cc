@@ -45,7 +45,9 @@ class DeviceDeltaSender final : public BucketSender {
     const std::string where = bucket_where(c_, j);
     ASSIGN_OR_RETURN(const GrantedSlot credit, c_.protocol->wait_credit_base(version, j, deadline));
     std::byte* dst = c_.target->mapped_slot(static_cast<int>(credit.slot));
-    if (dst == nullptr) return Internal(where + ": the device target has no mapped slot " + std::to_string(credit.slot));
+    if (dst == nullptr) {
+      return Internal(where + ": the device target has no mapped slot " + std::to_string(credit.slot));
+    }
     DeviceBucketBases& bases = *c_.device_delta_bases;
     ASSIGN_OR_RETURN(std::byte* now, bases.next(j, version));
     ASSIGN_OR_RETURN(const PreparedCopy* pack, prepared_pack(j, now, where));
