@@ -20,7 +20,7 @@
 // an engine whose weights are served while others land (shadow weights)
 // must first make the tensors outside the scope whole where the refit
 // lands. By default it refuses (kFailedPrecondition): an engine does not
-// take partial refits unless it says so.
+// take partial refits unless it says so (takes_partial_refits).
 //
 // Between refits, in jobs that release refit's memory (CoordinatorOptions::
 // release_between_refits): release_idle() after a commit, acquire_idle()
@@ -46,6 +46,10 @@ class Engine {
     (void)scope;
     return FailedPrecondition("this engine does not take partial refits (refit " + std::to_string(version) + ")");
   }
+  // Whether begin_partial is implemented: the engine rank says so in its
+  // join, and the coordinator refuses partial refits in a job with an engine
+  // that does not (at setup, or the trainers' ask), naming it.
+  virtual bool takes_partial_refits() const { return false; }
   virtual Status apply(const AlignedBatch& batch) = 0;
   virtual Status commit(std::uint64_t version) = 0;
   virtual void abort(std::uint64_t version, const Status& why) = 0;

@@ -115,6 +115,7 @@ class ReferenceEngine : public Engine {
   // a job that repeats one scope copies nothing), so the flip serves a
   // whole version.
   Status begin_partial(std::uint64_t version, const RefitScope& scope) override;
+  bool takes_partial_refits() const override { return true; }
   Status apply(const AlignedBatch& batch) override;
   Status commit(std::uint64_t version) override;
   void abort(std::uint64_t version, const Status& why) override;

@@ -58,6 +58,7 @@ class ShadowEngine : public Engine {
 
   Status begin(std::uint64_t version) override;
   Status begin_partial(std::uint64_t version, const RefitScope& scope) override;
+  bool takes_partial_refits() const override { return true; }
   Status apply(const AlignedBatch& batch) override;
   Status commit(std::uint64_t version) override;
   void abort(std::uint64_t version, const Status& why) override;

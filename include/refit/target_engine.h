@@ -90,6 +90,7 @@ class TargetEngine : public Engine {
   Status begin(std::uint64_t version) override;
   // The batches carry the scope's tensors, copied or loaded as they come.
   Status begin_partial(std::uint64_t version, const RefitScope&) override { return begin(version); }
+  bool takes_partial_refits() const override { return true; }
   Status apply(const AlignedBatch& batch) override;
   Status commit(std::uint64_t version) override;
   void abort(std::uint64_t version, const Status& why) override;

@@ -143,7 +143,8 @@ Status CoordinatorShell::setup(const std::function<void(int)>& on_listening) {
   ASSIGN_OR_RETURN(Topology topology,
                    plan_topology(trainer_joins, first_engine, options_.seed, options_.refits == 0));
   RETURN_IF_ERROR(check_partial_refits(options_.refits == 0 ? std::vector<std::string>() : options_.only,
-                                       trainer_joins[0], engine_joins[0], slots() > options_.engines));
+                                       trainer_joins[0], engine_joins, slots() > options_.engines));
+  partial_refused_ = engine_without_partial(engine_joins);
   RETURN_IF_ERROR(plan_relay(engine_joins, options_.engine_ranks, static_cast<std::uint64_t>(options_.relay_fanout),
                              options_.release_between_refits, slots(), topology));
   for (const std::string& warning : topology.warnings) note(LogLevel::kWarning, warning);
@@ -189,6 +190,7 @@ Status CoordinatorShell::drive() {
   phase_options.alternate_arenas = engine.mode == "direct" && engine.shadow;
   phase_options.release_between_refits = options_.release_between_refits;
   phase_options.only = options_.only;
+  phase_options.partial_refused = partial_refused_;
   phase_options.only_from = options_.only_from;
   RefitPhases phases(phase_options);
   members_ = roster_.slots();

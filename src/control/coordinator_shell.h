@@ -145,6 +145,7 @@ class CoordinatorShell {
   void note(LogLevel level, const std::string& line);
 
   CoordinatorOptions options_;
+  std::string partial_refused_;  // why a partial refit cannot run in this job ("": it can)
   FaultHook fault_;  // options_.debug_fault, disarmed once it fired
   // Accepts, authenticates and reads joins off this thread (join_gate.h).
   std::unique_ptr<JoinGate> gate_;

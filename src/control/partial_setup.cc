@@ -5,10 +5,24 @@
 
 namespace refit {
 
-Status check_partial_refits(const std::vector<std::string>& only, const Join& trainer, const Join& engine,
-                            bool joins_possible) {
+std::string engine_without_partial(const std::vector<Join>& engines) {
+  for (const Join& j : engines) {
+    if (j.partial) continue;
+    const std::string rank = (j.engine != 0 ? "engine " + std::to_string(j.engine) + " rank " : "engine rank ") +
+                             std::to_string(j.rank);
+    return rank + "'s engine does not take partial refits (Engine::begin_partial)";
+  }
+  return "";
+}
+
+Status check_partial_refits(const std::vector<std::string>& only, const Join& trainer,
+                            const std::vector<Join>& engines, bool joins_possible) {
   if (only.empty()) return Status::Ok();
   const std::string what = "--only (partial refits)";
+  const Join& engine = engines.at(0);
+  if (const std::string without = engine_without_partial(engines); !without.empty()) {
+    return FailedPrecondition(what + ": " + without);
+  }
   // Each refusal: a setting whose partial refit is not built yet, and why.
   if (trainer.layout != "full") {
     return FailedPrecondition(what + " with sharded trainers (--trainer-layout " + trainer.layout +

@@ -113,6 +113,7 @@ StatusOr<Join> decode_join(const Json& m) {
   j.quantize = str(m, "quantize", "none");
   j.quantized_tensors = u64(m, "quantized_tensors");
   if (auto it = m.find("shadow"); it != m.end()) j.shadow = it->get<bool>();
+  if (auto it = m.find("partial"); it != m.end()) j.partial = it->get<bool>();
   if (auto it = m.find("catch_up"); it != m.end()) j.catch_up = it->get<bool>();
   if (auto it = m.find("change"); it != m.end()) j.change = it->get<std::uint64_t>();
   if (auto it = m.find("delta"); it != m.end()) j.delta = it->get<bool>();
@@ -154,6 +155,7 @@ Json encode_join(const Join& j) {
     m["memory_limit"] = j.memory_limit;
     m["supported_dtypes"] = j.supported_dtypes;
     if (j.shadow) m["shadow"] = true;
+    if (j.partial) m["partial"] = true;
     if (j.catch_up) m["catch_up"] = true;
     if (j.quantize != "none") {
       m["quantize"] = j.quantize;

@@ -78,7 +78,8 @@ namespace refit {
 // (net/frames.h); version 9 many engines (the join's engine, the setup's
 // engines, engine and relay; issue 18); version 10 engines joining a running
 // job (the join's catch_up, catch_up(v, engine)); version 11 partial
-// refits (request's and start's only, ready's plan_digest; issue 22).
+// refits (request's and start's only, ready's plan_digest, the join's
+// partial; issue 22).
 inline constexpr std::uint64_t kControlProtocolVersion = 11;
 
 // How often a side sends a heartbeat, and how long it waits for a word from
@@ -195,6 +196,9 @@ struct Join {
   // memory is both arenas (shadow_arena_stride) and the trainers write the
   // one each start names. Absent on the wire: false.
   bool shadow = false;
+  // Engine: its engine takes partial refits (Engine::takes_partial_refits).
+  // Absent on the wire: false.
+  bool partial = false;
   // Engine: it can read its committed weights back (EngineBinding::
   // read_committed), so it can send them to an engine that joins the
   // running job (catch_up). Absent on the wire: false.

@@ -72,6 +72,7 @@ void add_join(std::vector<Schema>& s) {
                 {"quantize", kStr, false, kMaxDescriptorBytes},
                 {"quantized_tensors", kUint},
                 {"shadow", kBool},
+                {"partial", kBool},
                 {"catch_up", kBool},
                 {"change", kUint, false, std::uint64_t{1} << 32},
                 {"delta", kBool},

@@ -327,6 +327,14 @@ TEST(Protocol, PartialRefitFieldsRoundTrip) {
   ASSERT_TRUE(ready.ok()) << ready.status().ToString();
   EXPECT_EQ(std::get<Ready>(*ready).plan_digest, "0123456789abcdef");
   EXPECT_FALSE(encode(RankMessage(Ready{3})).contains("plan_digest"));
+  Join join;
+  join.role = Role::kEngine;
+  join.partial = true;
+  auto joined = decode_rank_message(encode(RankMessage(join)));
+  ASSERT_TRUE(joined.ok()) << joined.status().ToString();
+  EXPECT_TRUE(std::get<Join>(*joined).partial);
+  join.partial = false;
+  EXPECT_FALSE(encode(RankMessage(join)).contains("partial"));
   Json bad = encode(RankMessage(Request{3, only}));
   bad["only"] = Json::array({"*norm*", 7});
   auto refused = decode_rank_message(bad);

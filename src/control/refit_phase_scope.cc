@@ -41,6 +41,11 @@ std::vector<std::string> RefitPhases::scope_of(std::uint64_t version, const std:
 }
 
 bool RefitPhases::asks_agree(const std::vector<std::string>& first, const Request& request, int member) {
+  if (!request.only.empty() && !options_.partial_refused.empty()) {
+    end(FailedPrecondition(member_name(member) + " asks for a partial refit " + std::to_string(request.version) +
+                           " (" + list(request.only) + "): " + options_.partial_refused));
+    return false;
+  }
   if (!request.only.empty() && options_.max_engines > options_.engines) {
     end(FailedPrecondition(member_name(member) + " asks for a partial refit " + std::to_string(request.version) +
                            " (" + list(request.only) + ") in a job that engines may join (--max-engines): a " +

@@ -169,6 +169,27 @@ TEST(RefitPhaseScope, OnDemandTheTrainerRanksMustAskForTheSameTensors) {
                                         "hold no committed version yet");
 }
 
+// A partial ask in a job whose engines cannot take one (a C++ engine
+// without begin_partial: the shell's partial_refused) ends the job with the
+// reason, before any refit starts. Catches: the ask started (every engine
+// rank would refuse it at its begin, and the job recover forever).
+TEST(RefitPhaseScope, APartialAskWhoseEnginesCannotTakeItEndsTheJobNamingThem) {
+  PhaseOptions o;
+  o.refits = 0;
+  o.partial_refused = "engine rank 0's engine does not take partial refits (Engine::begin_partial)";
+  RefitPhases phases(o);
+  testing::PhaseActions actions;
+  PhaseTime now = PhaseTime() + 1000s;
+  actions.take(phases.start(now, now + 10s));
+  actions.take(phases.on(Received{0, Linked{}}, now));
+  actions.take(phases.on(Received{1, Linked{}}, now));
+  actions.take(phases.on(Received{0, Request{1, kOnly}}, now));
+  ASSERT_TRUE(actions.ended().has_value());
+  EXPECT_HAS(actions.ended()->message(), "trainer rank 0 asks for a partial refit 1 ([*.q_proj.weight, *norm*]): "
+                                         "engine rank 0's engine does not take partial refits");
+  EXPECT_TRUE(actions.of<SendAll>().empty() || !std::holds_alternative<Start>(actions.of<SendAll>().back().message));
+}
+
 // A partial ask in a job that engines may join is refused, named. Catches:
 // the check left out (a joiner would be verified against one version).
 TEST(RefitPhaseScope, APartialAskWhereEnginesMayJoinIsRefused) {

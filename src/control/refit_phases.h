@@ -119,6 +119,9 @@ struct PhaseOptions {
   // engine rank said its weights are incomplete, run full (with a note).
   std::vector<std::string> only;
   std::uint64_t only_from = 2;
+  // Why this job's engines cannot take a partial refit ("": they can): a
+  // trainer rank's partial ask then ends the job with it.
+  std::string partial_refused;
 };
 
 using PhaseClock = std::chrono::steady_clock;

@@ -166,6 +166,7 @@ refit::Join EngineRank::Impl::make_join(const std::string& descriptor) const {
   join.delta = options_.delta;
   join.quantized_tensors = binding_.quantized_tensors;
   join.shadow = binding_.shadow;
+  join.partial = engine_->takes_partial_refits();
   // It can send its committed weights to an engine that joins (read back
   // from its weights in staged mode).
   join.catch_up = binding_.read_committed && !direct_;
