@@ -132,8 +132,9 @@ class RefitReport:
     only: tuple = ()       # a partial refit's globs; (): every tensor moved
 
     def as_dict(self):
-        """{field: value}, for a logger (wandb.log, tensorboard, json)."""
-        return dataclasses.asdict(self)
+        """{field: number}, for a logger (wandb.log, tensorboard, json): every
+        field but `only` (a partial refit's globs, which is not a number)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "only"}
 
     def __repr__(self):
         fields = ", ".join(f"{f.name}={_short(getattr(self, f.name))}" for f in dataclasses.fields(self))

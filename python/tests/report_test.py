@@ -155,7 +155,8 @@ class Reports(unittest.TestCase):
         self.assertGreaterEqual(report.wait_credits_s, 0.15, report)
 
     # Catches: a report whose fields a logger cannot take (as_dict missing a
-    # field or holding non-numbers), an unreadable repr or str.
+    # field or holding non-numbers: a partial refit's `only` globs stay out of
+    # it, tried), an unreadable repr or str.
     def test_the_report_logs_and_prints(self):
         report = refit.RefitReport(version=3, bytes=4096, buckets=1, seconds=0.5, gb_per_s=4096 / 0.5 / 1e9,
                                    send_s=0.25, wait_start_s=0.0, wait_go_s=0.125, wait_credits_s=0.0625,
@@ -164,6 +165,7 @@ class Reports(unittest.TestCase):
         self.assertEqual(list(d), ["version", "bytes", "buckets", "seconds", "gb_per_s", "send_s", "wait_start_s",
                                    "wait_go_s", "wait_credits_s", "wait_commit_s"])
         self.assertTrue(all(isinstance(v, (int, float)) for v in d.values()))
+        self.assertEqual(report.only, ())  # a full refit's; a partial one's globs are not a logger's number
         self.assertEqual(repr(report).split(", ")[:4], ["RefitReport(version=3", "bytes=4096", "buckets=1",
                                                          "seconds=0.5"])
         self.assertEqual(str(report), "refit 3: 4096 bytes in 0.500 s (8.19e-06 GB/s); waited 0.000 s to start, "
