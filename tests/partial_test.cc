@@ -172,6 +172,19 @@ TEST(PartialJob, ARelayedEngineTakesThePartialRefitsToo) {
       << report["refits"][1].dump();
 }
 
+// `refit bench --only`: the ceiling copies a partial refit's bytes and each
+// refit's rate is over its own bytes. Catches: the full stream's bytes over
+// a partial refit's time (a rate many times the link's).
+TEST(PartialJob, TheBenchJudgesAPartialRefitByItsOwnBytes) {
+  auto r = run_refit({"bench", "--json", "--model", "tiny", "--refits", "3", "--only", kGlobs, "--timeout", "120"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const json report = json::parse(r.out);
+  const auto partial = report["refits"][2]["bytes"].get<std::uint64_t>();
+  EXPECT_EQ(report["bench"]["ceiling_bytes"].get<std::uint64_t>(), partial) << report["bench"].dump();
+  const double seconds = report["refits"][2]["seconds"].get<double>();
+  EXPECT_NEAR(report["bench"]["refit_gbps"][2].get<double>(), static_cast<double>(partial) / seconds / 1e9, 1e-6);
+}
+
 // Refused at setup, each naming what is wrong: a glob that selects nothing,
 // and settings partial refits are not built for yet. Catches: a misspelt
 // glob that refits nothing and calls it done; a delta or shadow job that

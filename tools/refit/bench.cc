@@ -46,9 +46,14 @@ double measure_ceiling(const DemoOptions& o, std::uint64_t bytes, Json& report) 
 // The bytes the ceiling copies and each refit's rate is counted over: one
 // refit's (bytes_per_refit), or under --quantize the bf16 (or fp32) bytes
 // the engines' weights are converted from, so that a quantizing refit is
-// judged against the one-copy floor of what it converts (issue 20).
+// judged against the one-copy floor of what it converts (issue 20). With
+// --only, a partial refit's bytes (the last refit's: every refit from
+// --only-from on moves the same), each refit's rate over its own bytes.
 StatusOr<std::uint64_t> ceiling_bytes(const DemoOptions& o, const Json& report) {
   std::uint64_t bytes = report.value("bytes_per_refit", 0ull);
+  if (!o.only.empty() && !report.value("refits", Json::array()).empty()) {
+    bytes = report["refits"].back().value("bytes", bytes);
+  }
   if (bytes == 0) bytes = 64ull << 20;
   if (report.value("quantize", std::string("none")) == "none") return bytes;
   ASSIGN_OR_RETURN(Model model, make_model(o.model, o.layers));
@@ -85,7 +90,8 @@ Status run_bench(const DemoOptions& options) {
   std::vector<double> rates;  // GB/s of `bytes`: a refit's time against the ceiling's
   for (const Json& r : report.value("refits", Json::array())) {
     const double seconds = r.value("seconds", 0.0);
-    rates.push_back(seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0);
+    const std::uint64_t moved = o.only.empty() ? bytes : r.value("bytes", bytes);
+    rates.push_back(seconds > 0 ? static_cast<double>(moved) / seconds / 1e9 : 0.0);
   }
   // The first refit pays page faults on fresh weights; report the median of the rest too.
   std::vector<double> steady(rates.size() > 1 ? rates.begin() + 1 : rates.begin(), rates.end());
