@@ -214,7 +214,8 @@ Status CoordinatorShell::drive() {
     // A replaced member's link is new: this round's poll results are stale.
     if (ready > 0 && (fds.back().revents & POLLIN) && refuse_latecomers(phases)) continue;
     for (std::size_t i = 0; ready > 0 && i < members_.size() && !ended_; ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      // A member dropped or refused earlier in this round (a joiner killed during its catch-up) is gone.
+      if (members_[i] == nullptr || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       auto message = recv_rank_message(*members_[i]->link, Deadline::After(std::chrono::milliseconds(5000)));
       if (message.ok()) {
         fire_received_hook(*message);
