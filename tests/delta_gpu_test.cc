@@ -29,8 +29,9 @@ using nlohmann::json;
 
 json run_gpu_delta(const std::string& fraction, std::vector<std::string> extra = {}) {
   std::vector<std::string> args = {"demo", "--json", "--device", "cuda", "--transport", "cuda_ipc", "--model",
-                                   "tiny", "--engine-ranks", "2", "--refits", "3", "--bucket-size", "1MiB",
-                                   "--delta", "--change-fraction", fraction, "--timeout", "120"};
+                                   "tiny", "--engine-ranks", "2", "--engine-gpus", "1", "--refits", "3",
+                                   "--bucket-size", "1MiB", "--delta", "--change-fraction", fraction, "--timeout",
+                                   "120"};
   args.insert(args.end(), extra.begin(), extra.end());
   auto r = testing::run_refit(args);
   EXPECT_EQ(r.exit_code, 0) << fraction << "\n" << r.err << r.out;
@@ -62,6 +63,9 @@ TEST(DeltaGpu, AFailedRefitIntoLiveWeightsSendsTheNextOneFull) {
   testing::JobSpec spec;
   spec.refits = 4;
   spec.rank_args = {"--device", "cuda", "--delta", "--change-fraction", "0.01"};
+  for (int e = 0; e < spec.engine_ranks; ++e) {
+    spec.extra["engine rank " + std::to_string(e)] = {"--engine-gpus", "1"};  // both on the one GPU
+  }
   spec.transport = "cuda_ipc";
   spec.extra["trainer rank 0"] = {"--debug-fail-refit", "2"};
   testing::ProcessGroup group;

@@ -29,8 +29,8 @@ TEST(PartialGpu, PartialRefitsOverCudaIpcVerifyEveryTensor) {
   for (const char* mode : {"staged", "direct"}) {
     for (bool shadow : {false, true}) {
       std::vector<std::string> args = {"demo", "--json", "--device", "cuda", "--transport", "cuda_ipc", "--mode", mode,
-                                       "--model", "tiny", "--engine-ranks", "2", "--refits", "4", "--bucket-size",
-                                       "1MiB", "--only", "*.q_proj.weight,*norm*", "--timeout", "120"};
+                                       "--model", "tiny", "--engine-ranks", "2", "--engine-gpus", "1", "--refits", "4",
+                                       "--bucket-size", "1MiB", "--only", "*.q_proj.weight,*norm*", "--timeout", "120"};
       if (shadow) args.push_back("--shadow");
       auto r = testing::run_refit(args);
       ASSERT_EQ(r.exit_code, 0) << mode << (shadow ? " shadow" : "") << "\n" << r.err << r.out;
