@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "refit/arena_versions.h"
 #include "refit/engine.h"
 #include "refit/plan.h"
 #include "refit/status.h"
@@ -190,18 +191,14 @@ class ReferenceEngine : public Engine {
   bool complete_ = true;
   bool idle_released_ = false;  // release_idle() freed the arena not served
   ReferenceEngineStats stats_;
-  // Partial refits (reference_engine_partial.cc): the version arena k holds
-  // of each tensor of rank r's stream (0: not known), and the open refit's
-  // tensors of each rank's stream (empty: every tensor).
-  std::vector<std::vector<std::uint64_t>> held_[2];
-  std::vector<std::vector<bool>> moving_;
+  // Partial refits (reference_engine_partial.cc): what each arena holds of
+  // each tensor of rank r's stream, and the open refit's tensors
+  // (versions_[r]; hosted ranks only).
+  std::vector<ArenaVersions> versions_;
   Status catch_up_landing(const RefitScope& scope);
   std::byte* arena_data(int k, std::size_t rank);  // arena k of hosted rank `rank`
-  // The open refit committed as `version` (before the flip) or aborted (0):
-  // the landing arena holds the moved tensors at that version, or not known.
+  // The open refit committed as `version` (before the flip) or aborted (0).
   void note_landed(std::uint64_t version);
-  // The landing arena's contents are unknown (freed, or taken again).
-  void forget_landing();
   std::unique_ptr<BatchedCopier> copier_;  // device engines only
   std::unique_ptr<CudaStream> stream_;
   // Device engines: batches already validated, with their posts' copies

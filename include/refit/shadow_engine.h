@@ -35,6 +35,7 @@
 #include <memory>
 #include <vector>
 
+#include "refit/arena_versions.h"
 #include "refit/engine.h"
 #include "refit/status.h"
 #include "refit/target_engine.h"
@@ -97,13 +98,8 @@ class ShadowEngine : public Engine {
   std::shared_ptr<WeightArena> arenas_[2];
   int served_ = 0;
   FlipHook on_flip_;
-  // The version arena k holds of each tensor (0: not known), the open
-  // refit's tensors (empty: every tensor), and what catch-ups copied.
-  std::vector<std::uint64_t> held_[2];
-  std::vector<bool> moving_;
+  ArenaVersions versions_;  // what each arena holds of each tensor (partial refits)
   std::uint64_t catch_up_bytes_ = 0;
-  // The open refit's tensors in the landing arena hold `version` now (0: not known).
-  void note_landed(std::uint64_t version);
   Status catch_up_landing(std::uint64_t version);
 };
 

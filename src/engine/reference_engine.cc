@@ -229,7 +229,7 @@ StatusOr<std::uint64_t> ReferenceEngine::release_idle() {
     freed += arena->bytes;
   }
   prepared_.clear();  // their copies wrote into the freed arena
-  forget_landing();
+  for (int r : hosted_) versions_[static_cast<std::size_t>(r)].forget(landing());
   idle_released_ = true;
   return freed;
 }
@@ -250,6 +250,7 @@ Status ReferenceEngine::acquire_idle() {
 Status ReferenceEngine::allocate() {
   const int ranks = static_cast<int>(streams_.size());
   offsets_.resize(streams_.size());
+  for (const std::vector<TensorSpec>& stream : streams_) versions_.emplace_back(stream.size());
   for (int k = 0; k < (options_.shadow ? 2 : 1); ++k) arenas_[k].resize(streams_.size());
   for (int r : hosted_) {
     if (r < 0 || r >= ranks) continue;
@@ -303,7 +304,7 @@ Status ReferenceEngine::begin(std::uint64_t version) {
   }
   in_refit_ = true;
   pending_version_ = version;
-  moving_.clear();  // every tensor (begin_partial says otherwise)
+  for (int r : hosted_) versions_[static_cast<std::size_t>(r)].open({});  // every tensor (unless begin_partial)
   ++stats_.begins;
   return Status::Ok();
 }

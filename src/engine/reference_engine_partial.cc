@@ -9,39 +9,25 @@
 
 namespace refit {
 
-namespace {
-
-// held[r] sized to rank r's stream (new entries: not known).
-void size_for(std::vector<std::vector<std::uint64_t>>& held, const std::vector<std::vector<TensorSpec>>& streams) {
-  held.resize(streams.size());
-  for (std::size_t r = 0; r < streams.size(); ++r) held[r].resize(streams[r].size(), 0);
-}
-
-}  // namespace
-
 Status ReferenceEngine::begin_partial(std::uint64_t version, const RefitScope& scope) {
   RETURN_IF_ERROR(begin(version));
-  std::vector<std::vector<bool>> moving(streams_.size());
   for (int r : hosted_) {
-    ASSIGN_OR_RETURN(moving[static_cast<std::size_t>(r)],
-                     select_tensors(scope, streams_[static_cast<std::size_t>(r)]));
+    const auto k = static_cast<std::size_t>(r);
+    ASSIGN_OR_RETURN(std::vector<bool> moving, select_tensors(scope, streams_[k]));
+    versions_[k].open(std::move(moving));
   }
-  moving_ = std::move(moving);
   if (!options_.shadow) return Status::Ok();  // live weights: the scope is written, the rest stays
   return catch_up_landing(scope);
 }
 
 Status ReferenceEngine::catch_up_landing(const RefitScope& scope) {
   const int to = landing(), from = active_;
-  size_for(held_[to], streams_);
-  size_for(held_[from], streams_);
   for (int r : hosted_) {
     const auto k = static_cast<std::size_t>(r);
     std::byte* dst = arena_data(to, k);
     const std::byte* src = arena_data(from, k);
     for (std::size_t i = 0; i < streams_[k].size(); ++i) {
-      const std::uint64_t served = held_[from][k][i];
-      if (moving_[k][i] || (served != 0 && held_[to][k][i] == served)) continue;
+      if (!versions_[k].stale(to, from, i)) continue;
       const TensorSpec& spec = streams_[k][i];
       const std::uint64_t at = offsets_[k].at(spec.name), bytes = spec.nbytes();
       if (options_.memory == MemoryKind::kCuda) {
@@ -52,7 +38,7 @@ Status ReferenceEngine::catch_up_landing(const RefitScope& scope) {
       } else {
         std::memcpy(dst + at, src + at, bytes);
       }
-      held_[to][k][i] = served;
+      versions_[k].copied(to, from, i);
       stats_.catch_up_bytes += bytes;
     }
   }
@@ -60,25 +46,13 @@ Status ReferenceEngine::catch_up_landing(const RefitScope& scope) {
 }
 
 void ReferenceEngine::note_landed(std::uint64_t version) {
-  std::vector<std::vector<std::uint64_t>>& held = held_[landing()];
-  size_for(held, streams_);
-  for (int r : hosted_) {
-    const auto k = static_cast<std::size_t>(r);
-    for (std::size_t i = 0; i < held[k].size(); ++i) {
-      if (moving_.empty() || moving_[k][i]) held[k][i] = version;
-    }
-  }
+  for (int r : hosted_) versions_[static_cast<std::size_t>(r)].landed(landing(), version);
 }
 
 std::uint64_t ReferenceEngine::served_version(int rank, std::size_t index) const {
-  const std::vector<std::vector<std::uint64_t>>& held = held_[active_];
   const auto k = static_cast<std::size_t>(rank);
-  if (k >= held.size() || index >= held[k].size() || held[k][index] == 0) return version_;
-  return held[k][index];
-}
-
-void ReferenceEngine::forget_landing() {
-  for (std::vector<std::uint64_t>& rank : held_[landing()]) std::fill(rank.begin(), rank.end(), 0);
+  const std::uint64_t held = k < versions_.size() ? versions_[k].held(active_, index) : 0;
+  return held != 0 ? held : version_;
 }
 
 }  // namespace refit

@@ -11,9 +11,7 @@ namespace refit {
 ShadowEngine::ShadowEngine(int rank, std::vector<TensorSpec> stream, MemoryKind memory, int device,
                            ShadowArenas arenas)
     : copies_(rank, stream, memory, device), stream_(std::move(stream)), memory_(memory), device_(device),
-      layout_(arenas) {
-  for (auto& held : held_) held.assign(stream_.size(), 0);
-}
+      layout_(arenas), versions_(stream_.size()) {}
 
 StatusOr<std::unique_ptr<ShadowEngine>> ShadowEngine::Create(int rank, std::vector<TensorSpec> stream,
                                                              MemoryKind memory, int device, ShadowArenas arenas) {
@@ -34,7 +32,7 @@ StatusOr<std::uint64_t> ShadowEngine::release_idle() {
   if (layout_ != ShadowArenas::kSeparate || released_) return std::uint64_t{0};
   const std::uint64_t bytes = landing()->bytes();
   arenas_[1 - served_].reset();
-  std::fill(held_[1 - served_].begin(), held_[1 - served_].end(), 0);
+  versions_.forget(1 - served_);
   released_ = true;
   return bytes;
 }
@@ -55,22 +53,21 @@ Status ShadowEngine::begin(std::uint64_t version) {
   targets.reserve(stream_.size());
   for (std::size_t i = 0; i < stream_.size(); ++i) targets.push_back(landing()->tensor(i));
   RETURN_IF_ERROR(copies_.set_targets(std::move(targets)));
-  moving_.clear();  // every tensor (begin_partial says otherwise)
+  versions_.open({});  // every tensor (begin_partial says otherwise)
   return copies_.begin(version);
 }
 
 Status ShadowEngine::begin_partial(std::uint64_t version, const RefitScope& scope) {
   ASSIGN_OR_RETURN(std::vector<bool> moving, select_tensors(scope, stream_));
   RETURN_IF_ERROR(begin(version));
-  moving_ = std::move(moving);
+  versions_.open(std::move(moving));
   return catch_up_landing(version);
 }
 
 Status ShadowEngine::catch_up_landing(std::uint64_t version) {
   const int to = 1 - served_;
   for (std::size_t i = 0; i < stream_.size(); ++i) {
-    const std::uint64_t held = held_[served_][i];
-    if (moving_[i] || (held != 0 && held_[to][i] == held)) continue;
+    if (!versions_.stale(to, served_, i)) continue;
     const std::uint64_t bytes = stream_[i].nbytes();
     if (memory_ == MemoryKind::kCuda) {
       RETURN_IF_ERROR(copy_device_to_device(landing()->tensor(i), served()->tensor(i), bytes)
@@ -79,29 +76,23 @@ Status ShadowEngine::catch_up_landing(std::uint64_t version) {
     } else {
       std::memcpy(landing()->tensor(i), served()->tensor(i), bytes);
     }
-    held_[to][i] = held;
+    versions_.copied(to, served_, i);
     catch_up_bytes_ += bytes;
   }
   return Status::Ok();
-}
-
-void ShadowEngine::note_landed(std::uint64_t version) {
-  for (std::size_t i = 0; i < stream_.size(); ++i) {
-    if (moving_.empty() || moving_[i]) held_[1 - served_][i] = version;
-  }
 }
 
 Status ShadowEngine::apply(const AlignedBatch& batch) { return copies_.apply(batch); }
 
 Status ShadowEngine::commit(std::uint64_t version) {
   RETURN_IF_ERROR(copies_.commit(version));
-  note_landed(version);
+  versions_.landed(1 - served_, version);
   served_ = 1 - served_;
   return on_flip_ ? on_flip_(version) : Status::Ok();
 }
 
 void ShadowEngine::abort(std::uint64_t version, const Status& why) {
-  note_landed(0);
+  versions_.landed(1 - served_, 0);
   copies_.abort(version, why);
 }
 
