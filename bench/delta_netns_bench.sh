@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Delta refits over a rate-limited link (issue 22): full refits against
-# --delta at each change fraction, over tcp between network namespaces whose
+# --delta at each change fraction, over tcp (or ucx) between network namespaces whose
 # trainer side sends through a tc token bucket (tbf) standing in for a slow
 # NIC, and the link's own rate measured in the same run (a plain TCP socket
 # stream of the refit's bytes, bench/ucx_linkbench.cc).
@@ -12,6 +12,7 @@
 #
 # Usage: sudo bench/delta_netns_bench.sh [build dir] > rows.jsonl
 #   RATE (200mbit) MODEL (tiny) LAYERS (-1) REFITS (5) FRACTIONS ("0.01 0.1 1")
+#   TRANSPORT (tcp; ucx: UCX's tcp transport, the remote delta sender)
 # One JSON row per fraction on stdout: wire bytes and the median seconds of
 # refits 2..REFITS (refit 1 is full either way) for full and delta, their
 # ratio, and the link's time for the full bytes; a summary on stderr.
@@ -19,6 +20,8 @@ set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 rate=${RATE:-200mbit} model=${MODEL:-tiny} layers=${LAYERS:--1} refits=${REFITS:-5}
 fractions=${FRACTIONS:-0.01 0.1 1}
+transport=${TRANSPORT:-tcp}
+export UCX_TLS=tcp  # namespaces share /dev/shm: without it UCX would take shared memory past the shaped link
 [[ $(id -u) -eq 0 ]] || { echo "delta_netns_bench: needs root (network namespaces)" >&2; exit 1; }
 for b in refit ucx_linkbench; do [[ -x $build/$b ]] || { echo "delta_netns_bench: no $build/$b" >&2; exit 1; }; done
 
@@ -41,7 +44,7 @@ job() {
     --refits "$refits" --seed 1 --quiet "${common[@]}" 2>"$dir/coordinator.err" &
   pids=($!)
   for _ in $(seq 1000); do [[ -s $dir/port ]] && break; sleep 0.01; done
-  local rank=(--coordinator "$(addr 0):$(cat "$dir/port")" --model "$model" --layers "$layers" --transport tcp
+  local rank=(--coordinator "$(addr 0):$(cat "$dir/port")" --model "$model" --layers "$layers" --transport "$transport"
               "${common[@]}" "$@")
   in_ns 1 "$build/refit" engine --rank 0 --listen-host "$(addr 1)" "${rank[@]}" 2>"$dir/engine.err" &
   pids+=($!)
@@ -65,16 +68,17 @@ bytes=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["bytes_p
 # The link alone: a socket stream of the refit's bytes, engine host = sink.
 measure_link 2 1 "$bytes"
 
-python3 - "$dir" "$rate" "$model" "$layers" "$fractions" <<'PY'
+python3 - "$dir" "$rate" "$model" "$layers" "$fractions" "$transport" <<'PY'
 import json, statistics, sys
 d, rate, model, layers, fractions = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5].split()
+transport = sys.argv[6]
 link = json.load(open(f"{d}/link.json"))
 for f in fractions:
     full, delta = (json.load(open(f"{d}/{k}-{f}.json")) for k in ("full", "delta"))
     for r in (full, delta):
         assert r["verified"], r.get("error")
     later = lambda r, key: statistics.median(x[key] for x in r["refits"][1:])
-    row = {"rate": rate, "model": model, "layers": layers, "change_fraction": float(f),
+    row = {"transport": transport, "rate": rate, "model": model, "layers": layers, "change_fraction": float(f),
            "bytes_per_refit": full["bytes_per_refit"],
            "full_wire_bytes": later(full, "wire_bytes"), "delta_wire_bytes": later(delta, "wire_bytes"),
            "full_s": later(full, "seconds"), "delta_s": later(delta, "seconds"),

@@ -1,5 +1,5 @@
-// End to end: delta refits (`--delta`, issue 22) in real processes over shm
-// and tcp. Each bucket goes as the smaller of its bytes and its changed
+// End to end: delta refits (`--delta`, issue 22) in real processes over shm,
+// tcp and ucx. Each bucket goes as the smaller of its bytes and its changed
 // words against the version the engine rank holds committed; the engines
 // decode in their slots and verify every byte of every version as before.
 // An engine rank without a whole committed version (the first refit, after
@@ -18,6 +18,7 @@
 #include "job.h"
 #include "kill_mid_job.h"
 #include "process_harness.h"
+#include "testing/ucx_test_util.h"
 
 namespace refit {
 namespace {
@@ -45,7 +46,9 @@ json run_delta_demo(const std::string& transport, const std::string& fraction) {
 // fails refit 3), encoded buckets counted at their full size (wire_bytes).
 // Tried once: offering base 0 always made refits 2 and 3 full.
 TEST(DeltaJob, LaterRefitsSendOnlyTheChangedWordsAndEveryRefitVerifies) {
-  for (const char* transport : {"shm", "tcp"}) {
+  std::vector<std::string> transports = {"shm", "tcp"};
+  if (testing::ucx_built()) transports.push_back("ucx");  // kRemoteDelta: encoded before the credit
+  for (const std::string& transport : transports) {
     const json sparse = run_delta_demo(transport, "0.01");
     const json dense = run_delta_demo(transport, "1");
     ASSERT_FALSE(sparse.is_null() || dense.is_null());
@@ -80,30 +83,40 @@ TEST(DeltaJob, LaterRefitsSendOnlyTheChangedWordsAndEveryRefitVerifies) {
 // that keeps the failed refit's bytes as its base (refit 3's encodings are
 // against version 2 and the engine refuses them), a shadow engine that
 // stops offering its base after an abort. Tried once: offering the version
-// without checking weights_complete() failed refit 3's verification.
+// without checking weights_complete() failed refit 3's verification. Over
+// ucx the trainer has encoded refit 3's buckets before their credits name
+// no base (live weights): it must send their bytes after all. Catches: the
+// remote delta sender sending an encoding without comparing the credit's
+// base (the engine refuses an encoded bucket where it offered no base).
 TEST(DeltaJob, AFailedRefitSendsFullBytesToLiveWeightsAndDeltasToShadowWeights) {
-  for (bool shadow : {false, true}) {
-    JobSpec spec;
-    spec.refits = 4;
-    spec.rank_args = {"--delta", "--change-fraction", "0.01"};
-    spec.extra["trainer rank 0"] = {"--debug-fail-refit", "2"};
-    if (shadow) {
-      for (int e = 0; e < spec.engine_ranks; ++e) spec.extra["engine rank " + std::to_string(e)] = {"--shadow"};
+  std::vector<std::string> transports = {"shm"};
+  if (testing::ucx_built()) transports.push_back("ucx");
+  for (const std::string& transport : transports) {
+    for (bool shadow : {false, true}) {
+      JobSpec spec;
+      spec.transport = transport;
+      spec.refits = 4;
+      spec.rank_args = {"--delta", "--change-fraction", "0.01"};
+      spec.extra["trainer rank 0"] = {"--debug-fail-refit", "2"};
+      if (shadow) {
+        for (int e = 0; e < spec.engine_ranks; ++e) spec.extra["engine rank " + std::to_string(e)] = {"--shadow"};
+      }
+      ProcessGroup group;
+      ASSERT_TRUE(testing::start_job(group, spec)) << group.all_stderr();
+      ASSERT_TRUE(group.wait_all(120)) << group.all_stderr();
+      const json report = json::parse(group.report());
+      ASSERT_EQ(report["failures"].size(), 1u) << report.dump(2);
+      ASSERT_EQ(report["refits"].size(), 3u) << report.dump(2);
+      std::vector<std::uint64_t> words;
+      for (const json& r : report["refits"]) {
+        EXPECT_TRUE(r["verified"].get<bool>()) << r.dump();
+        words.push_back(r["encodings"]["words"].get<std::uint64_t>());
+      }
+      EXPECT_EQ(words[0], 0u) << "refit 1 has no base";
+      EXPECT_EQ(words[1] > 0, shadow) << transport << ", " << (shadow ? "shadow" : "live")
+                                      << " weights, refit 3: " << report.dump(2);
+      EXPECT_GT(words[2], 0u) << "refit 4: " << report["refits"][2].dump();
     }
-    ProcessGroup group;
-    ASSERT_TRUE(testing::start_job(group, spec)) << group.all_stderr();
-    ASSERT_TRUE(group.wait_all(120)) << group.all_stderr();
-    const json report = json::parse(group.report());
-    ASSERT_EQ(report["failures"].size(), 1u) << report.dump(2);
-    ASSERT_EQ(report["refits"].size(), 3u) << report.dump(2);
-    std::vector<std::uint64_t> words;
-    for (const json& r : report["refits"]) {
-      EXPECT_TRUE(r["verified"].get<bool>()) << r.dump();
-      words.push_back(r["encodings"]["words"].get<std::uint64_t>());
-    }
-    EXPECT_EQ(words[0], 0u) << "refit 1 has no base";
-    EXPECT_EQ(words[1] > 0, shadow) << (shadow ? "shadow" : "live") << " weights, refit 3: " << report.dump(2);
-    EXPECT_GT(words[2], 0u) << "refit 4: " << report["refits"][2].dump();
   }
 }
 

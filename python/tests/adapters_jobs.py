@@ -44,27 +44,26 @@ def spawn(script, role_args, out, log_name):
 
 
 def wait_procs(procs, out, seconds):
-    """Waits for every process (killing what runs past `seconds`); (all exited 0, lines)."""
-    ok, lines = True, []
+    """Waits for every process until all exited, one failed, or `seconds` passed, then kills
+    and reaps the rest (a survivor would wait for its dead peer); (all exited 0, lines)."""
     deadline = time.monotonic() + seconds
+    while any(p.poll() is None for p in procs.values()) and time.monotonic() < deadline:
+        if any(p.returncode not in (None, 0) for p in procs.values()):
+            break
+        time.sleep(0.2)
+    ok, lines = True, []
     for role, p in procs.items():
-        try:
-            p.wait(timeout=max(1, deadline - time.monotonic()))
-            killed = ""
-        except subprocess.TimeoutExpired:
+        killed = ""
+        if p.poll() is None:
             p.kill()
             p.wait()
-            killed = f"[killed after {seconds} s: a hang]\n"
+            killed = f"[killed: still running after {seconds} s, or a peer failed]\n"
         if p.returncode != 0:
             ok = False
             with open(os.path.join(out, role + ".log")) as log:
                 text = killed + log.read()
             tail = "\n".join("    " + line for line in text.splitlines()[-40:])
             lines.append(f"  {role} process exited {p.returncode}:\n{tail}")
-    if not ok:  # a survivor would wait forever for its dead peer
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
     return ok, lines
 
 

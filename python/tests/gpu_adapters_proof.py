@@ -79,6 +79,7 @@ class FakeEngine:
         self.specs = [(n, str(t.dtype).replace("torch.", ""), tuple(t.shape)) for n, t in sources]
         self.targets = None
         self.weight_version = 0
+        self.last_only = ()  # Engine.last_only: () = the last refit moved every tensor
 
     def set_targets(self, pairs):
         pairs = list(pairs)

@@ -59,12 +59,13 @@ const char* sender_kind_name(SenderKind kind) {
     case SenderKind::kRegisteredHost: return "registered host";
     case SenderKind::kDeviceDirect: return "device direct";
     case SenderKind::kRemoteWrite: return "remote write";
+    case SenderKind::kRemoteDelta: return "remote delta";
   }
   return "unknown sender";
 }
 
 SenderKind choose_sender(const SenderSettings& s, bool registered) {
-  if (s.capabilities.remote_write) return SenderKind::kRemoteWrite;
+  if (s.capabilities.remote_write) return s.delta && !s.direct ? SenderKind::kRemoteDelta : SenderKind::kRemoteWrite;
   if (!s.weights_on_device && !s.target_on_device) {
     if (s.direct) return SenderKind::kHostDirect;
     return s.delta ? SenderKind::kHostDelta : SenderKind::kHostPack;
@@ -91,9 +92,12 @@ StatusOr<std::unique_ptr<BucketSender>> make_bucket_sender(SenderContext c, cons
   SharedRegistrations registrations = c.registrations ? c.registrations : host_registrations(*c.source, s, c.name);
   const std::string name = c.name;
   const SenderKind kind = choose_sender(s, !registrations->empty());
-  if (s.delta && kind != SenderKind::kHostDelta && kind != SenderKind::kDeviceDelta) {
-    return FailedPrecondition(name + ": --delta sends host weights into a host pool or device weights into a device "
-                              "pool, staged; these settings call for the " + sender_kind_name(kind) + " sender");
+  const bool delta_kind =
+      kind == SenderKind::kHostDelta || kind == SenderKind::kDeviceDelta || kind == SenderKind::kRemoteDelta;
+  if (s.delta && !delta_kind) {
+    return FailedPrecondition(name + ": --delta sends host weights into a host pool, device weights into a device "
+                              "pool, or either over a remote-write transport, staged; these settings call for the " +
+                              sender_kind_name(kind) + " sender");
   }
   switch (kind) {
     case SenderKind::kHostPack: return make_host_pack_sender(std::move(c), s.capabilities.one_sided);
@@ -105,7 +109,8 @@ StatusOr<std::unique_ptr<BucketSender>> make_bucket_sender(SenderContext c, cons
     case SenderKind::kDeviceDelta: return make_device_delta_sender(std::move(c), s.gpu);
     case SenderKind::kRegisteredHost: return make_registered_host_sender(std::move(c), s.gpu, registrations);
     case SenderKind::kDeviceDirect: return make_device_direct_sender(std::move(c), s.gpu, registrations);
-    case SenderKind::kRemoteWrite: {
+    case SenderKind::kRemoteWrite:
+    case SenderKind::kRemoteDelta: {
       const bool host_staged = s.weights_on_device && s.capabilities.device_memory_staged;
       if (host_staged) {
         static std::once_flag once;
@@ -116,7 +121,9 @@ StatusOr<std::unique_ptr<BucketSender>> make_bucket_sender(SenderContext c, cons
                   "host-staged)");
         });
       }
-      return make_remote_write_sender(std::move(c), s.weights_on_device ? s.gpu : -1, host_staged);
+      const int gpu = s.weights_on_device ? s.gpu : -1;
+      if (kind == SenderKind::kRemoteDelta) return make_remote_delta_sender(std::move(c), gpu, host_staged);
+      return make_remote_write_sender(std::move(c), gpu, host_staged);
     }
   }
   return Internal(name + ": no bucket sender for these settings");

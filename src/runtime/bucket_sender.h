@@ -131,6 +131,7 @@ enum class SenderKind {
   kRegisteredHost,
   kDeviceDirect,
   kRemoteWrite,
+  kRemoteDelta,
 };
 
 // "host pack", "host direct", "pinned", ...
@@ -163,7 +164,7 @@ struct SenderSettings {
   // Host weights into a device engine: register the source's stable host
   // ranges and let the copy engines read them (RankOptions).
   bool register_host_weights = true;
-  bool delta = false;  // --delta: only kHostDelta or kDeviceDelta, or the choice is refused
+  bool delta = false;  // --delta: only a delta sender (host, device, remote), or the choice is refused
   int gpu = -1;  // the device that copies: the weights' device, or --gpu
   std::string transport;  // its name, in messages only
   TransportCapabilities capabilities;

@@ -23,20 +23,21 @@ std::string transports_with(const std::function<bool(const TransportCapabilities
   return out.empty() ? "none in this build" : out;
 }
 
-// --delta (issue 22): staged, host weights into host pools over a
-// transport the host pack path uses (shm, tcp), or device weights into
-// device pools through mapped slots (cuda_ipc); full-weight trainers, no
-// conversion. Each refusal names the setting.
+// --delta (issue 22): staged; host weights into host pools over a
+// transport the host pack path uses (shm, tcp) or one that writes remotely
+// (ucx); device weights into device pools through mapped slots (cuda_ipc)
+// or remote writes (ucx, nccl); full-weight trainers, no conversion. Each
+// refusal names the setting.
 Status check_delta_settings(const RankOptions& o, const TransportCapabilities& caps, const std::string& who) {
   if (!o.delta) return Status::Ok();
   auto refuse = [&](const std::string& what) {
     return FailedPrecondition(who + ": --delta is not built " + what + " yet (--mode staged; --device cpu over "
-                              "--transport shm or tcp, or --device cuda over cuda_ipc; --trainer-layout full, "
-                              "--quantize none)");
+                              "--transport shm, tcp or ucx, or --device cuda over cuda_ipc, ucx or nccl; "
+                              "--trainer-layout full, --quantize none)");
   };
   if (o.mode != "staged") return refuse("for --mode " + o.mode);
-  if (o.device == "cpu" && (caps.remote_write || !caps.host_memory)) return refuse("over --transport " + o.transport);
-  if (o.device == "cuda" && o.transport != "cuda_ipc") {
+  if (o.device == "cpu" && !caps.host_memory) return refuse("over --transport " + o.transport);
+  if (o.device == "cuda" && o.transport != "cuda_ipc" && !caps.remote_write) {
     return refuse("for --device cuda over --transport " + o.transport);
   }
   if (o.trainer_layout != "full") return refuse("for --trainer-layout " + o.trainer_layout);

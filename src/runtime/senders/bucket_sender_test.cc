@@ -183,6 +183,7 @@ TEST(ChooseSender, EachCombinationTakesItsPath) {
       {false, true, true, true, false, SenderKind::kDeviceDirect},
       {true, false, false, false, false, SenderKind::kRemoteWrite},
       {true, true, true, true, false, SenderKind::kRemoteWrite},
+      {true, true, true, false, false, SenderKind::kRemoteWrite},
   };
   for (const Row& r : rows) {
     SenderSettings s;
@@ -190,11 +191,14 @@ TEST(ChooseSender, EachCombinationTakesItsPath) {
     s.weights_on_device = r.weights_on_device;
     s.target_on_device = r.target_on_device;
     s.direct = r.direct;
-    // --delta: host weights into a host pool and device weights into a
-    // device pool, staged, take their delta senders; every other path stays.
+    // --delta: host weights into a host pool, device weights into a device
+    // pool, and remote writes, staged, take their delta senders; every
+    // other path stays (and make_bucket_sender refuses it).
     s.delta = true;
+    const bool staged_remote = r.want == SenderKind::kRemoteWrite && !r.direct;
     const SenderKind with_delta = r.want == SenderKind::kHostPack       ? SenderKind::kHostDelta
                                   : r.want == SenderKind::kDeviceKernel ? SenderKind::kDeviceDelta
+                                  : staged_remote                       ? SenderKind::kRemoteDelta
                                                                         : r.want;
     EXPECT_EQ(choose_sender(s, r.registered), with_delta) << sender_kind_name(r.want) << " with --delta";
     s.delta = false;

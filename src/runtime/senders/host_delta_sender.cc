@@ -11,7 +11,6 @@
 // announced as encoded; otherwise the bucket goes as it is. Either way
 // what was sent becomes pending in the bases, the bucket's base once the
 // refit commits (bucket_bases.h).
-#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -23,20 +22,6 @@
 
 namespace refit {
 namespace {
-
-// Zeroes the bytes of `slot` [0, bucket.bytes) that no entry covers.
-void zero_gaps(const Bucket& bucket, std::byte* slot) {
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> covered;
-  covered.reserve(bucket.entries.size());
-  for (const PlanEntry& e : bucket.entries) covered.emplace_back(e.bucket_offset, e.bucket_offset + e.bytes);
-  std::sort(covered.begin(), covered.end());
-  std::uint64_t at = 0;
-  for (const auto& [begin, end] : covered) {
-    if (begin > at) std::memset(slot + at, 0, begin - at);
-    at = std::max(at, end);
-  }
-  if (bucket.bytes > at) std::memset(slot + at, 0, bucket.bytes - at);
-}
 
 class HostDeltaSender final : public BucketSender {
  public:
@@ -51,7 +36,7 @@ class HostDeltaSender final : public BucketSender {
     std::byte* dst = packed.bytes;
     const bool in_place = packed.in_slot;
     const std::uint64_t n = c_.plan->buckets[j].bytes;
-    zero_gaps(c_.plan->buckets[j], dst);
+    zero_bucket_gaps(c_.plan->buckets[j], dst);
     const std::span<const std::byte> now(dst, n);
     ASSIGN_OR_RETURN(const std::uint64_t encoded, encode_against_base(credit.base, j, now));
     if (encoded == 0) {

@@ -2,6 +2,7 @@
 #include "runtime/senders/pack.h"
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 #include "model/shard_copy.h"
@@ -172,6 +173,19 @@ StatusOr<bool> announce_after_stream(const SenderContext& c, CudaStream& stream,
     RETURN_IF_ERROR(c.protocol->send_landed(version, bucket, slot, deadline));
   }
   return ordered;
+}
+
+void zero_bucket_gaps(const Bucket& bucket, std::byte* slot) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> covered;
+  covered.reserve(bucket.entries.size());
+  for (const PlanEntry& e : bucket.entries) covered.emplace_back(e.bucket_offset, e.bucket_offset + e.bytes);
+  std::sort(covered.begin(), covered.end());
+  std::uint64_t at = 0;
+  for (const auto& [begin, end] : covered) {
+    if (begin > at) std::memset(slot + at, 0, begin - at);
+    at = std::max(at, end);
+  }
+  if (bucket.bytes > at) std::memset(slot + at, 0, bucket.bytes - at);
 }
 
 }  // namespace refit

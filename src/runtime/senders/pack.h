@@ -56,6 +56,11 @@ StatusOr<HostPacked> pack_on_host(const SenderContext& c, std::uint64_t bucket, 
 // page cache is several times slower than the host-to-device link).
 void copy_runs_on_host_parallel(std::span<const CopyRun> runs);
 
+// Zeroes the bytes of `slot` [0, bucket.bytes) that no entry covers (delta
+// refits: the base holds zeros there too, so padding never counts as
+// changed, however a reused staging buffer was filled before).
+void zero_bucket_gaps(const Bucket& bucket, std::byte* slot);
+
 // Polls `tickets` until every write completed (the transport's completion
 // contract: the bytes are in the engine's memory). Past the deadline: fails
 // naming `bucket` and the peer; the caller cancels what is left.

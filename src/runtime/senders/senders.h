@@ -41,5 +41,9 @@ StatusOr<std::unique_ptr<BucketSender>> make_device_direct_sender(SenderContext 
 // `host_staged`: the transport cannot register device memory, so device
 // bytes are staged through pinned host buffers.
 StatusOr<std::unique_ptr<BucketSender>> make_remote_write_sender(SenderContext c, int gpu, bool host_staged);
+// remote_delta_sender.cc (--delta over ucx or nccl): as the remote write
+// sender, staged, each bucket encoded against c.delta_bases (host weights)
+// or c.device_delta_bases (`gpu` >= 0) where smaller.
+StatusOr<std::unique_ptr<BucketSender>> make_remote_delta_sender(SenderContext c, int gpu, bool host_staged);
 
 }  // namespace refit
