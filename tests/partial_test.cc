@@ -187,8 +187,9 @@ TEST(PartialJob, TheBenchJudgesAPartialRefitByItsOwnBytes) {
 
 // Refused at setup, each naming what is wrong: a glob that selects nothing,
 // and settings partial refits are not built for yet. Catches: a misspelt
-// glob that refits nothing and calls it done; a delta or shadow job that
-// runs partial refits over bases or arenas of the full plan.
+// glob that refits nothing and calls it done; a quantizing job that runs
+// partial refits over conversions of the full plan. (--delta with --only
+// runs: tests/partial_delta_test.cc.)
 TEST(PartialJob, SettingsItCannotRunAreRefusedNamed) {
   struct Case {
     std::vector<std::string> args;
@@ -196,7 +197,6 @@ TEST(PartialJob, SettingsItCannotRunAreRefusedNamed) {
   };
   const std::vector<Case> cases = {
       {{"--only", "*.q_prj.weight"}, "glob '*.q_prj.weight' selects none of the stream's"},
-      {{"--only", kGlobs, "--delta"}, "--only (partial refits) with --delta"},
       {{"--only", kGlobs, "--quantize", "fp8-block128"}, "--only (partial refits) with --quantize fp8-block128"},
       {{"--only", kGlobs, "--only-from", "1"}, "--only-from"},
   };

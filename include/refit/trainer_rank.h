@@ -71,7 +71,9 @@ class TrainerRank {
   // hold whole weights (the first refit, after a failed one), with a note;
   // last_refit().only says what moved. A glob that selects none of the
   // stream's tensors is refused before anything is asked; so are sharded
-  // trainers, --delta and --quantize (not built yet).
+  // trainers and --quantize (not built yet). Under --delta a partial refit
+  // goes as its bytes, and the next full one is encoded wherever the
+  // buckets hold no tensor it moved.
   Status refit(std::uint64_t version, const std::vector<std::string>& only = {});
   bool recovered() const;
   Status finish();

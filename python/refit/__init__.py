@@ -374,7 +374,7 @@ class Trainer:
         still applies to the whole engine. A glob that selects nothing is
         refused. The first refit, and the one after a failed refit left an
         engine's weights incomplete, move every tensor anyway (the report's
-        `only` is then ()). Not with sharded trainers, delta or quantize yet."""
+        `only` is then ()). Not with sharded trainers or quantize yet."""
         if only is None:
             only = []
         elif isinstance(only, str):

@@ -28,7 +28,6 @@ Status check_partial_refits(const std::vector<std::string>& only, const Join& tr
     return FailedPrecondition(what + " with sharded trainers (--trainer-layout " + trainer.layout +
                               "): their bucket parts follow the full plan; not built yet");
   }
-  if (engine.delta) return FailedPrecondition(what + " with --delta: the bases follow the full plan; not built yet");
   if (engine.quantize != "none") {
     return FailedPrecondition(what + " with --quantize " + engine.quantize + ": not built yet");
   }

@@ -81,6 +81,14 @@ Status BucketBases::commit(std::uint64_t version) {
   return Status::Ok();
 }
 
+void BucketBases::commit_partial(std::uint64_t version, const std::vector<bool>& touched) {
+  drop_pending();
+  for (std::size_t j = 0; j < bases_.size(); ++j) {
+    if (j >= touched.size() || touched[j]) std::vector<std::byte>().swap(bases_[j]);
+  }
+  base_version_ = version;
+}
+
 void BucketBases::drop_pending() {
   for (std::size_t j = 0; j < pending_.size(); ++j) {
     // A bucket's size in memory is kept for its next raw copy (after a raw

@@ -5,7 +5,8 @@
 // header included), or its bytes as they are. The commit turns every
 // pending one into its bucket's new base (a words encoding decoded over
 // the old base in place, raw bytes swapped in); a failed refit drops them,
-// keeping the bases.
+// keeping the bases. A committed partial refit keeps the bases of the
+// buckets it did not touch, at its version.
 //
 // Memory: the bases are this rank's share of the stream (the bytes of the
 // buckets it sends); the pending ones at most as much again (about 0.1x at
@@ -48,6 +49,12 @@ class BucketBases {
   // base (it would be stale). A pending encoding that does not decode
   // clears every base (the next refit sends full bytes) and is returned.
   Status commit(std::uint64_t version);
+  // A partial refit was committed as `version` (refit/partial.h: its
+  // buckets went as they are, by another plan, through none of these
+  // bases): each bucket `touched` holds a tensor it moved and loses its
+  // base; every other base holds bytes the engines still serve, now as
+  // part of `version`. REQUIRES: touched.size() == the plan's buckets.
+  void commit_partial(std::uint64_t version, const std::vector<bool>& touched);
   // The refit in flight failed (or a new one begins): its pending
   // encodings go, the bases stay.
   void drop_pending();

@@ -99,5 +99,34 @@ TEST(BucketBases, RawPendingBytesBecomeTheBase) {
   EXPECT_FALSE(bases.set_pending_raw(0, std::vector<std::byte>(95)).ok()) << "95 bytes for a bucket of 96";
 }
 
+// A committed partial refit (sent by another plan, through none of the
+// bases) keeps the bases of the buckets it did not touch, at its version,
+// and drops the others; the next refit's pending encodings then decode
+// over the kept ones. Catches: a partial commit that keeps a touched
+// bucket's base (the engines hold other bytes there), one that drops every
+// base, or one that leaves the version (the next refit's credits name the
+// partial refit's version: nothing would be encoded). Tried once: a
+// commit_partial that clears no base failed this test.
+TEST(BucketBases, APartialCommitKeepsOnlyTheUntouchedBasesAtItsVersion) {
+  BucketBases bases({64, 64, 64});
+  std::vector<std::byte> x(64, std::byte{1}), y(64, std::byte{2}), z(64, std::byte{3});
+  ASSERT_OK(bases.set_pending_raw(0, x));
+  ASSERT_OK(bases.set_pending_raw(1, y));
+  ASSERT_OK(bases.set_pending_raw(2, z));
+  ASSERT_OK(bases.commit(1));
+  bases.commit_partial(2, {false, true, false});
+  EXPECT_EQ(bases.base_version(), 2u);
+  EXPECT_EQ(std::vector<std::byte>(bases.base(0).begin(), bases.base(0).end()), x);
+  EXPECT_TRUE(bases.base(1).empty()) << "bucket 1 holds a tensor the partial refit moved";
+  EXPECT_EQ(std::vector<std::byte>(bases.base(2).begin(), bases.base(2).end()), z);
+  x[5] = std::byte{9};
+  ASSERT_OK(bases.set_pending(0, encoded(x, bases.base(0), 2)));
+  ASSERT_OK(bases.set_pending_raw(1, y));
+  ASSERT_OK(bases.set_pending(2, encoded(z, bases.base(2), 2)));
+  ASSERT_OK(bases.commit(3));
+  EXPECT_EQ(std::vector<std::byte>(bases.base(0).begin(), bases.base(0).end()), x);
+  EXPECT_EQ(std::vector<std::byte>(bases.base(1).begin(), bases.base(1).end()), y);
+}
+
 }  // namespace
 }  // namespace refit

@@ -54,6 +54,13 @@ void DeviceBucketBases::commit(std::uint64_t version) {
   base_version_ = version;
 }
 
+void DeviceBucketBases::commit_partial(std::uint64_t version, const std::vector<bool>& touched) {
+  for (std::size_t j = 0; j < has_base_.size(); ++j) {
+    if (j >= touched.size() || touched[j]) has_base_[j] = false;
+  }
+  base_version_ = version;
+}
+
 std::uint64_t DeviceBucketBases::bytes_held() const {
   std::uint64_t bytes = 0;
   for (std::size_t j = 0; j < next_.size(); ++j) bytes += bases_[j].size() + next_[j].size();

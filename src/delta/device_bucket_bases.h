@@ -5,7 +5,8 @@
 // base_version()) and this refit's bytes, which the pack writes and the
 // encoder reads. The commit swaps them for every bucket sent in the
 // committed refit; a bucket not sent loses its base (it would be stale). A
-// failed refit changes nothing: the next one writes its bytes again.
+// failed refit changes nothing: the next one writes its bytes again. A
+// committed partial refit keeps the bases of the buckets it did not touch.
 //
 // The buffers are allocated on first use and zero-filled once: the pack
 // writes only the entries, so the gaps between them stay zero in both and
@@ -40,6 +41,10 @@ class DeviceBucketBases {
   StatusOr<std::byte*> next(std::size_t j, std::uint64_t version);
   // Refit `version` committed: what each bucket sent in it is its base.
   void commit(std::uint64_t version);
+  // A partial refit committed as `version` (sent by another plan, through
+  // none of these buffers): each bucket `touched` holds a tensor it moved
+  // and loses its base; the others keep theirs, now as part of `version`.
+  void commit_partial(std::uint64_t version, const std::vector<bool>& touched);
   std::uint64_t bytes_held() const;
 
  private:

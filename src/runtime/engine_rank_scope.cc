@@ -9,7 +9,6 @@ namespace refit {
 Status EngineRank::Impl::check_partial(std::uint64_t version) const {
   const std::string what = name() + ": partial refit " + std::to_string(version);
   // Each refusal: a setting whose partial refit is not built yet.
-  if (options_.delta) return FailedPrecondition(what + " with --delta: not built yet");
   if (options_.quantize != "none") return FailedPrecondition(what + " with --quantize: not built yet");
   if (!parts_.empty()) return FailedPrecondition(what + " from sharded trainers: not built yet");
   return Status::Ok();

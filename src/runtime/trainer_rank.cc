@@ -148,6 +148,16 @@ Status TrainerRank::Impl::setup() {
 }
 
 Status TrainerRank::Impl::make_sender(int writer) {
+  writer_ = writer;
+  plain_sender_.reset();
+  ASSIGN_OR_RETURN(sender_, new_sender(writer, options_.delta));
+  sending_ = sender_.get();
+  if (!source_on_device_ || sender_->stream() == nullptr) return Status::Ok();
+  ASSIGN_OR_RETURN(gpu_span_, GpuSpan::Create(writer));
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<BucketSender>> TrainerRank::Impl::new_sender(int writer, bool delta) {
   SenderContext context;
   context.name = name();
   context.plan = &plan_;
@@ -156,8 +166,8 @@ Status TrainerRank::Impl::make_sender(int writer) {
   context.engine_ranks = options_.engine_ranks;
   context.target = target_.get();
   context.protocol = &protocol_;
-  context.delta_bases = bases_ ? &*bases_ : nullptr;
-  context.device_delta_bases = device_bases_ ? &*device_bases_ : nullptr;
+  context.delta_bases = delta && bases_ ? &*bases_ : nullptr;
+  context.device_delta_bases = delta && device_bases_ ? &*device_bases_ : nullptr;
   // Direct mode writes into the engine's weight arena, laid out the same
   // way from the engine rank's stream.
   if (direct_) context.arena_offsets = weight_arena_offsets(plan_.specs, nullptr);
@@ -167,14 +177,19 @@ Status TrainerRank::Impl::make_sender(int writer) {
   settings.weights_on_device = source_on_device_;
   settings.target_on_device = target_on_device_;
   settings.register_host_weights = options_.register_host_weights;
-  settings.delta = options_.delta;
+  settings.delta = delta;
   settings.gpu = writer;
   settings.transport = options_.transport;
   settings.capabilities = transport_->capabilities();
-  ASSIGN_OR_RETURN(sender_, make_bucket_sender(std::move(context), settings));
-  if (!source_on_device_ || sender_->stream() == nullptr) return Status::Ok();
-  ASSIGN_OR_RETURN(gpu_span_, GpuSpan::Create(writer));
-  return Status::Ok();
+  return make_bucket_sender(std::move(context), settings);
+}
+
+StatusOr<BucketSender*> TrainerRank::Impl::refit_sender(bool partial) {
+  if (!partial || !options_.delta || sender_ == nullptr) return sender_.get();
+  if (plain_sender_ == nullptr) {
+    ASSIGN_OR_RETURN(plain_sender_, new_sender(writer_, false));
+  }
+  return plain_sender_.get();
 }
 
 Status TrainerRank::Impl::refit_or_report(const Start& start, Clock::time_point called) {
@@ -200,6 +215,7 @@ Status TrainerRank::Impl::refit_or_report(const Start& start, Clock::time_point 
   // Nothing of the failed refit may still be writing when the link is
   // replaced: wait for the device, forget the half-sent refit.
   if (sender_) sender_->abandon();
+  if (plain_sender_) plain_sender_->abandon();
   for (auto& c : channels_) c->abandon();
   if (bases_) bases_->drop_pending();
   auto relink = client_->wait_for_recovery(Deadline::AfterSeconds(options_.setup_timeout_s));
@@ -220,6 +236,7 @@ Status TrainerRank::Impl::run_refit(std::uint64_t version, const std::vector<std
   report.version = version;
   report.only = only;
   ASSIGN_OR_RETURN(const PlanSwap partial, use_scope(version, only));
+  ASSIGN_OR_RETURN(sending_, refit_sender(!only.empty()));
   report.wait_start_s = seconds_since(called);
   protocol_.begin_refit();
   if (bases_) bases_->drop_pending();
@@ -261,7 +278,7 @@ Status TrainerRank::Impl::run_refit(std::uint64_t version, const std::vector<std
 StatusOr<TrainerRank::Impl::SentShare> TrainerRank::Impl::send_share(std::uint64_t version, Deadline deadline) {
   if (sharded_) return send_sharded(version, deadline);
   const Clock::time_point went = Clock::now();
-  CudaStream* stream = sender_->stream();  // the sender's copies, or null (host paths)
+  CudaStream* stream = sending_->stream();  // the sender's copies, or null (host paths)
   if (gpu_span_) RETURN_IF_ERROR(gpu_span_->begin(*stream).WithContext(name()));
   SentShare sent;
   Clock::time_point last_progress = Clock::now();
@@ -274,7 +291,7 @@ StatusOr<TrainerRank::Impl::SentShare> TrainerRank::Impl::send_share(std::uint64
       RETURN_IF_ERROR(client_->send(Progress{version, sent.bytes}));
     }
   }
-  RETURN_IF_ERROR(sender_->finish(version, deadline));
+  RETURN_IF_ERROR(sending_->finish(version, deadline));
   sent.send_ms = std::chrono::duration<double, std::milli>(Clock::now() - went).count();
   // Every copy has finished here (the flushes waited for them): the end
   // event completes at once, and is read after "sent", outside the timing.
@@ -297,9 +314,9 @@ StatusOr<TrainerRank::Impl::SentShare> TrainerRank::Impl::send_sharded(std::uint
 }
 
 Status TrainerRank::Impl::send_bucket(std::uint64_t version, std::uint64_t j, Deadline deadline) {
-  CudaStream* stream = sender_->stream();
+  CudaStream* stream = sending_->stream();
   ASSIGN_OR_RETURN(const bool die, before_bucket_faults(options_, version, stream));
-  RETURN_IF_ERROR(sender_->send(version, j, deadline));
+  RETURN_IF_ERROR(sending_->send(version, j, deadline));
   const std::string what = "bucket " + std::to_string(j) + " of refit " + std::to_string(version);
   return after_bucket_faults(options_, name(), version, what, die, j == trainer_index_, stream);
 }
@@ -328,6 +345,11 @@ Status TrainerRank::Impl::await_commit(std::uint64_t version, Deadline deadline)
 }
 
 void TrainerRank::Impl::commit_bases(std::uint64_t version) {
+  if (partial_touched_ != nullptr) {  // sent by the plain sender, by the subset plan
+    if (device_bases_) device_bases_->commit_partial(version, *partial_touched_);
+    if (bases_) bases_->commit_partial(version, *partial_touched_);
+    return;
+  }
   if (device_bases_) device_bases_->commit(version);
   if (!bases_) return;
   if (Status kept = bases_->commit(version); !kept.ok()) {

@@ -117,6 +117,12 @@ class TrainerRank::Impl {
   // Chooses this rank's bucket sender, once (bucket_sender.h). `writer`: the
   // device that copies (-1: none).
   Status make_sender(int writer);
+  // A sender of the rank's settings; `delta` false: a plain one even under
+  // --delta (a partial refit's, whose subset plan has no bases).
+  StatusOr<std::unique_ptr<BucketSender>> new_sender(int writer, bool delta);
+  // The sender of a refit: sender_, but for a partial refit under --delta a
+  // plain sender, made on first use.
+  StatusOr<BucketSender*> refit_sender(bool partial);
 
   // Runs refit `version`. On failure: reports it, then recovers when the
   // coordinator says so ("relink": a fresh data-plane connection over the
@@ -181,7 +187,9 @@ class TrainerRank::Impl {
 
   // --delta: what this refit sent becomes the base of the next (the
   // engines committed the same version). A base that does not decode is a
-  // bug; the bases are then cleared and the next refit goes full.
+  // bug; the bases are then cleared and the next refit goes full. After a
+  // partial refit the buckets it touched lose their bases, the others keep
+  // theirs (the engines still serve those bytes).
   void commit_bases(std::uint64_t version);
   static double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -194,7 +202,14 @@ class TrainerRank::Impl {
   int engine_rank_ = 0;
   int pack_rank_ = 0;  // == engine_rank_ unless a test injects a fault
   Plan plan_;  // the setup's, but during a partial refit its subset plan (use_scope)
-  std::map<std::vector<std::string>, Plan> subset_plans_;  // partial refits' plans, by their globs
+  // A partial refit's plan, and which buckets of the setup's plan hold a
+  // tensor it moves (--delta: those lose their bases at its commit).
+  struct SubsetPlan {
+    Plan plan;
+    std::vector<bool> touched;
+  };
+  std::map<std::vector<std::string>, SubsetPlan> subset_plans_;  // partial refits' plans, by their globs
+  const std::vector<bool>* partial_touched_ = nullptr;           // the refit in flight's; null: a full refit
   // Destroyed in reverse order: the client's reader thread (which may shut
   // the link down) stops first, then the target, then the link it uses.
   std::unique_ptr<Transport> transport_;
@@ -220,6 +235,9 @@ class TrainerRank::Impl {
   // How this rank's buckets move (chosen once at setup; uses target_ and
   // link_, so declared after them: destroyed first).
   std::unique_ptr<BucketSender> sender_;
+  std::unique_ptr<BucketSender> plain_sender_;  // --delta: partial refits' (refit_sender)
+  BucketSender* sending_ = nullptr;             // the refit in flight's: one of the two
+  int writer_ = -1;                             // make_sender's
   // Sharded trainers (issue 19): the layout, the plans computed at setup and
   // one channel per engine rank fed (null / empty for full weights).
   TrainerLayout layout_;

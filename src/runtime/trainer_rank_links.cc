@@ -51,6 +51,8 @@ Status TrainerRank::Impl::release_after(std::uint64_t version) {
                            std::to_string(release.version) + " during refit " + std::to_string(version));
   }
   gpu_span_.reset();
+  sending_ = nullptr;
+  plain_sender_.reset();
   sender_.reset();
   target_.reset();
   {

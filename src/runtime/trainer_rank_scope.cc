@@ -22,22 +22,28 @@ Status TrainerRank::Impl::check_partial(std::uint64_t version) const {
     return FailedPrecondition(what + " with sharded trainers (--trainer-layout " + options_.trainer_layout +
                               "): not built yet");
   }
-  if (options_.delta) return FailedPrecondition(what + " with --delta: not built yet");
   if (options_.quantize != "none") return FailedPrecondition(what + " with --quantize: not built yet");
   return Status::Ok();
 }
 
 StatusOr<PlanSwap> TrainerRank::Impl::use_scope(std::uint64_t version, const std::vector<std::string>& only) {
+  partial_touched_ = nullptr;
   if (only.empty()) return PlanSwap();
   RETURN_IF_ERROR(check_partial(version));
   auto cached = subset_plans_.find(only);
   if (cached == subset_plans_.end()) {
     if (subset_plans_.size() >= kSubsetPlansKept) subset_plans_.clear();  // a job whose globs keep changing
     ASSIGN_OR_RETURN(const std::vector<bool> selected, select_tensors(RefitScope{only}, plan_.specs));
-    ASSIGN_OR_RETURN(Plan subset, make_subset_plan(plan_, selected));
+    SubsetPlan subset;
+    ASSIGN_OR_RETURN(subset.plan, make_subset_plan(plan_, selected));
+    subset.touched.assign(plan_.buckets.size(), false);
+    for (std::size_t j = 0; j < plan_.buckets.size(); ++j) {
+      for (const PlanEntry& e : plan_.buckets[j].entries) subset.touched[j] = subset.touched[j] || selected[e.tensor];
+    }
     cached = subset_plans_.emplace(only, std::move(subset)).first;
   }
-  Plan* subset = &cached->second;
+  partial_touched_ = &cached->second.touched;
+  Plan* subset = &cached->second.plan;
   return PlanSwap([this, subset] { std::swap(plan_, *subset); });
 }
 
