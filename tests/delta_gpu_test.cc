@@ -29,9 +29,10 @@ namespace {
 
 using nlohmann::json;
 
-json run_gpu_delta(const std::string& transport, const std::string& fraction, std::vector<std::string> extra = {}) {
+json run_gpu_delta(const std::string& transport, const std::string& fraction, std::vector<std::string> extra = {},
+                   const std::string& engine_ranks = "2") {
   std::vector<std::string> args = {"demo", "--json", "--device", "cuda", "--transport", transport, "--model",
-                                   "tiny", "--engine-ranks", "2", "--engine-gpus", "1", "--refits", "3",
+                                   "tiny", "--engine-ranks", engine_ranks, "--engine-gpus", "1", "--refits", "3",
                                    "--bucket-size", "1MiB", "--delta", "--change-fraction", fraction, "--timeout",
                                    "120"};
   args.insert(args.end(), extra.begin(), extra.end());
@@ -72,6 +73,23 @@ TEST(DeltaGpu, LaterRefitsSendOnlyTheChangedWordsAndEveryRefitVerifies) {
       SCOPED_TRACE(transport + (shadow.empty() ? ", live" : ", shadow"));
       expect_deltas_after_the_first(transport, shadow);
     }
+  }
+}
+
+// Device weights quantized on the trainer's GPU (--quantize fp8-block128)
+// into an FP8 engine, delta-encoded on the device: later refits encoded,
+// every code and scale verified. Catches: the device bases holding the bf16
+// pack instead of the FP8 one (the decode would fail or verification).
+TEST(DeltaGpu, QuantizedBucketsAreEncodedOnTheDevice) {
+  REFIT_SKIP_WITHOUT_CUDA_DEVICE();
+  const json report = run_gpu_delta("cuda_ipc", "0.01", {"--quantize", "fp8-block128"}, "1");  // whole blocks
+  ASSERT_FALSE(report.is_null());
+  EXPECT_TRUE(report["verified"].get<bool>()) << report.dump();
+  ASSERT_EQ(report["refits"].size(), 3u) << report.dump();
+  for (std::size_t v = 1; v < 3; ++v) {
+    const json& s = report["refits"][v];
+    EXPECT_EQ(s["encodings"]["full"], 0u) << s.dump();
+    EXPECT_LT(s["wire_bytes"].get<std::uint64_t>(), s["bytes"].get<std::uint64_t>() / 10) << s.dump();
   }
 }
 

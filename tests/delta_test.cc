@@ -146,6 +146,34 @@ TEST(DeltaJob, ATrainerKilledMidDeltaLeavesEveryEngineAtItsCommittedVersion) {
   }
 }
 
+// Under --quantize fp8-block128 the buckets hold FP8 codes and scales,
+// which the trainer quantizes before the pack: at 1% of bf16 elements
+// changed later refits are encoded in under a tenth of the bytes (a code
+// changes with its element, a block's codes all with its scale), and the
+// engine verifies every code and scale against the CPU reference. One
+// engine rank: tiny's blocks cannot be split over two. Catches: a decode
+// over base bytes that are not the engine's codes and scales as served
+// (verification fails), a conversion the bases miss (refit 3 fails).
+TEST(DeltaJob, QuantizedBucketsAreEncodedLikeAnyBytes) {
+  std::vector<std::string> transports = {"shm"};
+  if (testing::ucx_built()) transports.push_back("ucx");
+  for (const std::string& transport : transports) {
+    auto r = run_refit({"demo", "--json", "--model", "tiny", "--engine-ranks", "1", "--refits", "3", "--transport",
+                        transport, "--bucket-size", "1MiB", "--delta", "--change-fraction", "0.01", "--quantize",
+                        "fp8-block128", "--timeout", "120"});
+    ASSERT_EQ(r.exit_code, 0) << transport << "\n" << r.err << r.out;
+    const json report = json::parse(r.out);
+    EXPECT_TRUE(report["verified"].get<bool>()) << report.dump();
+    EXPECT_GT(report["quantized_tensors"].get<std::uint64_t>(), 0u);
+    ASSERT_EQ(report["refits"].size(), 3u);
+    for (std::size_t v = 1; v < 3; ++v) {
+      const json& refit = report["refits"][v];
+      EXPECT_EQ(refit["encodings"]["full"], 0u) << transport << ": " << refit.dump();
+      EXPECT_LT(refit["wire_bytes"].get<std::uint64_t>(), refit["bytes"].get<std::uint64_t>() / 10) << refit.dump();
+    }
+  }
+}
+
 // Release between refits drops each trainer's sender and link after every
 // commit, not its bases: later refits are still encoded, and verify.
 // Catches: the bases owned by the sender (every refit would go full).

@@ -93,9 +93,10 @@ struct RankOptions {
   // engine rank without it (a new, restarted or failed one) gets the bytes.
   // The trainer keeps what it sent of each bucket (up to twice its share
   // of the stream). Staged; host weights over shm, tcp or ucx, device
-  // weights over cuda_ipc, ucx or nccl; full-weight trainers, no
-  // --quantize (refused otherwise). A partial refit goes as its bytes.
-  // Trainers and engines of a job must agree. Default: false.
+  // weights over cuda_ipc, ucx or nccl; full-weight trainers (refused
+  // otherwise). Under --quantize the FP8 codes and scales are encoded; a
+  // partial refit goes as its bytes. Trainers and engines of a job must
+  // agree. Default: false.
   bool delta = false;
   // Seconds for joining, validation and linking. Default: 60.
   double setup_timeout_s = 60;

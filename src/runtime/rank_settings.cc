@@ -26,14 +26,15 @@ std::string transports_with(const std::function<bool(const TransportCapabilities
 // --delta (issue 22): staged; host weights into host pools over a
 // transport the host pack path uses (shm, tcp) or one that writes remotely
 // (ucx); device weights into device pools through mapped slots (cuda_ipc)
-// or remote writes (ucx, nccl); full-weight trainers, no conversion. Each
+// or remote writes (ucx, nccl); full-weight trainers. Under --quantize the
+// buckets hold the FP8 codes and scales, encoded like any bytes. Each
 // refusal names the setting.
 Status check_delta_settings(const RankOptions& o, const TransportCapabilities& caps, const std::string& who) {
   if (!o.delta) return Status::Ok();
   auto refuse = [&](const std::string& what) {
     return FailedPrecondition(who + ": --delta is not built " + what + " yet (--mode staged; --device cpu over "
                               "--transport shm, tcp or ucx, or --device cuda over cuda_ipc, ucx or nccl; "
-                              "--trainer-layout full, --quantize none)");
+                              "--trainer-layout full)");
   };
   if (o.mode != "staged") return refuse("for --mode " + o.mode);
   if (o.device == "cpu" && !caps.host_memory) return refuse("over --transport " + o.transport);
@@ -41,7 +42,6 @@ Status check_delta_settings(const RankOptions& o, const TransportCapabilities& c
     return refuse("for --device cuda over --transport " + o.transport);
   }
   if (o.trainer_layout != "full") return refuse("for --trainer-layout " + o.trainer_layout);
-  if (o.quantize != "none") return refuse("with --quantize " + o.quantize);
   return Status::Ok();
 }
 
