@@ -47,7 +47,7 @@ def wait_procs(procs, out, seconds):
     """Waits for every process until all exited, one failed, or `seconds` passed, then kills
     and reaps the rest (a survivor would wait for its dead peer); (all exited 0, lines)."""
     deadline = time.monotonic() + seconds
-    while any(p.poll() is None for p in procs.values()) and time.monotonic() < deadline:
+    while [p.poll() for p in procs.values()].count(None) and time.monotonic() < deadline:  # polls every one
         if any(p.returncode not in (None, 0) for p in procs.values()):
             break
         time.sleep(0.2)

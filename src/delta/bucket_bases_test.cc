@@ -126,6 +126,7 @@ TEST(BucketBases, APartialCommitKeepsOnlyTheUntouchedBasesAtItsVersion) {
   ASSERT_OK(bases.commit(3));
   EXPECT_EQ(std::vector<std::byte>(bases.base(0).begin(), bases.base(0).end()), x);
   EXPECT_EQ(std::vector<std::byte>(bases.base(1).begin(), bases.base(1).end()), y);
+  EXPECT_EQ(std::vector<std::byte>(bases.base(2).begin(), bases.base(2).end()), z);
 }
 
 }  // namespace

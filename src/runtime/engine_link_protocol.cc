@@ -21,6 +21,8 @@ StatusOr<GrantedSlot> EngineLinkProtocol::wait_credit_base(std::uint64_t version
   auto credit = receive_credit(*link_, name_, bucket_timeout_s_, version, j, deadline);
   tally_.credit_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - waiting).count();
   if (!credit.ok()) return credit.status();
+  if (tally_.credits++ == 0) tally_.credit_base = credit->base;
+  tally_.credit_bases_differ = tally_.credit_bases_differ || credit->base != tally_.credit_base;
   return GrantedSlot{credit->slot, credit->base};
 }
 

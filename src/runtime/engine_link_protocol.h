@@ -24,6 +24,14 @@ struct LinkTally {
   std::uint64_t wire_bytes = 0;     // buckets' bytes, encoded ones' encoded bytes
   std::uint64_t full_buckets = 0;   // buckets sent as they are
   std::uint64_t words_buckets = 0;  // buckets sent delta-encoded
+  // The bases the engine rank's credits named (--delta): the first one,
+  // and whether any other differed; `credits` counts them.
+  std::uint64_t credits = 0, credit_base = 0;
+  bool credit_bases_differ = false;
+  // True when this refit had credits and every one named `base`.
+  bool every_credit_named(std::uint64_t base) const {
+    return credits > 0 && !credit_bases_differ && credit_base == base;
+  }
 };
 
 // --delta: a trainer rank's done stats gain `wire_bytes` (what crossed its

@@ -243,11 +243,9 @@ Status EngineRank::Impl::refit(const Start& start, std::optional<PlanSwap>& part
   fire_fault_hook(options_.debug_fault, ProtocolStep::kStart, version, name());
   ASSIGN_OR_RETURN(PlanSwap swapped, use_scope(version, start.only));
   partial.emplace(std::move(swapped));
-  // A partial refit's buckets come as they are (its subset plan has no bases on the trainers).
-  if (options_.delta && !direct_) {
-    const std::uint64_t base = start.only.empty() ? delta_base() : 0;
-    RETURN_IF_ERROR(receiver_->set_delta_base(base, binding_.read_committed));
-  }
+  // A partial refit's buckets come as they are, but its credits still name the base: the trainers
+  // keep the bases it left untouched only when this rank holds that version (commit_partial).
+  if (options_.delta && !direct_) RETURN_IF_ERROR(receiver_->set_delta_base(delta_base(), binding_.read_committed));
   RETURN_IF_ERROR(begin_engine(version, start.only));
   // Direct mode has no credits: trainers announce buckets as soon as they
   // see "go", so the receiver takes this refit's frames before "ready".

@@ -201,8 +201,8 @@ Status TrainerRank::Impl::refit_or_report(const Start& start, Clock::time_point 
   if (in_doubt_) return status;
   // A broken CUDA context (a sticky error) fails every later refit the same
   // way: report it, and end this process instead of relinking.
-  const Status health = sender_ != nullptr && sender_->stream() != nullptr
-                            ? cuda_context_health(sender_->stream()->device())
+  const Status health = sending_ != nullptr && sending_->stream() != nullptr
+                            ? cuda_context_health(sending_->stream()->device())
                             : Status::Ok();
   if (!health.ok()) status = Status(health.code(), status.message() + "; " + health.message());
   status = client_->report_failure(version, status);
@@ -235,8 +235,9 @@ Status TrainerRank::Impl::run_refit(std::uint64_t version, const std::vector<std
   TrainerRefitReport report;
   report.version = version;
   report.only = only;
-  ASSIGN_OR_RETURN(const PlanSwap partial, use_scope(version, only));
+  // The sender before the plan is swapped: a sender sizes its buffers from the full plan's slot.
   ASSIGN_OR_RETURN(sending_, refit_sender(!only.empty()));
+  ASSIGN_OR_RETURN(const PlanSwap partial, use_scope(version, only));
   report.wait_start_s = seconds_since(called);
   protocol_.begin_refit();
   if (bases_) bases_->drop_pending();
@@ -279,7 +280,7 @@ StatusOr<TrainerRank::Impl::SentShare> TrainerRank::Impl::send_share(std::uint64
   if (sharded_) return send_sharded(version, deadline);
   const Clock::time_point went = Clock::now();
   CudaStream* stream = sending_->stream();  // the sender's copies, or null (host paths)
-  if (gpu_span_) RETURN_IF_ERROR(gpu_span_->begin(*stream).WithContext(name()));
+  if (gpu_span_ && stream != nullptr) RETURN_IF_ERROR(gpu_span_->begin(*stream).WithContext(name()));
   SentShare sent;
   Clock::time_point last_progress = Clock::now();
   for (std::uint64_t j = trainer_index_; j < plan_.buckets.size(); j += feeders_) {
@@ -295,7 +296,7 @@ StatusOr<TrainerRank::Impl::SentShare> TrainerRank::Impl::send_share(std::uint64
   sent.send_ms = std::chrono::duration<double, std::milli>(Clock::now() - went).count();
   // Every copy has finished here (the flushes waited for them): the end
   // event completes at once, and is read after "sent", outside the timing.
-  if (gpu_span_) RETURN_IF_ERROR(gpu_span_->end(*stream).WithContext(name()));
+  if (gpu_span_ && stream != nullptr) RETURN_IF_ERROR(gpu_span_->end(*stream).WithContext(name()));
   // Every byte was read: a checkpoint file that changed meanwhile fails the refit.
   RETURN_IF_ERROR(source_->check_unchanged().WithContext(name() + ", refit " + std::to_string(version)));
   RETURN_IF_ERROR(client_->send(Progress{version, sent.bytes}));
@@ -346,8 +347,14 @@ Status TrainerRank::Impl::await_commit(std::uint64_t version, Deadline deadline)
 
 void TrainerRank::Impl::commit_bases(std::uint64_t version) {
   if (partial_touched_ != nullptr) {  // sent by the plain sender, by the subset plan
-    if (device_bases_) device_bases_->commit_partial(version, *partial_touched_);
-    if (bases_) bases_->commit_partial(version, *partial_touched_);
+    // The untouched bases hold what the engine rank serves only when every
+    // credit named the version they hold (else: all go, the next refit is full).
+    const std::uint64_t held = device_bases_ ? device_bases_->base_version() : bases_ ? bases_->base_version() : 0;
+    const std::vector<bool> every(partial_touched_->size(), true);  // (plan_ is still the subset plan here)
+    const std::vector<bool>& dropped = protocol_.tally().every_credit_named(held) ? *partial_touched_ : every;
+    if (device_bases_) device_bases_->commit_partial(version, dropped);
+    if (bases_) bases_->commit_partial(version, dropped);
+    partial_touched_ = nullptr;
     return;
   }
   if (device_bases_) device_bases_->commit(version);
