@@ -28,6 +28,7 @@
 #include "refit/transfer_defaults.h"
 #include "runtime/senders/pack.h"
 #include "runtime/senders/senders.h"
+#include "runtime/senders/write_in_flight.h"
 
 namespace refit {
 namespace {
@@ -78,7 +79,7 @@ class RemoteDeltaSender final : public BucketSender {
     auto prepared = copier_ == nullptr ? prepare_on_host(j, b) : prepare_on_device(version, j, b);
     if (!prepared.ok()) return prepared.status().WithContext(where);
     // 2. Bucket j-1 lands and is announced, before the credit of j.
-    RETURN_IF_ERROR(land_in_flight(deadline));
+    RETURN_IF_ERROR(in_flight_.land(c_, deadline));
     // 3. Bucket j's write starts: the encoding when the engine holds its base.
     ASSIGN_OR_RETURN(const GrantedSlot credit, c_.protocol->wait_credit_base(version, j, deadline));
     const bool words = prepared->encoded != 0 && credit.base == prepared->base;
@@ -88,36 +89,26 @@ class RemoteDeltaSender final : public BucketSender {
       from = pinned_[b].data();
     }
     const std::uint64_t bytes = words ? prepared->encoded : c_.plan->buckets[j].bytes;
-    in_flight_ = InFlight{true, version, j, credit.slot, words ? bytes : 0, {}};
+    in_flight_.start(version, j, credit.slot, words ? bytes : 0);
     auto ticket = c_.target->submit(static_cast<int>(credit.slot), 0, std::span<const std::byte>(from, bytes),
                                     version, deadline);
     if (!ticket.ok()) return ticket.status().WithContext(where);
-    in_flight_.tickets.push_back(*ticket);
+    in_flight_.add(*ticket);
     return keep_pending(j, b, words ? bytes : 0).WithContext(where);
   }
 
-  Status finish(std::uint64_t, Deadline deadline) override { return land_in_flight(deadline); }
+  Status finish(std::uint64_t, Deadline deadline) override { return in_flight_.land(c_, deadline); }
 
   // The writes still in flight are cancelled (the transport lets the next
   // write wait for them); the rank drops what the bases hold pending.
   void abandon() override {
     if (stream_.device() >= 0) (void)stream_.synchronize();
-    if (in_flight_.active) {
-      for (Ticket t : in_flight_.tickets) c_.target->cancel(t);
-    }
-    in_flight_ = InFlight();
+    in_flight_.cancel(c_);
   }
   CudaStream* stream() override { return stream_.device() >= 0 ? &stream_ : nullptr; }
   SenderKind kind() const override { return SenderKind::kRemoteDelta; }
 
  private:
-  struct InFlight {
-    bool active = false;
-    std::uint64_t version = 0, bucket = 0, slot = 0;
-    std::uint64_t encoded = 0;  // the write is an encoding of this many bytes (0: the bucket's bytes)
-    std::vector<Ticket> tickets;
-  };
-
   // Host weights: packed into host_[b], encoded into host_encoded_[b].
   StatusOr<Prepared> prepare_on_host(std::uint64_t j, int b) {
     runs_.clear();
@@ -185,19 +176,6 @@ class RemoteDeltaSender final : public BucketSender {
     return c_.delta_bases->set_pending(j, std::vector<std::byte>(host_encoded_[b].begin(), end));
   }
 
-  // Waits until the bucket in flight is in the engine's memory, then
-  // announces it (as encoded when it was). No-op when none is in flight.
-  Status land_in_flight(Deadline deadline) {
-    if (!in_flight_.active) return Status::Ok();
-    RETURN_IF_ERROR(wait_written(c_, in_flight_.tickets, in_flight_.bucket, deadline));
-    in_flight_.active = false;
-    if (in_flight_.encoded == 0) {
-      return c_.protocol->send_landed(in_flight_.version, in_flight_.bucket, in_flight_.slot, deadline);
-    }
-    return c_.protocol->send_landed_encoded(in_flight_.version, in_flight_.bucket, in_flight_.slot,
-                                            in_flight_.encoded, deadline);
-  }
-
   SenderContext c_;
   std::unique_ptr<BatchedCopier> copier_;  // device weights only
   std::unique_ptr<DeviceDeltaCodec> codec_;
@@ -206,7 +184,7 @@ class RemoteDeltaSender final : public BucketSender {
   DeviceBuffer device_encoded_[2];                    // device weights: encodings
   PinnedBuffer pinned_[2];                            // device weights, host-staged: what the transport writes
   std::uint64_t sequence_ = 0;                        // buckets sent: picks the buffers
-  InFlight in_flight_;
+  WriteInFlight in_flight_;
   std::vector<CopyRun> runs_;
 };
 

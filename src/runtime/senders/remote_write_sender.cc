@@ -18,6 +18,7 @@
 #include "refit/transfer_defaults.h"
 #include "runtime/senders/pack.h"
 #include "runtime/senders/senders.h"
+#include "runtime/senders/write_in_flight.h"
 
 namespace refit {
 namespace {
@@ -54,37 +55,28 @@ class RemoteWriteSender final : public BucketSender {
     // before bucket j-1 was submitted).
     RETURN_IF_ERROR(pack(j, b));
     // 2. Bucket j-1 lands and is announced, before the credit of j.
-    RETURN_IF_ERROR(land_in_flight(deadline));
+    RETURN_IF_ERROR(in_flight_.land(c_, deadline));
     // 3. Bucket j's write starts.
     std::uint64_t slot = 0;
     if (c_.arena_offsets.empty()) {
       ASSIGN_OR_RETURN(slot, c_.protocol->wait_credit(version, j, deadline));
     }
-    in_flight_ = InFlight{true, version, j, slot, {}};
+    in_flight_.start(version, j, slot);
     return submit(j, staging(b), deadline).WithContext(bucket_where(c_, j));
   }
 
-  Status finish(std::uint64_t, Deadline deadline) override { return land_in_flight(deadline); }
+  Status finish(std::uint64_t, Deadline deadline) override { return in_flight_.land(c_, deadline); }
 
   // The writes still in flight are cancelled (the transport lets the next
   // write wait for them).
   void abandon() override {
     if (stream_.device() >= 0) (void)stream_.synchronize();
-    if (in_flight_.active) {
-      for (Ticket t : in_flight_.tickets) c_.target->cancel(t);
-    }
-    in_flight_ = InFlight();
+    in_flight_.cancel(c_);
   }
   CudaStream* stream() override { return stream_.device() >= 0 ? &stream_ : nullptr; }
   SenderKind kind() const override { return SenderKind::kRemoteWrite; }
 
  private:
-  struct InFlight {
-    bool active = false;
-    std::uint64_t version = 0, bucket = 0, slot = 0;
-    std::vector<Ticket> tickets;
-  };
-
   std::byte* staging(int b) {
     if (copier_ == nullptr) return host_[b].data();
     return device_bucket_.data() != nullptr ? pinned_[b].data() : device_[b].data();
@@ -111,10 +103,10 @@ class RemoteWriteSender final : public BucketSender {
   // arena offset (direct).
   Status submit(std::uint64_t j, const std::byte* from, Deadline deadline) {
     auto write = [&](std::uint64_t at, std::uint64_t offset, std::uint64_t n) -> Status {
-      ASSIGN_OR_RETURN(Ticket t, c_.target->submit(static_cast<int>(in_flight_.slot), at,
-                                                   std::span<const std::byte>(from + offset, n), in_flight_.version,
+      ASSIGN_OR_RETURN(Ticket t, c_.target->submit(static_cast<int>(in_flight_.slot()), at,
+                                                   std::span<const std::byte>(from + offset, n), in_flight_.version(),
                                                    deadline));
-      in_flight_.tickets.push_back(t);
+      in_flight_.add(t);
       return Status::Ok();
     };
     const std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges = slot_ranges(c_, j);
@@ -146,15 +138,6 @@ class RemoteWriteSender final : public BucketSender {
     return n > 0 ? write(at, offset, n) : Status::Ok();
   }
 
-  // Waits until the bucket in flight is in the engine's memory, then
-  // announces it. No-op when none is in flight.
-  Status land_in_flight(Deadline deadline) {
-    if (!in_flight_.active) return Status::Ok();
-    RETURN_IF_ERROR(wait_written(c_, in_flight_.tickets, in_flight_.bucket, deadline));
-    in_flight_.active = false;
-    return c_.protocol->send_landed(in_flight_.version, in_flight_.bucket, in_flight_.slot, deadline);
-  }
-
   SenderContext c_;
   std::unique_ptr<BatchedCopier> copier_;  // device weights only
   CudaStream stream_;
@@ -163,7 +146,7 @@ class RemoteWriteSender final : public BucketSender {
   PinnedBuffer pinned_[2];          // device weights, host-staged ...
   DeviceBuffer device_bucket_;      // ... packed here first
   std::uint64_t sequence_ = 0;      // buckets sent: picks the staging buffer
-  InFlight in_flight_;
+  WriteInFlight in_flight_;
   std::vector<CopyRun> runs_;
 };
 
