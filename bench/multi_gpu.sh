@@ -14,6 +14,26 @@
 #   rule7 (llama3-8b only) tp1 with the engine under CUDA_VISIBLE_DEVICES=<GPU 1>
 #         and --base-gpu-id 0 (DESIGN.md rule 7: a local index), and the
 #         same engine with --base-gpu-id 1 (the physical id) must be refused.
+#   relay (issue 23 item 1) one trainer rank on GPU 0 feeding engine 0 of a
+#         chain of RELAY_ENGINES engines of TP 1 (default: one per other GPU,
+#         at least 2), engine k on GPU 1 + k % (G - 1); its time beside tp1's
+#         (one engine) in the table.
+#   relay_kill  relay with --min-engines E-1 and engine 1 (the last engine
+#         when E = 2) killed at its go of refit 2 (--debug-fault go:2:kill):
+#         verified when it is the one engine lost and every other engine
+#         holds every version.
+#   relay_tp2  (4 GPUs) trainer ranks on GPUs 0, 1 feeding engine 0 of TP 2 on
+#         GPUs 2, 3, which relays to engine 1 on GPUs 0, 1 (4, 5 with 6 GPUs).
+#   fsdp_same, fsdp_own  (issue 23 item 2) FSDP trainer ranks (--trainer-layout
+#         fsdp), one per GPU, into engines of another TP size on the same
+#         GPUs (G trainers -> TP G/2, or TP 1 with 2 GPUs) or on a GPU of
+#         their own (G-1 trainers -> TP 1 on GPU G-1, 3+ GPUs); the ceiling
+#         copies over every trainer-to-engine GPU pair at once.
+#   fp8   (issue 23 item 3) tp1 with --quantize fp8-block128: bf16 weights on
+#         GPU 0 into an FP8 engine on GPU 1; its ceiling is the peer copy of
+#         the FP8 bytes (bytes_per_refit).
+# Topologies that need more GPUs than there are (G: nvidia-smi's count, or
+# GPUS) are skipped and said so.
 # Each job's figure is the median GB/s of refits 2..N (the coordinator's
 # timing); its ceiling is `refit ceiling --kind peer` over the same bytes,
 # measured in this run once the job's processes exited: one way (0 -> 1) for
@@ -31,9 +51,10 @@
 # Env: MODELS ("preset:layers ..."), TRANSPORTS, MODES, TOPOLOGIES
 # ("tp2 tp1 rule7"), REFITS (4), BUCKET (1GiB), POOL (3 staged pool slots),
 # LIMIT (seconds per process, 90), BUDGET (seconds for all jobs, 360: later
-# jobs are skipped and said so).
+# jobs are skipped and said so), RELAY_ENGINES, GPUS.
 # SELFTEST=cpu runs the same orchestration on the CPU (tiny, shm, memcpy
-# ceiling) to check the script itself on a machine without GPUs.
+# ceiling; GPUS=4 unless set) to check the script itself on a machine
+# without GPUs.
 set -uo pipefail
 
 carry=${CARRY:-.devcarry}
@@ -53,7 +74,7 @@ selftest=${SELFTEST:-}
 device=cuda
 if [[ $selftest == cpu ]]; then
   device=cpu
-  : "${MODELS:=tiny:-1}" "${TRANSPORTS:=shm}" "${BUCKET:=4MiB}"
+  : "${MODELS:=tiny:-1}" "${TRANSPORTS:=shm}" "${BUCKET:=4MiB}" "${MODES:=staged}"
   bucket=${BUCKET}
 fi
 models=${MODELS:-llama3-8b:-1 qwen3-30b-a3b:24}
@@ -100,6 +121,26 @@ if [[ $device == cuda ]]; then
 else
   echo "SELFTEST=cpu: no GPU used" >"$out/gpu.txt"
 fi
+gpus=${GPUS:-}
+if [[ -z $gpus ]]; then
+  if [[ $device == cpu ]]; then
+    gpus=4
+  elif [[ -n ${CUDA_VISIBLE_DEVICES:-} ]]; then
+    IFS=, read -ra visible_all <<<"$CUDA_VISIBLE_DEVICES"
+    gpus=${#visible_all[@]}
+  else
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  fi
+fi
+relay_engines=${RELAY_ENGINES:-$((gpus - 1 > 2 ? gpus - 1 : 2))}
+# needs_gpus TOPOLOGY: the GPUs it places ranks on.
+needs_gpus() {
+  case $1 in
+    tp2x | tp4 | relay_tp2) echo 4 ;;
+    fsdp_own) echo 3 ;;
+    *) echo 2 ;;
+  esac
+}
 
 # ---- ceilings, measured once per (bytes, direction) in this run ------------
 declare -A ceilings
@@ -145,7 +186,10 @@ job() {
   fi
   local work t0=$SECONDS
   work=$(mktemp -d /tmp/refit-multi-gpu-XXXXXX)
+  # engines: ranks per engine (TP); replicas: engines (--engines), engine k's
+  # ranks from GPU bases[k] on; victim: the engine killed at its go of refit 2.
   local engines trainers base engine_env=() trainer_gpus=() engine_visible="(unset)" pairs=""
+  local replicas=1 bases=() coord_extra=() rank_extra=() trainer_extra=() victim="" t
   case $topo in
     tp2) engines=2 trainers=2 base=0 trainer_gpus=(1 0) ;;
     tp1) engines=1 trainers=1 base=1 trainer_gpus=(0) ;;
@@ -156,27 +200,72 @@ job() {
       engine_env=(env "CUDA_VISIBLE_DEVICES=$gpu1")
       engine_visible=$gpu1
       ;;
+    relay | relay_kill)
+      # One trainer on GPU 0, $relay_engines engines of TP 1 on GPUs 1..G-1
+      # (round robin when there are more engines than GPUs), a chain.
+      engines=1 trainers=1 base=1 trainer_gpus=(0) replicas=$relay_engines
+      local k
+      for ((k = 0; k < replicas; k++)); do bases+=($((1 + k % (gpus - 1)))); done
+      if [[ $topo == relay_kill ]]; then
+        victim=$((replicas > 2 ? 1 : replicas - 1))
+        coord_extra=(--min-engines $((replicas - 1)))
+      fi
+      ;;
+    relay_tp2)
+      # Two trainer ranks on GPUs 0, 1; engine 0 on GPUs 2, 3; engine 1 on
+      # GPUs 4, 5, or with 4 GPUs on 0, 1 beside the trainers.
+      engines=2 trainers=2 base=2 trainer_gpus=(0 1) replicas=2 bases=(2 $((gpus >= 6 ? 4 : 0))) pairs="0:2,1:3"
+      ;;
+    fp8) engines=1 trainers=1 base=1 trainer_gpus=(0) rank_extra=(--quantize fp8-block128) ;;
+    fsdp_same | fsdp_own)
+      # (issue 23 item 2) FSDP trainer ranks (dim-0 chunks, --trainer-layout
+      # fsdp), one per GPU, into engines of another TP size: fsdp_same, G
+      # trainers on every GPU into TP G/2 (1 with 2 GPUs) on GPUs 0.. ;
+      # fsdp_own, G-1 trainers on GPUs 0..G-2 into TP 1 on GPU G-1. The
+      # ceiling: every trainer GPU to every engine GPU at once (--pairs).
+      trainer_extra=(--trainer-layout fsdp)
+      if [[ $topo == fsdp_same ]]; then
+        trainers=$gpus engines=$((gpus >= 4 ? gpus / 2 : 1)) base=0
+      else
+        trainers=$((gpus - 1)) engines=1 base=$((gpus - 1))
+      fi
+      trainer_gpus=()
+      for ((t = 0; t < trainers; t++)); do trainer_gpus+=("$t"); done
+      local e2 p=()
+      for ((t = 0; t < trainers; t++)); do
+        for ((e2 = 0; e2 < engines; e2++)); do p+=("$t:$((base + e2))"); done
+      done
+      pairs=$(IFS=,; echo "${p[*]}")
+      ;;
   esac
+  ((${#bases[@]})) || bases=("$base")
   [[ $engine_visible == "(unset)" && -n ${CUDA_VISIBLE_DEVICES+x} ]] && engine_visible=$CUDA_VISIBLE_DEVICES
   local common=(--trainer-ranks "$trainers" --engine-ranks "$engines" --model "$model" --layers "$layers"
     --transport "$transport" --device "$device" --mode "$mode" --bucket-size "$bucket"
     --setup-timeout 60 --timeout 60)
+  common+=("${rank_extra[@]}")
+  ((replicas > 1)) && coord_extra+=(--engines "$replicas")
   timeout -k 5 "$limit" "$refit" coordinator --refits "$refits" --trainer-ranks "$trainers" --engine-ranks "$engines" \
     --setup-timeout 60 --timeout 60 --port-file "$work/port" --report "$work/report.json" --quiet \
-    2>"$work/coordinator.err" &
+    "${coord_extra[@]}" 2>"$work/coordinator.err" &
   local pids=($!) names=(coordinator)
   for _ in $(seq 100); do [[ -s $work/port ]] && break; sleep 0.1; done
   local address=127.0.0.1:$(cat "$work/port" 2>/dev/null)
   start_sampler "$work/mem.csv"
-  local e t
-  for ((e = 0; e < engines; e++)); do
-    "${engine_env[@]}" timeout -k 5 "$limit" "$refit" engine --coordinator "$address" --rank "$e" "${common[@]}" \
-      --base-gpu-id "$base" --pool-slots "$pool" 2>"$work/engine-$e.err" &
-    pids+=($!) names+=("engine-$e")
+  local e k
+  for ((k = 0; k < replicas; k++)); do
+    local own=() tag=""
+    ((replicas > 1)) && own=(--engine "$k") tag="$k-"
+    [[ $k == "$victim" ]] && own+=(--debug-fault go:2:kill)
+    for ((e = 0; e < engines; e++)); do
+      "${engine_env[@]}" timeout -k 5 "$limit" "$refit" engine --coordinator "$address" --rank "$e" "${common[@]}" \
+        "${own[@]}" --base-gpu-id "${bases[$k]}" --pool-slots "$pool" 2>"$work/engine-$tag$e.err" &
+      pids+=($!) names+=("engine-$tag$e")
+    done
   done
   for ((t = 0; t < trainers; t++)); do
     timeout -k 5 "$limit" "$refit" trainer --coordinator "$address" --rank "$t" "${common[@]}" \
-      --gpu "${trainer_gpus[$t]}" 2>"$work/trainer-$t.err" &
+      "${trainer_extra[@]}" --gpu "${trainer_gpus[$t]}" 2>"$work/trainer-$t.err" &
     pids+=($!) names+=("trainer-$t")
   done
   # Wait for every process; once one failed, give the others 5 s to fail on
@@ -191,7 +280,8 @@ job() {
       rc=$?
       codes[$i]=$rc
       running=$((running - 1))
-      ((rc != 0 && grace_until == 0)) && grace_until=$((SECONDS + 5))
+      # (the victim of relay_kill exits by its fault: the others go on)
+      ((rc != 0 && grace_until == 0)) && [[ ${names[$i]} != "engine-$victim-0" ]] && grace_until=$((SECONDS + 5))
     done
     if ((grace_until > 0 && SECONDS >= grace_until)); then
       for i in "${!pids[@]}"; do [[ -z ${codes[$i]:-} ]] && kill "${pids[$i]}" 2>/dev/null; done
@@ -215,10 +305,11 @@ job() {
   # One JSON line into $jsonl, one summary line on stdout; exit 1 unless verified.
   if ! python3 - "$work" "$name" "$model" "$layers" "$transport" "$mode" "$topo" "$bucket" "$pool" \
     "${trainer_gpus[*]}" "$base" "$engine_visible" "$primary" "$oneway" "$job_wall" "${exits[*]}" \
-    "$jsonl" <<'PY' | tee -a "$log" >&2; then
+    "$jsonl" "$replicas" "${bases[*]}" "$victim" "${rank_extra[*]}" "$engines" "${trainer_extra[*]}" <<'PY' | tee -a "$log" >&2; then
 import json, os, statistics, sys
 (work, name, model, layers, transport, mode, topo, bucket, pool, tgpus, base, visible,
- primary, oneway, wall, exits, jsonl) = sys.argv[1:]
+ primary, oneway, wall, exits, jsonl, replicas, bases, victim, rank_extra, engine_ranks,
+ trainer_extra) = sys.argv[1:]
 try:
     report = json.load(open(os.path.join(work, "report.json")))
 except Exception as e:
@@ -227,9 +318,16 @@ rates = [r.get("gbps", 0.0) for r in report.get("refits", [])]
 steady = rates[1:] if len(rates) > 1 else rates
 median = statistics.median(steady) if steady else 0.0
 exit_codes = {k: int(v) for k, v in (x.split("=") for x in exits.split())}
-failed = {k: v for k, v in exit_codes.items() if v != 0}
+victim_name = f"engine-{victim}-0" if victim else None
+failed = {k: v for k, v in exit_codes.items() if v != 0 and k != victim_name}
 every_refit = len(rates) > 0 and all(r.get("verified") for r in report.get("refits", []))
 verified = bool(report.get("verified")) and every_refit and not failed
+engines_report = report.get("engines") or []
+if victim:  # relay_kill: the victim is lost in refit 2, every other engine has every version
+    lost = [e.get("engine") for e in engines_report if e.get("lost")]
+    full = list(range(1, len(rates) + 1)) if rates else []
+    others = [e.get("versions") == full for e in engines_report if e.get("engine") != int(victim)]
+    verified = verified and lost == [int(victim)] and all(others) and len(others) == int(replicas) - 1
 def parse(text):
     try:
         return json.loads(text)
@@ -252,7 +350,7 @@ else:
 line = {
     "name": name, "model": model, "layers": int(layers), "topology": topo, "transport": transport,
     "mode": mode, "bucket": bucket, "pool_slots": int(pool) if mode == "staged" else None,
-    "trainer_gpus": [int(g) for g in tgpus.split()],
+    "trainer_gpus": [int(g) for g in tgpus.split()], "engine_ranks": int(engine_ranks),
     "engine_base_gpu_id": int(base), "engine_cuda_visible_devices": visible,
     "verified": verified, "bytes": report.get("bytes_per_refit", 0), "refit_gbps": rates,
     "median_gbps": median, "ceiling": ceiling, "ceiling_gbps": c.get("gbps", 0.0),
@@ -260,6 +358,18 @@ line = {
     "peak_gpu_mem_gib": {k: round(v, 1) for k, v in sorted(peak.items())},
     "wall_s": int(wall), "exit_codes": exit_codes,
 }
+if int(replicas) > 1:
+    line["engines"] = int(replicas)
+    line["engine_base_gpu_ids"] = [int(b) for b in bases.split()]
+    line["engine_versions"] = {str(e.get("engine")): e.get("versions") for e in engines_report}
+    line["trainer_link_bytes"] = [r.get("trainer_link_bytes") for r in report.get("refits", [])]
+if victim:
+    line["killed_engine"] = int(victim)
+    line["lost"] = [e.get("lost") for e in engines_report if e.get("lost")]
+if rank_extra:
+    line["rank_flags"] = rank_extra
+if trainer_extra:
+    line["trainer_flags"] = trainer_extra
 if c1:
     line["ceiling_one_way_gbps"] = c1.get("gbps", 0.0)
     line["ratio_one_way"] = median / c1["gbps"] if c1.get("gbps") else 0.0
@@ -313,16 +423,23 @@ PY
 }
 
 # ---- the jobs ---------------------------------------------------------------
-say "refits=$refits bucket=$bucket pool=$pool limit=${limit}s budget=${budget}s device=$device NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
+say "refits=$refits bucket=$bucket pool=$pool limit=${limit}s budget=${budget}s device=$device gpus=$gpus relay_engines=$relay_engines NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
 for spec in $models; do
   model=${spec%%:*}
   layers=${spec#*:}
   for topo in $topologies; do
+    if (($(needs_gpus "$topo") > gpus)); then
+      say "$model-$topo: skipped ($(needs_gpus "$topo") GPUs needed, $gpus here)"
+      continue
+    fi
     [[ $topo == rule7 && $model != "${models%%:*}" ]] && continue  # rule 7: the first model only
     [[ $topo == rule7 && $device == cuda ]] && rule7_refused
     for transport in $transports; do
       for mode in $modes; do
         [[ $topo == rule7 && $mode == staged ]] && continue  # one mode is enough to show placement
+        [[ $topo == relay* && $mode == direct ]] && continue  # relays carry staged buckets only
+        [[ $topo == fp8 && $mode == staged && $device == cuda ]] && continue  # issue 23 item 3: direct
+        [[ $topo == fsdp* && $transport == nccl ]] && continue  # an nccl pool takes one trainer rank
         job "$model-$topo-$transport-$mode" "$model" "$layers" "$transport" "$mode" "$topo"
       done
     done

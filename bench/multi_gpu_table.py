@@ -17,6 +17,12 @@ PLACEMENT = {
     "tp2x": "TP2: trainers on GPUs 0, 1 -> engine ranks on GPUs 2, 3",
     "tp4": "TP4: trainer r on GPU (r+2)%4 -> engine r on GPU r",
     "rule7": "TP1, engine under CUDA_VISIBLE_DEVICES={visible}, base-gpu-id 0",
+    "relay": "trainer GPU 0 -> chain of {engines} TP1 engines on GPUs {bases}",
+    "relay_kill": "relay of {engines} on GPUs {bases}, engine {killed} killed in refit 2",
+    "relay_tp2": "TP2: trainers GPUs 0, 1 -> engine 0 GPUs 2, 3 -> engine 1 from GPU {second}",
+    "fp8": "TP1 FP8: bf16 trainer GPU 0 -> fp8-block128 engine GPU 1",
+    "fsdp_same": "FSDP {trainers} (GPUs 0..) -> TP {ranks} from GPU {base}, same GPUs",
+    "fsdp_own": "FSDP {trainers} (GPUs 0..) -> TP {ranks} on GPU {base}, its own",
 }
 
 
@@ -31,7 +37,41 @@ def model_name(r):
 
 def placement(r):
     text = PLACEMENT.get(r.get("topology"), r.get("topology", "?"))
-    return text.format(visible=r.get("engine_cuda_visible_devices", "?"))
+    bases = r.get("engine_base_gpu_ids") or [r.get("engine_base_gpu_id", "?")]
+    return text.format(visible=r.get("engine_cuda_visible_devices", "?"), engines=r.get("engines", 1),
+                       bases=", ".join(str(b) for b in bases), killed=r.get("killed_engine", "?"),
+                       second=bases[-1], trainers=len(r.get("trainer_gpus", [])), ranks=r.get("engine_ranks", "?"),
+                       base=r.get("engine_base_gpu_id", "?"))
+
+
+def one_engine(records, r):
+    """The one-engine job (tp1, or tp2x for relay_tp2) of r's model, transport and mode in the same run."""
+    want = "tp2x" if r.get("topology") == "relay_tp2" else "tp1"
+    for o in records:
+        if (o.get("topology") == want and o.get("verified") and
+                all(o.get(k) == r.get(k) for k in ("model", "layers", "transport", "mode"))):
+            return o
+    return None
+
+
+def relay_rows(records):
+    """Issue 23 item 1: each relay job's median refit time over one engine's (target at most 1.25x)."""
+    rows = []
+    for r in records:
+        if not r.get("topology", "").startswith("relay") or r.get("skipped"):
+            continue
+        base = one_engine(records, r)
+        if not base or not r.get("median_gbps"):
+            rows.append(f"| {model_name(r)} | {placement(r)} | {r.get('transport')} | - | - | - | "
+                        f"{'yes' if r.get('verified') else 'NO'} |")
+            continue
+        t, t1 = r["bytes"] / r["median_gbps"] / 1e6, base["bytes"] / base["median_gbps"] / 1e6
+        rows.append(f"| {model_name(r)} | {placement(r)} | {r.get('transport')} | {t:.2f} ms | {t1:.2f} ms | "
+                    f"{t / t1:.3f}x | {'yes' if r.get('verified') else 'NO: ' + r.get('error', '?')[:80]} |")
+    if not rows:
+        return []
+    return ["", "| model | engines | transport | refit (median 2..N) | one engine | ratio | verified |",
+            "| --- | --- | --- | ---: | ---: | ---: | --- |"] + rows
 
 
 def mode(r):
@@ -64,6 +104,7 @@ def table(records):
                        f"{r.get('bucket')} | {gb(r.get('bytes', 0))} | {rates or '-'} | "
                        f"{r.get('median_gbps', 0):.1f} | {ceiling} | {r.get('ceiling_gbps', 0):.1f} | {ratio} | "
                        f"{memory(r)} | {verified} |")
+    out += relay_rows(records)
     checks = [r for r in records if r.get("topology") == "rule7-refused"]
     if checks:
         out.append("")

@@ -30,6 +30,8 @@
 #       trainers (fully_shard over gloo ranks sharing the GPU) refit into
 #       engines of another TP size, bit for bit (python/tests/gpu_fsdp_proof.py,
 #       issue 19 item 5), within 600 s; the same SUMMARY line and exit status.
+#       Cases model:M:N:same or :own (issue 23 item 2): the trainers an NCCL
+#       group, one per GPU, the engines on the trainers' GPUs or their own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 carry=${CARRY:-.devcarry}

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "process_harness.h"
+#include "testing/scoped_env.h"
 
 namespace refit::testing {
 
@@ -28,6 +29,9 @@ struct JobSpec {
   std::vector<std::string> coordinator_args;
   std::map<std::string, std::vector<std::string>> extra;  // by process name: "engine rank 1", "engine 2 rank 0"
   std::vector<std::string> skip;                          // process names not to start
+  // By process name: variables set in its environment (nccl on one GPU:
+  // each rank its own NCCL_HOSTID, nccl_env.h).
+  std::map<std::string, std::map<std::string, std::string>> env;
 };
 
 // The process name of rank `rank` of `role` (of engine `engine`).
@@ -74,6 +78,14 @@ inline std::string job_coordinator_address(const ProcessGroup& group) {
   return "127.0.0.1:" + port;
 }
 
+// Starts process `name` of the job with `args`, in its spec.env.
+inline void spawn_job_rank(ProcessGroup& group, const JobSpec& spec, const std::string& name,
+                           const std::vector<std::string>& args) {
+  const auto it = spec.env.find(name);
+  ScopedEnv env(it == spec.env.end() ? std::map<std::string, std::string>{} : it->second);
+  group.spawn(name, args);
+}
+
 // Starts every process of the job in `group` but those in spec.skip (a
 // test may start one of them later with job_rank_args); returns false if
 // the coordinator did not listen.
@@ -93,12 +105,12 @@ inline bool start_job(ProcessGroup& group, const JobSpec& spec) {
   for (int k = 0; k < spec.engines; ++k) {
     for (int r = 0; r < spec.engine_ranks; ++r) {
       const std::string name = job_rank_name(spec, "engine", r, k);
-      if (!skipped(name)) group.spawn(name, job_rank_args(spec, address, "engine", r, k));
+      if (!skipped(name)) spawn_job_rank(group, spec, name, job_rank_args(spec, address, "engine", r, k));
     }
   }
   for (int r = 0; r < spec.trainer_ranks; ++r) {
     const std::string name = job_rank_name(spec, "trainer", r);
-    if (!skipped(name)) group.spawn(name, job_rank_args(spec, address, "trainer", r));
+    if (!skipped(name)) spawn_job_rank(group, spec, name, job_rank_args(spec, address, "trainer", r));
   }
   return true;
 }

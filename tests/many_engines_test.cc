@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chain_kill.h"
 #include "job.h"
 #include "kill_mid_job.h"
 #include "process_harness.h"
@@ -23,6 +24,7 @@ namespace refit {
 namespace {
 
 using nlohmann::json;
+using testing::chain_stopped_in_refit_2;
 using testing::JobSpec;
 using testing::ProcessGroup;
 using testing::run_refit;
@@ -33,20 +35,6 @@ json run_engines_demo(std::vector<std::string> args) {
   auto r = run_refit(base);
   EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
   return r.exit_code == 0 ? json::parse(r.out) : json();
-}
-
-// A chain of three engines of one rank fed by one trainer rank, whose
-// trainer stops itself (SIGSTOP) after its first bucket of refit 2, so that
-// a fault lands mid-relay (job.h stop_mid_refit).
-JobSpec chain_stopped_in_refit_2(int refits, std::vector<std::string> coordinator_args) {
-  JobSpec spec;
-  spec.engines = 3;
-  spec.engine_ranks = 1;
-  spec.trainer_ranks = 1;
-  spec.refits = refits;
-  spec.coordinator_args = std::move(coordinator_args);
-  testing::stop_mid_refit(spec, "trainer rank 0", 2);
-  return spec;
 }
 
 // Every engine committed every version, verified; the trainers' links
@@ -195,41 +183,11 @@ TEST(ManyEngines, AnEngineKilledMidRelayEndsTheJobNamingIt) {
   EXPECT_EQ(report["committed_version"], 1u) << report.dump(2);
 }
 
-// kill -9 of engine `victim` of a chain of three during refit 2 (the
-// trainer stopped inside it), --min-engines 2, over `transport`: every
-// other process exits 0; the report is verified, version 4 committed with
-// no failure recorded, the victim holds only version 1 and is named lost
-// during refit 2, the other two hold every version, and the trainer's
-// link carried one stream per refit. Returns the report (null on a fatal
-// failure) and the trainer's stderr.
+// chain_kill.h's kill over `transport`.
 std::pair<json, std::string> kill_one_of_a_chain_mid_relay(int victim, const char* transport) {
   JobSpec spec = chain_stopped_in_refit_2(4, {"--min-engines", "2"});
   spec.transport = transport;
-  ProcessGroup group;
-  const std::string name = "engine " + std::to_string(victim) + " rank 0";
-  EXPECT_TRUE(testing::start_job(group, spec)) << group.all_stderr();
-  EXPECT_TRUE(testing::wait_for_refit_under_way(group, "trainer rank 0", 2)) << group.all_stderr();
-  group.kill(name, SIGKILL);
-  group.resume("trainer rank 0");
-  EXPECT_TRUE(group.wait_all(90)) << group.all_stderr();
-  for (const auto& other : group.names()) {
-    if (other == name) continue;
-    EXPECT_EQ(group.exit_code(other), 0) << other << "\n" << group.all_stderr();
-  }
-  const json report = json::parse(group.report(), nullptr, false);
-  if (report.is_discarded()) return {json(), group.err("trainer rank 0")};
-  EXPECT_TRUE(report["verified"].get<bool>()) << report.dump(2);
-  EXPECT_EQ(report["committed_version"], 4u);
-  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
-  for (int k = 0; k < 3; ++k) {
-    const json& engine = report["engines"][static_cast<std::size_t>(k)];
-    EXPECT_EQ(engine["versions"], k == victim ? json::array({1}) : json::array({1, 2, 3, 4})) << engine.dump();
-  }
-  const json& lost = report["engines"][static_cast<std::size_t>(victim)];
-  EXPECT_NE(lost["lost"].get<std::string>().find("lost " + name + " during refit 2"), std::string::npos) << lost.dump();
-  EXPECT_EQ(lost["lost_at"], 2u);
-  for (const json& refit : report["refits"]) EXPECT_EQ(refit["trainer_link_bytes"], refit["bytes"]) << refit.dump();
-  return {report, group.err("trainer rank 0")};
+  return testing::kill_one_of_a_chain_mid_relay(spec, victim);
 }
 
 // kill -9 of the middle engine of a chain of three during refit 2, with

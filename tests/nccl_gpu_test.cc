@@ -9,12 +9,7 @@
 //
 // GPUs. With two or more visible GPUs the engine and the trainer each get
 // their own (CUDA_VISIBLE_DEVICES per process) and NCCL picks its transport
-// freely. With one GPU, NCCL would refuse two ranks on it ("Duplicate GPU
-// detected": it compares the host hash and the PCI bus id of every rank); the
-// host hash comes from NCCL_HOSTID when set (NCCL src/misc/utils.cc,
-// getHostHash), so each process gets its own NCCL_HOSTID and NCCL treats them
-// as two hosts, talking over sockets on loopback (NCCL_NET=Socket,
-// NCCL_SOCKET_IFNAME=lo; P2P and SHM off, which assume one host).
+// freely. With one GPU each process gets its own NCCL host (nccl_env.h).
 // NCCL_NVLS_ENABLE=0 always. Skips without a GPU or without nccl in the build.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -33,6 +28,7 @@
 
 #include "cuda/gpu_test_util.h"
 #include "kill_mid_job.h"
+#include "nccl_env.h"
 #include "process_harness.h"
 #include "cuda/device.h"
 #include "transport/transport.h"
@@ -43,15 +39,6 @@ namespace {
 
 using nlohmann::json;
 using testing::ProcessGroup;
-
-#define REFIT_SKIP_WITHOUT_NCCL()                                                          \
-  do {                                                                                     \
-    REFIT_SKIP_WITHOUT_CUDA_DEVICE();                                                      \
-    const auto names = transport_names();                                                  \
-    if (std::find(names.begin(), names.end(), "nccl") == names.end()) {                   \
-      GTEST_SKIP() << "refit was built without NCCL (nccl.h / libnccl not found by CMake)"; \
-    }                                                                                      \
-  } while (0)
 
 // The physical GPUs this process may use, as CUDA_VISIBLE_DEVICES entries.
 std::vector<std::string> visible_gpus(int count) {
@@ -75,11 +62,7 @@ std::map<std::string, std::string> rank_env(const std::string& role) {
   if (gpus.size() >= 2) {
     env["CUDA_VISIBLE_DEVICES"] = role == "engine" ? gpus[0] : gpus[1];
   } else {
-    env["NCCL_HOSTID"] = "refit-nccl-test-" + role + "-" + std::to_string(::getpid());
-    env["NCCL_P2P_DISABLE"] = "1";
-    env["NCCL_SHM_DISABLE"] = "1";
-    env["NCCL_NET"] = "Socket";
-    env["NCCL_SOCKET_IFNAME"] = "lo";
+    env = testing::nccl_own_host_env(role);
   }
   return env;
 }

@@ -6,7 +6,12 @@ model and a Qwen3-MoE model, bfloat16), sharded with FSDP2
 (torch.distributed.fsdp.fully_shard: every decoder layer, then the root) over
 M trainer processes of a gloo process group that share CUDA device 0, refit
 into N engine processes (tensor parallel by refit's rules), M != N, every
-process on GPU 0. Each case (model, M, N):
+process on GPU 0; or (issue 23 item 2, placement same or own) the M trainers
+an NCCL group, one per GPU, into engines on the trainers' GPUs (same: engine
+rank e on GPU e % G) or on GPUs of their own (own: GPU (M + e) % G), G the
+visible GPUs; where there are fewer GPUs than trainer ranks each trainer
+process gets its own NCCL_HOSTID so that NCCL lets them share a GPU. Each
+case (model, M, N, placement):
 
   driver (this process)  a refit.Coordinator (on demand, refits=0) and the
                          model's spec (names, dtypes, full shapes, each
@@ -70,7 +75,8 @@ trainer also checks that every to_local() still lives where it was registered,
 and fails naming the parameter if not); a byte left unwritten (0xEE in (c)).
 
 Usage: python3 gpu_fsdp_proof.py [--cases llama:2:1,llama:2:3,qwen3_moe:2:3,llama:4:3,qwen3_moe:4:2]
-       (each case model:M:N; on the GPU machine: bash bench/python_gpu.sh fsdp)
+       (each case model:M:N[:shared|same|own], shared by default; on the GPU machine:
+       bash bench/python_gpu.sh fsdp, and across GPUs e.g. --cases llama:2:1:same,qwen3_moe:2:3:own)
 Exit status: 0 PASS, 1 FAIL, 77 skipped (no torch with FSDP2 and gloo, no
 transformers or CUDA device, or refit built without CUDA), with the reason
 printed; the last line is "SUMMARY: PASS: ..." or "SUMMARY: FAIL: ...".
@@ -138,6 +144,36 @@ def load_spec(out):
         return json.load(f)
 
 
+# ---- placement: which GPU each process uses -------------------------------------
+# shared: every process on GPU 0, the trainers a gloo group (issue 19 item 5).
+# same:   trainer rank r on GPU r % G, engine rank e on GPU e % G (the trainers' GPUs), NCCL group.
+# own:    trainer rank r on GPU r % G, engine rank e on GPU (M + e) % G (GPUs of their own when
+#         M + N <= G), NCCL group (issue 23 item 2). G: the visible GPUs (--gpus).
+PLACEMENTS = ("shared", "same", "own")
+
+
+def backend_of(placement):
+    return "gloo" if placement == "shared" else "nccl"
+
+
+def placed_gpu(role, rank, args):
+    if args.placement == "shared":
+        return 0
+    if role == "trainer":
+        return rank % args.gpus
+    return (rank if args.placement == "same" else args.trainers + rank) % args.gpus
+
+
+def nccl_env(name, trainers, gpus):
+    """NCCL ranks of several processes on one GPU (more trainer ranks than GPUs): each its own
+    NCCL_HOSTID, so NCCL takes them for hosts of their own (else "Duplicate GPU detected") and talks
+    over sockets on loopback (tests/nccl_env.h says why)."""
+    if trainers <= gpus:
+        return {"NCCL_NVLS_ENABLE": "0"}
+    return {"NCCL_NVLS_ENABLE": "0", "NCCL_HOSTID": f"refit-fsdp-proof-{name}-{os.getpid()}",
+            "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_NET": "Socket", "NCCL_SOCKET_IFNAME": "lo"}
+
+
 # ---- roles (child processes) ---------------------------------------------------
 
 def sharded_parameters(model, spec, rank, ranks, when):
@@ -183,10 +219,11 @@ def run_trainer(args):
     import refit
     rank, ranks = args.rank, args.trainers
     spec = load_spec(args.out)
-    torch.cuda.set_device(0)  # every rank on the one GPU
+    gpu = placed_gpu("trainer", rank, args)
+    torch.cuda.set_device(gpu)
     torch.backends.cuda.matmul.allow_tf32 = False
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.dist_port}", rank=rank, world_size=ranks,
-                            timeout=datetime.timedelta(seconds=120))
+    dist.init_process_group(backend_of(args.placement), init_method=f"tcp://127.0.0.1:{args.dist_port}", rank=rank,
+                            world_size=ranks, timeout=datetime.timedelta(seconds=120))
     try:
         mesh = init_device_mesh("cuda", (ranks,))
         model = base.build_model(args.model, seed=1)  # every rank the same full model; fully_shard keeps its chunk
@@ -228,7 +265,7 @@ def run_trainer(args):
 
         with refit.Trainer(args.address, params, rules={s["name"]: s["rule"] for s in spec}, rank=rank,
                            trainer_ranks=ranks, engine_ranks=args.engines, transport="cuda_ipc", mode="direct",
-                           gpu=0, bucket_size=BUCKET, setup_timeout=120, refit_timeout=120) as trainer:
+                           gpu=gpu, bucket_size=BUCKET, setup_timeout=120, refit_timeout=120) as trainer:
             for v in VERSIONS:
                 if v > 1:
                     losses[v] = train_step(model, optimizer, v)
@@ -247,7 +284,8 @@ def run_engine(args):
     import refit
     rank, ranks = args.rank, args.engines
     spec = load_spec(args.out)
-    torch.cuda.set_device(0)
+    gpu = placed_gpu("engine", rank, args)
+    torch.cuda.set_device(gpu)
     params = {}
     for s in spec:  # this rank's shards, in the model's order; every byte 0xEE until a refit writes it
         shape = engine_shard_shape(s["shape"], s["rule"], rank, ranks)
@@ -257,9 +295,9 @@ def run_engine(args):
             numel *= d
         raw = torch.full((numel * dtype.itemsize,), 0xEE, dtype=torch.uint8, device="cuda")
         params[s["name"]] = raw.view(dtype).view(shape)
-    # gpu=0: otherwise engine rank e would want GPU base_gpu_id + e (DESIGN.md rule 7).
+    # gpu: its placement's, else engine rank e would want GPU base_gpu_id + e (DESIGN.md rule 7).
     engine = refit.Engine(args.address, params, rank=rank, trainer_ranks=args.trainers, engine_ranks=ranks,
-                          transport="cuda_ipc", mode="direct", device="cuda", gpu=0, bucket_size=BUCKET,
+                          transport="cuda_ipc", mode="direct", device="cuda", gpu=gpu, bucket_size=BUCKET,
                           setup_timeout=120, refit_timeout=120)
     del params  # their values seeded refit's arena; the weights live there now
     versions = []
@@ -286,14 +324,16 @@ def skip(reason):
     base.skip(reason)
 
 
-def check_requirements():
+def check_requirements(placements):
     base.check_requirements()  # torch, transformers, a CUDA device, refit with CUDA, cuda_ipc
     import torch
     import torch.distributed as dist
     if not dist.is_available():
         skip(f"torch {torch.__version__} was built without torch.distributed")
-    if not dist.is_gloo_available():
+    if "shared" in placements and not dist.is_gloo_available():
         skip(f"torch {torch.__version__} has no gloo backend")
+    if set(placements) - {"shared"} and not dist.is_nccl_available():
+        skip(f"torch {torch.__version__} has no nccl backend (placements same and own)")
     try:
         from torch.distributed.device_mesh import init_device_mesh  # noqa: F401
         from torch.distributed.fsdp import FSDPModule, fully_shard  # noqa: F401
@@ -361,7 +401,7 @@ def tail(out, name, lines=40):
     return ["    " + line for line in text[-lines:]]
 
 
-def prove(kind, trainers, engines, out, reference, seconds):
+def prove(kind, trainers, engines, placement, out, reference, seconds):
     """Runs one case, its processes given `seconds`; returns (ok, lines)."""
     import refit
     spec = reference["spec"]
@@ -375,7 +415,7 @@ def prove(kind, trainers, engines, out, reference, seconds):
     coordinator = refit.Coordinator(trainer_ranks=trainers, engine_ranks=engines, refits=0, setup_timeout=120,
                                     refit_timeout=120)
     COORDINATORS.append(coordinator)
-    procs, notes = run_case(kind, trainers, engines, out, coordinator.address, seconds)
+    procs, notes = run_case(kind, trainers, engines, placement, out, coordinator.address, seconds)
     ok = True
     for name, p in procs.items():
         if p.returncode != 0 or name in notes:
@@ -403,17 +443,20 @@ def prove(kind, trainers, engines, out, reference, seconds):
     return ok, lines
 
 
-def run_case(kind, trainers, engines, out, address, seconds):
+def run_case(kind, trainers, engines, placement, out, address, seconds):
     """Starts the case's engine and trainer processes (this script, --role) and waits for them;
     returns ({name: process}, {name: note}). No process outlives it."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    import torch
+    gpus = torch.cuda.device_count()
     common = ["--model", kind, "--out", out, "--address", address, "--trainers", str(trainers),
-              "--engines", str(engines), "--dist-port", str(free_port())]
+              "--engines", str(engines), "--dist-port", str(free_port()), "--placement", placement,
+              "--gpus", str(gpus)]
     procs = {}
     try:
         for role, count in (("engine", engines), ("trainer", trainers)):
             for r in range(count):
                 name = f"{role}{r}"
+                env = dict(os.environ, PYTHONUNBUFFERED="1", **nccl_env(name, trainers, gpus))
                 with open(os.path.join(out, name + ".log"), "w") as log:  # a file, never a pipe that could fill
                     procs[name] = subprocess.Popen(
                         [sys.executable, os.path.abspath(__file__), "--role", role, "--rank", str(r)] + common,
@@ -445,11 +488,21 @@ def parse_cases(text):
     cases = []
     for item in text.split(","):
         parts = item.strip().split(":")
-        if len(parts) != 3 or parts[0] not in ("llama", "qwen3_moe") or not parts[1].isdigit() \
-                or not parts[2].isdigit() or int(parts[1]) < 1 or int(parts[2]) < 1:
-            raise SystemExit(f"--cases: {item!r} is not model:M:N (model llama or qwen3_moe, M and N >= 1)")
-        cases.append((parts[0], int(parts[1]), int(parts[2])))
+        placement = parts[3] if len(parts) == 4 else "shared"
+        if len(parts) not in (3, 4) or parts[0] not in ("llama", "qwen3_moe") or not parts[1].isdigit() \
+                or not parts[2].isdigit() or int(parts[1]) < 1 or int(parts[2]) < 1 or placement not in PLACEMENTS:
+            raise SystemExit(f"--cases: {item!r} is not model:M:N[:placement] (model llama or qwen3_moe, M and "
+                             f"N >= 1, placement one of {', '.join(PLACEMENTS)})")
+        cases.append((parts[0], int(parts[1]), int(parts[2]), placement))
     return cases
+
+
+def placement_text(placement, trainers, engines, gpus):
+    """Where the case's processes ran: "trainers on GPUs [0, 1], engines on GPUs [2]"."""
+    args = argparse.Namespace(placement=placement, trainers=trainers, gpus=max(gpus, 1))
+    t = [placed_gpu("trainer", r, args) for r in range(trainers)]
+    e = [placed_gpu("engine", r, args) for r in range(engines)]
+    return f"trainers on GPUs {t}, engines on GPUs {e}"
 
 
 def _terminated(signum, frame):
@@ -458,7 +511,7 @@ def _terminated(signum, frame):
 
 def drive(args):
     cases = parse_cases(args.cases)
-    check_requirements()
+    check_requirements({c[3] for c in cases})
     import torch
     import transformers
     import refit
@@ -469,8 +522,9 @@ def drive(args):
     started_all = time.monotonic()
     budget_end = started_all + args.budget
     references, results = {}, []
-    for kind, trainers, engines in cases:
-        label = f"{kind} M={trainers} -> N={engines}"
+    gpus = torch.cuda.device_count()
+    for kind, trainers, engines, placement in cases:
+        label = f"{kind} M={trainers} -> N={engines}" + ("" if placement == "shared" else f" {placement} GPUs")
         started = time.monotonic()
         seconds = min(CASE_DEADLINE, budget_end - started - 30)  # 30 s kept for the checks and the coordinator
         try:
@@ -480,19 +534,21 @@ def drive(args):
                 if kind not in references:
                     references[kind] = reference_run(kind)
                 with tempfile.TemporaryDirectory(prefix="refit-fsdp-proof-") as out:
-                    ok, lines = prove(kind, trainers, engines, out, references[kind], seconds)
+                    ok, lines = prove(kind, trainers, engines, placement, out, references[kind], seconds)
                     if not ok:
-                        lines.extend(keep_logs(out, f"{kind}-{trainers}-{engines}"))
+                        lines.extend(keep_logs(out, f"{kind}-{trainers}-{engines}-{placement}"))
         except Exception:
             ok, lines = False, ["  the driver raised:"] + ["    " + l for l in traceback.format_exc().splitlines()]
-        print(f"{'PASS' if ok else 'FAIL'} {label}: FSDP2 over {trainers} gloo ranks into TP={engines} engine ranks, "
-              f"cuda_ipc direct ({time.monotonic() - started:.0f} s)", flush=True)
+        where = placement_text(placement, trainers, engines, gpus)
+        print(f"{'PASS' if ok else 'FAIL'} {label}: FSDP2 over {trainers} {backend_of(placement)} ranks into "
+              f"TP={engines} engine ranks, cuda_ipc direct, {where} ({time.monotonic() - started:.0f} s)", flush=True)
         for line in lines:
             print(line, flush=True)
-        results.append((kind, trainers, engines, ok))
-    failed = [f"{k}:{m}:{n}" for k, m, n, ok in results if not ok]
-    print(json.dumps({"proof": "gpu_fsdp", "seconds": round(time.monotonic() - started_all, 1),
-                      "cases": [{"model": k, "trainers": m, "engines": n, "pass": ok} for k, m, n, ok in results]}))
+        results.append((kind, trainers, engines, placement, ok))
+    failed = [f"{k}:{m}:{n}:{p}" for k, m, n, p, ok in results if not ok]
+    print(json.dumps({"proof": "gpu_fsdp", "seconds": round(time.monotonic() - started_all, 1), "gpus": gpus,
+                      "cases": [{"model": k, "trainers": m, "engines": n, "placement": p, "pass": ok}
+                                for k, m, n, p, ok in results]}))
     print(f"SUMMARY: {'PASS' if not failed else 'FAIL'}: {len(results) - len(failed)}/{len(results)} FSDP2 cases "
           f"refit bit-exactly" + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
     return 0 if not failed else 1
@@ -506,6 +562,8 @@ def main():
     parser.add_argument("--trainers", type=int, default=2)
     parser.add_argument("--engines", type=int, default=1)
     parser.add_argument("--dist-port", type=int)
+    parser.add_argument("--placement", choices=PLACEMENTS, default="shared")
+    parser.add_argument("--gpus", type=int, default=1)
     parser.add_argument("--out")
     parser.add_argument("--address")
     parser.add_argument("--cases", default=DEFAULT_CASES, help="model:M:N,... (default %(default)s)")

@@ -54,8 +54,8 @@ Status check_relayable(const Join& first, bool release_between_refits, int engin
     return FailedPrecondition(why + " out of the receive pool, which --mode " + first.mode +
                               " has not: use --mode staged");
   }
-  if (first.device != "cpu" && first.transport != "cuda_ipc") {
-    return FailedPrecondition(why + " between device pools over cuda_ipc only so far, not --transport " +
+  if (first.device != "cpu" && first.transport != "cuda_ipc" && first.transport != "nccl") {
+    return FailedPrecondition(why + " between device pools over cuda_ipc and nccl only so far, not --transport " +
                               first.transport + " with --device " + first.device);
   }
   if (release_between_refits) {

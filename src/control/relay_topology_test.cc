@@ -86,8 +86,9 @@ TEST(RelayTopology, EveryEngineIsFedByItsParentsSameRank) {
 
 // An engine rank that differs from engine 0's same rank is refused naming
 // both and the field; what relays do not carry yet is refused naming the
-// setting. Catches: engines after 0 never compared, a plan digest compared
-// against another rank of engine 0.
+// setting; device pools relay over cuda_ipc and nccl. Catches: engines
+// after 0 never compared, a plan digest compared against another rank of
+// engine 0, nccl refused again or ucx let through with device pools.
 TEST(RelayTopology, DisagreementsAndSettingsRelaysDoNotCarryAreRefusedNamed) {
   Engines e = make_engines(3, 2);
   e.joins[5].plan_digest = "other";
@@ -107,9 +108,15 @@ TEST(RelayTopology, DisagreementsAndSettingsRelaysDoNotCarryAreRefusedNamed) {
   e = make_engines(2, 1);
   for (Join& j : e.joins) j.device = "cuda";
   EXPECT_HAS(plan_relay(e.joins, 1, 1, false, slots(e, 1), e.topology).message(),
-             "between device pools over cuda_ipc only so far, not --transport tcp with --device cuda");
-  for (Join& j : e.joins) j.transport = "cuda_ipc";
-  EXPECT_TRUE(plan_relay(e.joins, 1, 1, false, slots(e, 1), e.topology).ok());
+             "between device pools over cuda_ipc and nccl only so far, not --transport tcp with --device cuda");
+  for (Join& j : e.joins) j.transport = "ucx";
+  EXPECT_HAS(plan_relay(e.joins, 1, 1, false, slots(e, 1), e.topology).message(),
+             "not --transport ucx with --device cuda");
+  for (const char* carried : {"cuda_ipc", "nccl"}) {
+    e = make_engines(2, 1);
+    for (Join& j : e.joins) j.device = "cuda", j.transport = carried;
+    EXPECT_TRUE(plan_relay(e.joins, 1, 1, false, slots(e, 1), e.topology).ok()) << carried;
+  }
   e = make_engines(2, 1);
   EXPECT_HAS(plan_relay(e.joins, 1, 1, true, slots(e, 1), e.topology).message(),
              "--release-between-refits is not supported");

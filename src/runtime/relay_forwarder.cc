@@ -36,6 +36,7 @@ StatusOr<std::unique_ptr<RelayForwarder>> RelayForwarder::Connect(RelaySettings 
   std::unique_ptr<RelayForwarder> f(new RelayForwarder(std::move(settings), plan));
   ASSIGN_OR_RETURN(f->transport_, make_transport(f->settings_.transport));
   RETURN_IF_ERROR(f->set_children(children, /*relink_kept=*/false, deadline));
+  f->set_up_ = true;
   return f;
 }
 
@@ -80,6 +81,10 @@ Status RelayForwarder::link(Child& child, Deadline deadline) {
     child.link = std::move(fresh);
     ASSIGN_OR_RETURN(child.remote,
                      transport_->open_target_on(child.target.descriptor, child.link.get(), settings_.device));
+    // A child linked after setup (its parent was dropped, or it joins) may
+    // have had another feeder: the transport pairs with this rank anew
+    // (nccl: a new communicator, announced at the first write).
+    if (set_up_) RETURN_IF_ERROR(child.remote->relinked());
     child.protocol = std::make_unique<EngineLinkProtocol>(settings_.name + " (relay to " + child.name + ")", plan_,
                                                           settings_.bucket_timeout_s);
     child.protocol->attach(child.link.get());

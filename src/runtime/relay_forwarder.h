@@ -16,6 +16,12 @@
 // (control/protocol.h relay_feeder) and the plan's digest, the child's pool
 // opened through the transport (host pools: shm maps it, tcp writes frames).
 //
+// A child linked after setup (its parent was dropped, or it joins the job)
+// may have been fed by another engine before: its target is told so
+// (RemoteTarget::relinked, as after a failed refit), and transports that
+// pair an initiator with a target (nccl's 2-rank communicator) make a new
+// pair with this rank.
+//
 // Failures: a child that stops granting credits within --bucket-timeout, or
 // whose link breaks, fails this rank's refit naming the child; cancel()
 // (the coordinator's abort) ends every wait at once.
@@ -144,6 +150,7 @@ class RelayForwarder final : public BucketTap {
   std::vector<Item> items_;  // this refit's landed buckets, in bucket order
   Status error_;             // the first failure of this refit (or a cancel)
   bool stopping_ = false;
+  bool set_up_ = false;  // Connect linked the setup's children; later ones may have had another feeder
 };
 
 }  // namespace refit

@@ -109,7 +109,10 @@ Status TrainerRank::Impl::relink_to(const Relink& relink, Deadline deadline) {
       "the engine it fed was dropped: engine " + std::to_string(root.engine) + " rank " +
           std::to_string(root.engine_rank) + " at " + root.address + " takes its place");
   engine_address_ = root.address;
-  return link_engine(root.descriptor, deadline);
+  RETURN_IF_ERROR(link_engine(root.descriptor, deadline));
+  // Its pool was fed by its relay parent until now: nccl pairs with this
+  // rank in a new communicator, announced at the first write.
+  return target_->relinked();
 }
 
 // A sharded rank's engine ranks moved to the new root: each target of the

@@ -124,6 +124,9 @@ class NcclTarget final : public TargetMemory {
   // id of a new communicator (it hosts its bootstrap): the old one (aborted
   // by the failed refit, or still alive with nothing pending) is aborted and
   // this side of the new one starts; the next frame's receive waits for it.
+  // The sender may be a new feeder (many engines: the trainer or relay
+  // parent that took the place of a dropped engine; the receiver admitted
+  // its link as this rank's feeder): it feeds this target from now on.
   Status new_communicator_locked(Link& link, const FrameHeader& header, Deadline deadline) {
     ASSIGN_OR_RETURN(const DataFrame data, decode_data(header, link.peer()));
     if (data.payload_bytes != kNcclUniqueIdBytes || data.length != 0 || data.slot >= static_cast<std::uint64_t>(slots_)) {
@@ -133,7 +136,10 @@ class NcclTarget final : public TargetMemory {
                              " (expected 0), slot " + std::to_string(data.slot) + " " +
                              pool_shape(slots_, slot_bytes_));
     }
-    RETURN_IF_ERROR(check_peer_locked(link));
+    if (!peer_.empty() && peer_ != link.peer()) {
+      log(LogLevel::kInfo, "refit nccl", whose_ + ": fed by " + link.peer() + " from now on (before: " + peer_ + ")");
+    }
+    peer_ = link.peer();
     ncclUniqueId id;
     RETURN_IF_ERROR(link.recv_payload(std::span<std::byte>(reinterpret_cast<std::byte*>(&id), sizeof id), deadline)
                         .WithContext(whose_ + ": reading the new communicator's id from " + link.peer()));

@@ -14,6 +14,10 @@
 // So an nccl target takes exactly ONE initiator (capabilities().one_initiator:
 // every rank refuses --trainer-ranks != --engine-ranks at setup, naming both);
 // frames from a second trainer fail with kFailedPrecondition naming both.
+// A feeder that takes a dropped engine's place (many engines: the trainer
+// rank when engine 0 goes, a relay parent for an orphaned child) opens the
+// target and calls relinked() before its first write: it pairs in a new
+// communicator (below) and feeds the target from then on.
 //
 // Both sides create the communicator once, without blocking
 // (ncclCommInitRankConfig, config.blocking = 0): the trainer in
