@@ -10,7 +10,7 @@
 #   -runs=N       N executions per target instead
 #   target...     only these (names without _fuzz.cc: auth, control_message ...)
 # Environment: REFIT_FUZZ_BUILD_DIR (default build-fuzz), REFIT_JOBS (build
-# parallelism, default 2).
+# parallelism and targets run at once, default 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,31 +55,53 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 # showed exit 132 and no artifact). Leave the signals to libFuzzer and ASan.
 export UCX_HANDLE_ERRORS=none
 
-failed=()
-summary=""
-for t in "${targets[@]}"; do
-  bin=$build/$t
-  [[ -x $bin ]] || { echo "fuzz: no target $t (built: $(ls "$build" | grep _fuzz | tr '\n' ' '))" >&2; exit 2; }
-  seeds=fuzz/corpus/${t%_fuzz}
+# fuzz_one TARGET: runs it, writes its summary line to $results/TARGET.line
+# and, when it failed, the report's lines to $results/TARGET.fail.
+results=$(mktemp -d /tmp/refit-fuzz-results-XXXXXX)
+trap 'rm -rf "$results"' EXIT
+fuzz_one() {
+  local t=$1
+  local bin=$build/$t
+  local seeds=fuzz/corpus/${t%_fuzz}
   mkdir -p "$seeds"
   # New inputs go to a scratch corpus; the committed seeds stay as they are.
+  local work
   work=$(mktemp -d "/tmp/refit-fuzz-${t}-XXXXXX")
-  log=$build/$t.log
-  max_len=()
+  local log=$build/$t.log
+  local max_len=()
   [[ -f fuzz/$t.options ]] && read -r -a max_len < "fuzz/$t.options"
-  status=0
+  local status=0
   "$bin" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "${max_len[@]}" \
          -artifact_prefix="$artifacts/$t-" "$work" "$seeds" >"$log" 2>&1 || status=$?
   rm -rf "$work"
+  local execs secs
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
   secs=$(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | grep -o 'in [0-9]*' | grep -o '[0-9]*' | tail -1)
-  line=$(printf '%-28s %12s execs %6s s  %s' "$t" "${execs:-?}" "${secs:-?}" \
-         "$([[ $status -eq 0 ]] && echo ok || echo "FAILED (exit $status, log $log)")")
-  echo "$line"
-  summary+="$line"$'\n'
+  printf '%-28s %12s execs %6s s  %s\n' "$t" "${execs:-?}" "${secs:-?}" \
+         "$([[ $status -eq 0 ]] && echo ok || echo "FAILED (exit $status, log $log)")" >"$results/$t.line"
   if ((status != 0)); then
+    grep -E 'ERROR|SUMMARY|runtime error|Test unit written|deadly signal' "$log" | head -20 >"$results/$t.fail" || true
+  fi
+}
+
+for t in "${targets[@]}"; do
+  [[ -x $build/$t ]] || { echo "fuzz: no target $t (built: $(ls "$build" | grep _fuzz | tr '\n' ' '))" >&2; exit 2; }
+done
+# Each target is one single-threaded process: REFIT_JOBS (default 2, the
+# CI machine's cores) run at once, so the stage takes about
+# targets / jobs * SECONDS rather than targets * SECONDS.
+jobs=${REFIT_JOBS:-2}
+for t in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
+  fuzz_one "$t" &
+done
+wait
+failed=()
+for t in "${targets[@]}"; do
+  cat "$results/$t.line" 2>/dev/null || echo "$t: no result (its run ended without writing one)"
+  if [[ ! -f $results/$t.line ]] || grep -q FAILED "$results/$t.line"; then
     failed+=("$t")
-    grep -E 'ERROR|SUMMARY|runtime error|Test unit written|deadly signal' "$log" | head -20 >&2 || true
+    cat "$results/$t.fail" >&2 2>/dev/null || true
   fi
 done
 if ((${#failed[@]})); then
