@@ -99,6 +99,12 @@ TEST(ManyEnginesGpu, AChainOfThreeEnginesOverNcclVerifiesEveryByte) {
 // without RemoteTarget::relinked() in RelayForwarder::link or
 // TrainerRank::Impl::relink_to), an nccl target that refuses frames from
 // its new feeder ("is fed by engine 1 (relay) and got a frame from ...").
+// Tried once each on an H200 (docs/nccl_relays_gpu_2026-12-07s29_h200.log):
+// RelayForwarder::link without relinked() (refit 2 timed out waiting for
+// engine 0's and engine 2's sent), relink_to without it (the trainer's
+// NCCL init failed: "remote process exited"), the target's peer check kept
+// on the new-communicator frame ("is fed by engine 1 (relay) and got a
+// frame from engine 0 (relay)").
 TEST(ManyEnginesGpu, AnEngineKilledMidRelayOverNcclIsDroppedAndTheOthersGetEveryVersion) {
   REFIT_SKIP_WITHOUT_NCCL();
   for (int victim : {1, 0}) {
