@@ -99,13 +99,15 @@ class PyEngine {
 
   // The caller's host tensors as they hold the committed version
   // (EngineBinding::read_committed), by stream index.
-  std::function<Status(std::uint32_t, std::uint64_t, std::span<std::byte>)> read_tensors() {
-    return [this](std::uint32_t tensor, std::uint64_t offset, std::span<std::byte> out) -> Status {
-      if (tensor >= tensors_.size() || offset + out.size() > stream_[tensor].nbytes()) {
-        return Internal(name_ + ": no committed bytes [" + std::to_string(offset) + ", +" +
-                        std::to_string(out.size()) + ") of tensor " + std::to_string(tensor));
+  ReadCommitted read_tensors() {
+    return [this](std::span<const CommittedRead> reads) -> Status {
+      for (const CommittedRead& r : reads) {
+        if (r.tensor >= tensors_.size() || r.offset + r.out.size() > stream_[r.tensor].nbytes()) {
+          return Internal(name_ + ": no committed bytes [" + std::to_string(r.offset) + ", +" +
+                          std::to_string(r.out.size()) + ") of tensor " + std::to_string(r.tensor));
+        }
+        std::memcpy(r.out.data(), tensors_[r.tensor].data() + r.offset, r.out.size());
       }
-      std::memcpy(out.data(), tensors_[tensor].data() + offset, out.size());
       return Status::Ok();
     };
   }

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "refit/committed_read.h"
 #include "refit/engine.h"
 #include "refit/model.h"
 #include "refit/status.h"
@@ -84,16 +85,16 @@ struct EngineBinding {
   // The weight memory the engine holds (both arenas with --shadow), for the
   // report; 0: not said.
   std::uint64_t weight_memory_bytes = 0;
-  // Copies into `out` the served bytes of tensor `tensor` of `stream` from
-  // byte `offset` (the version Engine::weight_version() names; not called
-  // unless weights_complete()); `out` is in the weights' memory (`memory`:
-  // host, or device memory of `device`). Delta refits (--delta, host
-  // weights) decode encoded buckets over them; many engines: this rank sends
-  // them to the same rank of an engine joining the job (it is its relay
-  // parent). Empty:
+  // Copies into each read's `out` the served bytes of tensor `tensor` of
+  // `stream` from byte `offset` (refit/committed_read.h; the version
+  // Engine::weight_version() names; not called unless weights_complete());
+  // `out` is in the weights' memory (`memory`: host, or device memory of
+  // `device`); a bucket's reads come in one call. Delta refits decode
+  // encoded buckets over them; many engines: this rank sends them to the
+  // same rank of an engine joining the job (it is its relay parent). Empty:
   // the engine cannot say, so its trainers send every bucket's bytes, and
   // no engine joins the job below it.
-  std::function<Status(std::uint32_t tensor, std::uint64_t offset, std::span<std::byte> out)> read_committed;
+  ReadCommitted read_committed;
 };
 
 class EngineRank {

@@ -42,6 +42,7 @@
 #include "refit/deadline.h"
 #include "net/link.h"
 #include "receiver/landing_ledger.h"
+#include "refit/committed_read.h"
 #include "refit/plan.h"
 #include "refit/status.h"
 #include "transport/transport.h"
@@ -92,9 +93,10 @@ class BucketTap {
   virtual Status wait_forwarded(std::uint64_t bucket, Deadline deadline) = 0;
 };
 
-// Delta refits: copies into `out` the bytes the engine rank holds committed
-// of tensor `tensor` (an index into the plan's specs) from byte `offset`.
-using CommittedBytes = std::function<Status(std::uint32_t tensor, std::uint64_t offset, std::span<std::byte> out)>;
+// Delta refits: copies into each read's `out` the bytes the engine rank
+// holds committed (refit/committed_read.h; `tensor` an index into the
+// plan's specs).
+using CommittedBytes = ReadCommitted;
 
 class Receiver : public BatchSource {
  public:

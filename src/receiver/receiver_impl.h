@@ -124,6 +124,7 @@ struct Receiver::Impl {
   // out of its slot before the slot is filled with the base.
   std::uint64_t delta_base = 0;
   CommittedBytes committed;
+  std::vector<CommittedRead> committed_reads;  // gather_committed's, kept for their capacity
   std::vector<std::byte> delta_scratch;
   // ... into a device pool: the encoding set aside on the device, and the
   // codec that decodes it there (both made at the first encoded bucket).

@@ -58,10 +58,12 @@ Status EngineRank::Impl::send_committed(const CatchUp& catch_up) {
     if (j >= 2) RETURN_IF_ERROR(relay_->wait_forwarded(j - 2, deadline));
     std::byte* buffer = buffers[j % 2];
     const Bucket& bucket = plan_.buckets[j];
+    std::vector<CommittedRead> reads;  // the whole bucket in one call (device weights: one batched copy)
+    reads.reserve(bucket.entries.size());
     for (const PlanEntry& e : bucket.entries) {
-      RETURN_IF_ERROR(binding_.read_committed(e.tensor, e.tensor_offset,
-                                              std::span<std::byte>(buffer + e.bucket_offset, e.bytes)));
+      reads.push_back({e.tensor, e.tensor_offset, std::span<std::byte>(buffer + e.bucket_offset, e.bytes)});
     }
+    RETURN_IF_ERROR(binding_.read_committed(reads));
     TappedBucket tapped;
     tapped.version = catch_up.version;
     tapped.bucket = j;

@@ -19,6 +19,7 @@
 #include "refit/reference_engine.h"
 #include "refit/roles.h"
 #include "refit/safetensors.h"
+#include "runtime/committed_reader.h"
 #include "runtime/model_choice.h"
 #include "runtime/setup_failure.h"
 #include "runtime/weight_readers.h"
@@ -160,24 +161,6 @@ ContentSeed content_seed(const EngineOptions& options, std::uint64_t seed) {
   return ContentSeed(seed, change.ok() ? *change : kEveryElement);
 }
 
-// The served bytes of rank `rank`'s stream tensors (EngineBinding::
-// read_committed), by the stream's index: into host memory from host
-// weights, into device memory (a device copy) from device weights.
-auto committed_bytes(const LocalEngine& local, int rank) {
-  return [&local, rank](std::uint32_t tensor, std::uint64_t offset, std::span<std::byte> out) -> Status {
-    const std::vector<TensorSpec>& stream = local.streams[static_cast<std::size_t>(rank)];
-    if (tensor >= stream.size()) return Internal("committed bytes of tensor " + std::to_string(tensor));
-    const std::byte* served = local.engine->weight(rank, stream[tensor].name);
-    if (served == nullptr || offset + out.size() > stream[tensor].nbytes()) {
-      return Internal("no committed bytes [" + std::to_string(offset) + ", +" + std::to_string(out.size()) + ") of " +
-                      stream[tensor].name);
-    }
-    if (local.on_device) return copy_device_to_device(out.data(), served + offset, out.size());
-    std::memcpy(out.data(), served + offset, out.size());
-    return Status::Ok();
-  };
-}
-
 EngineBinding bind_local_engine(const EngineOptions& options, LocalEngine& local) {
   EngineBinding binding;
   binding.stream = local.streams[static_cast<std::size_t>(options.rank)];
@@ -193,7 +176,9 @@ EngineBinding bind_local_engine(const EngineOptions& options, LocalEngine& local
   binding.weight_memory_bytes = local.engine->weight_memory_bytes();
   // The weights can be read back: delta refits decode over host weights, and a relay parent sends them to an
   // engine joining the job.
-  binding.read_committed = committed_bytes(local, options.rank);
+  binding.read_committed = make_committed_reader(local.engine.get(), options.rank,
+                                                 &local.streams[static_cast<std::size_t>(options.rank)],
+                                                 local.on_device ? local.device : -1);
   if (options.readers > 0) {
     binding.read_counts = [&local] { return local.readers ? local.readers->counts() : ReadCounts{}; };
   }
