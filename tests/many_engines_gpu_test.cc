@@ -21,6 +21,19 @@ namespace {
 
 using nlohmann::json;
 
+// The report of a chain of three engines and three refits: verified, every
+// engine holds every version, the trainer's link carried one engine's bytes
+// per refit and the links together three.
+void expect_a_relayed_chain_of_three(const json& report) {
+  EXPECT_TRUE(report["verified"].get<bool>()) << report.dump(2);
+  ASSERT_EQ(report["engines"].size(), 3u);
+  for (const json& engine : report["engines"]) EXPECT_EQ(engine["versions"], json::array({1, 2, 3}));
+  for (const json& refit : report["refits"]) {
+    EXPECT_EQ(refit["trainer_link_bytes"], refit["bytes"]) << refit.dump();
+    EXPECT_EQ(refit["wire_bytes"].get<std::uint64_t>(), 3 * refit["bytes"].get<std::uint64_t>()) << refit.dump();
+  }
+}
+
 // A chain of three engines over cuda_ipc, 1 MiB buckets: every engine
 // commits every version, verified; the trainer sends one engine's bytes.
 // Catches: a host memcpy into a device slot (a crash), a kLanded before the
@@ -33,13 +46,7 @@ TEST(ManyEnginesGpu, AChainOfThreeEnginesOverCudaIpcVerifiesEveryByte) {
                               600);
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   const json report = json::parse(r.out);
-  EXPECT_TRUE(report["verified"].get<bool>()) << report.dump(2);
-  ASSERT_EQ(report["engines"].size(), 3u);
-  for (const json& engine : report["engines"]) EXPECT_EQ(engine["versions"], json::array({1, 2, 3}));
-  for (const json& refit : report["refits"]) {
-    EXPECT_EQ(refit["trainer_link_bytes"], refit["bytes"]) << refit.dump();
-    EXPECT_EQ(refit["wire_bytes"].get<std::uint64_t>(), 3 * refit["bytes"].get<std::uint64_t>()) << refit.dump();
-  }
+  expect_a_relayed_chain_of_three(report);
 }
 
 // A job of `engines` engines of one rank and one trainer rank over nccl on
@@ -80,13 +87,7 @@ TEST(ManyEnginesGpu, AChainOfThreeEnginesOverNcclVerifiesEveryByte) {
   ASSERT_TRUE(group.wait_all(300)) << "hung:\n" << group.all_stderr();
   for (const auto& name : group.names()) EXPECT_EQ(group.exit_code(name), 0) << name << "\n" << group.all_stderr();
   const json report = json::parse(group.report());
-  EXPECT_TRUE(report["verified"].get<bool>()) << report.dump(2);
-  ASSERT_EQ(report["engines"].size(), 3u);
-  for (const json& engine : report["engines"]) EXPECT_EQ(engine["versions"], json::array({1, 2, 3}));
-  for (const json& refit : report["refits"]) {
-    EXPECT_EQ(refit["trainer_link_bytes"], refit["bytes"]) << refit.dump();
-    EXPECT_EQ(refit["wire_bytes"].get<std::uint64_t>(), 3 * refit["bytes"].get<std::uint64_t>()) << refit.dump();
-  }
+  expect_a_relayed_chain_of_three(report);
 }
 
 // kill -9 of an engine of a chain of three over nccl during refit 2, with
