@@ -57,8 +57,11 @@ case ${1:-} in
     exit $rc
     ;;
   fsdp)
-    # Trainer rank r on GPU r, engines on the same GPUs or on GPUs of their own.
-    cases=${CASES:-"llama:2:1:same,qwen3_moe:2:3:same,llama:$((gpus > 2 ? gpus - 1 : 2)):1:own"}
+    # Trainer rank r on GPU r, engines on the same GPUs, and with 3+ GPUs
+    # G-1 trainers into an engine on a GPU of its own.
+    own=""
+    ((gpus >= 3)) && own=",llama:$((gpus - 1)):1:own,qwen3_moe:$((gpus - 1)):1:own"
+    cases=${CASES:-"llama:2:1:same,qwen3_moe:2:3:same$own"}
     OUT=$out bash bench/python_gpu.sh fsdp --cases "$cases"
     ;;
   *)
