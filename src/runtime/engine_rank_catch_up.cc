@@ -54,12 +54,12 @@ Status EngineRank::Impl::send_committed(const CatchUp& catch_up) {
       buffers[b] = host.back().data();
     }
   }
+  std::vector<CommittedRead> reads;  // a whole bucket in one call (device weights: one batched copy)
   for (std::size_t j = 0; j < plan_.buckets.size(); ++j) {
     if (j >= 2) RETURN_IF_ERROR(relay_->wait_forwarded(j - 2, deadline));
     std::byte* buffer = buffers[j % 2];
     const Bucket& bucket = plan_.buckets[j];
-    std::vector<CommittedRead> reads;  // the whole bucket in one call (device weights: one batched copy)
-    reads.reserve(bucket.entries.size());
+    reads.clear();
     for (const PlanEntry& e : bucket.entries) {
       reads.push_back({e.tensor, e.tensor_offset, std::span<std::byte>(buffer + e.bucket_offset, e.bytes)});
     }
